@@ -1,0 +1,162 @@
+"""The communicator context: the one piece of process-wide state mgg keeps.
+
+`Communicator` wraps an mpi4py communicator (or stands in for a single process when MPI is not
+wanted) and adds what the runtime needs on top: node-local rank, collective error agreement and
+`abort_on_error`, which turns an exception on any rank into an `MPI_Abort` of the whole job with
+that rank's message instead of leaving the other ranks hung in a collective.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+__all__ = ["Communicator", "world", "abort_on_error", "RankError"]
+
+
+class RankError(RuntimeError):
+    """Raised on every rank when some rank reported a failure through `Communicator.check`."""
+
+
+def _mpi():
+    from mpi4py import MPI  # imported lazily: the data layer and tests need no MPI
+
+    return MPI
+
+
+@dataclass
+class Communicator:
+    """An MPI communicator with the few collectives mgg uses.
+
+    Attributes:
+        comm: the mpi4py communicator, or None for a single process without MPI.
+        ranks_per_node: override of the node grouping (simulates several nodes on one machine).
+    """
+
+    comm: Any = None
+    ranks_per_node: int | None = None
+    _node_comm: Any = field(default=None, repr=False)
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return 0 if self.comm is None else self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return 1 if self.comm is None else self.comm.Get_size()
+
+    @property
+    def local_rank(self) -> int:
+        """Rank within this node (selects the GPU)."""
+        if self.comm is None:
+            return 0
+        if self.ranks_per_node:
+            return self.rank % self.ranks_per_node
+        if self._node_comm is None:
+            MPI = _mpi()
+            self._node_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        return self._node_comm.Get_rank()
+
+    # -- collectives ----------------------------------------------------------------------
+    def barrier(self) -> None:
+        if self.comm is not None:
+            self.comm.Barrier()
+
+    def allreduce_(self, buf: np.ndarray) -> np.ndarray:
+        """In-place sum all-reduce of a contiguous numpy array; returns it."""
+        if self.comm is not None and self.size > 1:
+            MPI = _mpi()
+            self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        return buf
+
+    def allreduce_scalar(self, value: float, op: str = "sum") -> float:
+        if self.comm is None or self.size == 1:
+            return value
+        MPI = _mpi()
+        ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        return self.comm.allreduce(value, op=ops[op])
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        return obj if self.comm is None else self.comm.bcast(obj, root=root)
+
+    def allgather(self, obj: Any) -> list:
+        return [obj] if self.comm is None else self.comm.allgather(obj)
+
+    def check(self, error: BaseException | None) -> None:
+        """Collective error agreement: every rank calls this; if any rank passes an error, all raise.
+
+        Use around a phase where a rank may fail on its own (loading a file, validating a plan):
+        the failing rank's message reaches every rank, so all exit with the same clear error
+        instead of some waiting forever in the next collective.
+        """
+        msg = None if error is None else f"rank {self.rank}: {type(error).__name__}: {error}"
+        msgs = [m for m in self.allgather(msg) if m]
+        if msgs:
+            if error is not None:
+                raise error
+            raise RankError("; ".join(msgs))
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """Print `message` to stderr and end the whole job (all ranks)."""
+        sys.stderr.write(message if message.endswith("\n") else message + "\n")
+        sys.stderr.flush()
+        if self.comm is not None and self.size > 1:
+            self.comm.Abort(code)
+        os._exit(code)
+
+
+_WORLD: Communicator | None = None
+_WORLD_LOCK = threading.Lock()
+
+
+def world(use_mpi: bool | None = None) -> Communicator:
+    """The world communicator (created once). `use_mpi=False` forces a single process without MPI.
+
+    With `use_mpi=None`, MPI is used when mpi4py imports; a program launched without mpirun then
+    simply runs as one rank.
+    """
+    global _WORLD
+    with _WORLD_LOCK:
+        if _WORLD is None:
+            comm = None
+            if use_mpi is not False:
+                try:
+                    comm = _mpi().COMM_WORLD
+                except ImportError:
+                    if use_mpi:
+                        raise
+            rpn = os.environ.get("MGG_RANKS_PER_NODE")
+            _WORLD = Communicator(comm=comm, ranks_per_node=int(rpn) if rpn else None)
+        return _WORLD
+
+
+@contextmanager
+def abort_on_error(comm: Communicator, what: str = "mgg") -> Iterator[None]:
+    """Run a block; an uncaught exception on this rank aborts the whole MPI job with its message.
+
+    `SystemExit(0)` passes through. Any other exception prints
+    ``"<what>: rank R of P failed: <Type>: <message>"`` plus the traceback on stderr and calls
+    `MPI_Abort`, so the other ranks do not hang in a collective waiting for this one.
+    """
+    try:
+        yield
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        if comm.size == 1:
+            raise
+        comm.abort(f"{what}: rank {comm.rank} of {comm.size} exited: {e.code}", 2)
+    except KeyboardInterrupt:
+        comm.abort(f"{what}: rank {comm.rank} of {comm.size} interrupted", 130)
+    except BaseException as e:  # noqa: BLE001 - the point is to catch everything
+        tb = traceback.format_exc()
+        if comm.size == 1:
+            raise
+        comm.abort(f"{tb}\n{what}: rank {comm.rank} of {comm.size} failed: {type(e).__name__}: {e}", 1)

@@ -1,0 +1,206 @@
+"""DistGraph: the runtime context one rank holds for a partitioned graph.
+
+It owns the communicator, the symmetric store, the node ranges, and the plans (per aggregation
+kind, forward and transposed), and runs aggregations through the executor of its backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from .comm import Communicator
+from .partition import partition_ranges
+from .plan import AggregationPlan, PlanParams, build_plan
+from .store import SymmetricArray, SymmetricStore, make_store
+from .weights import check_kind, diag_weights, pair_weights
+
+__all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
+
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+@dataclass
+class RuntimeConfig:
+    """Runtime knobs. `variant` picks the GPU kernel (see mgg.kernels.gpu); the CPU ignores it."""
+
+    ps: int = 16
+    dist: int = 4
+    wpb: int = 4
+    backend: str = "auto"
+    variant: str = "pipelined"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        PlanParams(self.ps, self.dist, self.wpb)  # validates ranges
+
+    @property
+    def params(self) -> PlanParams:
+        return PlanParams(self.ps, self.dist, self.wpb)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_backend(backend: str) -> str:
+    """"auto" -> "gpu" when CUDA and NVSHMEM are usable, else "cpu"."""
+    if backend != "auto":
+        return backend
+    try:
+        if torch.cuda.is_available():
+            import nvshmem.core  # noqa: F401
+
+            return "gpu"
+    except ImportError:
+        pass
+    return "cpu"
+
+
+@dataclass
+class _RankRows:
+    """This rank's rows of a global CSR (forward: targets in range; transposed: sources in range)."""
+
+    indptr: np.ndarray   # int64 [n + 1]
+    indices: np.ndarray  # int64 [E_r] global ids of the other endpoint
+    row_ids: np.ndarray  # int64 [E_r] global id of the row node of each entry
+
+
+class DistGraph:
+    """A graph partitioned over the ranks of `comm`, ready to aggregate node features.
+
+    Every rank passes the same global graph; rank r keeps only what its range [lo, hi) needs.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, comm: Communicator,
+                 config: RuntimeConfig | None = None, store: SymmetricStore | None = None):
+        self.comm = comm
+        self.config = config or RuntimeConfig()
+        self.backend = resolve_backend(self.config.backend)
+        indptr = np.asarray(indptr, dtype=np.int64)
+        indices = np.asarray(indices, dtype=np.int64)
+        self.num_nodes = len(indptr) - 1
+        self.num_edges = int(indptr[-1])
+        self.bounds = partition_ranges(indptr, comm.size)
+        self.rank, self.world_size = comm.rank, comm.size
+        self.lo, self.hi = int(self.bounds[self.rank]), int(self.bounds[self.rank + 1])
+        self.rows_per_pe = max(1, int(np.diff(self.bounds).max()))
+        self.deg_in = np.diff(indptr)
+        self._fwd = self._forward_rows(indptr, indices)
+        self._bwd = self._transposed_rows(indptr, indices)
+        self.params = self.config.params
+        self._plans: dict[tuple[str, bool], AggregationPlan] = {}
+        self._executors: dict[tuple[str, bool], Any] = {}
+        self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
+        self.device = torch.device("cpu")
+        if self.backend == "gpu":
+            self.device = torch.device("cuda", comm.local_rank % max(1, torch.cuda.device_count()))
+        self.store = store if store is not None else make_store(comm, self.backend)
+
+    @classmethod
+    def build(cls, graph: Any, comm: Communicator, config: RuntimeConfig | None = None,
+              store: SymmetricStore | None = None) -> "DistGraph":
+        """From an mgg.data.Graph (anything with int64 `indptr` and `indices`). Collective."""
+        return cls(graph.indptr, graph.indices, comm, config, store)
+
+    # -- rows of this rank --------------------------------------------------------------------
+    def _forward_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
+        a, b = int(indptr[self.lo]), int(indptr[self.hi])
+        rip = indptr[self.lo: self.hi + 1] - a
+        rows = self.lo + np.repeat(np.arange(self.hi - self.lo, dtype=np.int64), np.diff(rip))
+        return _RankRows(rip, indices[a:b], rows)
+
+    def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
+        """Rows of W^T owned here: every edge j -> i whose source j lies in [lo, hi)."""
+        n = self.hi - self.lo
+        sel = np.flatnonzero((indices >= self.lo) & (indices < self.hi))
+        src = indices[sel]
+        # the target of CSR entry k is the row containing k
+        tgt = np.searchsorted(indptr, sel, side="right") - 1
+        order = np.argsort(src, kind="stable")
+        src, tgt = src[order], tgt[order]
+        ip = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src - self.lo, minlength=n), out=ip[1:])
+        return _RankRows(ip, tgt.astype(np.int64), src)
+
+    # -- plans and executors -------------------------------------------------------------------
+    @property
+    def n_local(self) -> int:
+        return self.hi - self.lo
+
+    def local(self, arr):
+        """arr[lo:hi] of a global per-node array (numpy array or tensor)."""
+        return arr[self.lo: self.hi]
+
+    def plan(self, kind: str, transposed: bool = False) -> AggregationPlan:
+        """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward)."""
+        check_kind(kind)
+        key = (kind, transposed)
+        if key not in self._plans:
+            rows = self._bwd if transposed else self._fwd
+            if transposed:  # entry (row j, col i) carries w(j -> i)
+                w = pair_weights(kind, self.deg_in, rows.indices, rows.row_ids)
+            else:
+                w = pair_weights(kind, self.deg_in, rows.row_ids, rows.indices)
+            d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
+            self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank, self.params)
+        return self._plans[key]
+
+    def set_params(self, params: PlanParams) -> None:
+        """Re-cut every plan for new (ps, dist, wpb); the local/remote split is kept."""
+        if params == self.params:
+            return
+        self.params = params
+        self._plans = {k: p.with_params(params) for k, p in self._plans.items()}
+        self._executors.clear()
+
+    def executor(self, kind: str, transposed: bool = False):
+        key = (kind, transposed)
+        if key not in self._executors:
+            plan = self.plan(kind, transposed)
+            if self.backend == "gpu":
+                from ..kernels.gpu import GPUExecutor
+
+                self._executors[key] = GPUExecutor(plan, self.store, variant=self.config.variant)
+            else:
+                from ..kernels.cpu import CPUExecutor
+
+                self._executors[key] = CPUExecutor(plan)
+        return self._executors[key]
+
+    def symmetric(self, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
+        """The symmetric [rows_per_pe, dim] buffer for embeddings of width `dim` (allocated once)."""
+        key = (dim, dtype)
+        if key not in self._arrays:
+            self._arrays[key] = self.store.allocate(self.rows_per_pe, dim, dtype)
+        return self._arrays[key]
+
+    def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
+        """out = W x (+ diag * x), or W^T x with `transposed`. Collective; no autograd.
+
+        Args:
+            x: float32 [n_local, D] on `self.device`, the rows of this rank's nodes.
+        Returns:
+            float32 [n_local, D].
+        """
+        if x.dim() != 2 or x.shape[0] != self.n_local:
+            raise ValueError(f"aggregate: expected x of shape [{self.n_local}, D] on rank {self.rank}, "
+                             f"got {tuple(x.shape)}")
+        ex = self.executor(kind, transposed)
+        return ex(x, self.symmetric(int(x.shape[1]), x.dtype))
+
+    def close(self) -> None:
+        """Free symmetric buffers (collective)."""
+        for arr in self._arrays.values():
+            arr.free()
+        self._arrays.clear()
+        self._executors.clear()
+        self.store.close()
+
+    def __enter__(self) -> "DistGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,253 @@
+"""Symmetric stores: one equal [rows_per_pe, D] slice per PE, read by others with one-sided gets.
+
+`SymmetricStore` is the interface; `MPIStore` implements it with MPI-3 RMA windows
+(`Win.Allocate`, passive target `Lock_all` / `Get` / `Flush`), `LocalStore` for a single process
+without MPI. The NVSHMEM backend (GPU) lives in `mgg.runtime.nvshmem_store` and implements the
+same interface over `nvshmem.core` symmetric memory.
+
+Protocol of one exchange (what `DistGraph.aggregate` does):
+    arr.write(x)        # fill my slice (rows [0, n_local))
+    arr.publish()       # make my slice visible to every PE (collective)
+    rows = arr.get_rows(pe, row_ids)   # one-sided, from any PE, any number of times
+    arr.release()       # collective: every PE is done reading; slices may be overwritten
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .comm import Communicator
+
+__all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "make_store"]
+
+_MAX_ROWS_PER_GET = 1 << 20  # keep MPI counts and datatype sizes well inside int32
+
+
+class SymmetricArray(abc.ABC):
+    """A [rows_per_pe, dim] array with one slice on every PE."""
+
+    rows_per_pe: int
+    dim: int
+    dtype: torch.dtype
+
+    @property
+    @abc.abstractmethod
+    def local(self) -> torch.Tensor:
+        """My slice, a tensor view [rows_per_pe, dim]."""
+
+    def write(self, x: torch.Tensor) -> None:
+        """Copy x ([n <= rows_per_pe, dim]) into the first n rows of my slice."""
+        if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] > self.rows_per_pe:
+            raise ValueError(f"write: expected [<= {self.rows_per_pe}, {self.dim}], got {tuple(x.shape)}")
+        self.local[: x.shape[0]].copy_(x)
+
+    @abc.abstractmethod
+    def publish(self) -> None:
+        """Collective: local writes become visible to all PEs."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Collective: all PEs finished reading; slices may be written again."""
+
+    @abc.abstractmethod
+    def get_rows(self, pe: int, rows: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One-sided get of rows `rows` (int64 [k]) of PE `pe`'s slice into `out` ([k, dim])."""
+
+    def get_halo(self, halo_ptr: np.ndarray, halo_row: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Get rows from every PE: PE p's rows are halo_row[halo_ptr[p]:halo_ptr[p+1]].
+
+        Returns [H, dim] in halo order. Backends may overlap the per-PE gets.
+        """
+        h = int(halo_row.shape[0])
+        if out is None:
+            out = torch.empty((h, self.dim), dtype=self.dtype, device=self.local.device)
+        for pe in range(len(halo_ptr) - 1):
+            a, b = int(halo_ptr[pe]), int(halo_ptr[pe + 1])
+            if b > a:
+                self.get_rows(pe, halo_row[a:b], out[a:b])
+        return out
+
+    @abc.abstractmethod
+    def free(self) -> None:
+        """Collective: release the memory on every PE."""
+
+
+class SymmetricStore(abc.ABC):
+    """Allocates symmetric arrays over a communicator."""
+
+    comm: Communicator
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
+        """Collective: a [rows_per_pe, dim] slice on every PE (same arguments on every PE)."""
+
+    def barrier(self) -> None:
+        self.comm.barrier()
+
+    def close(self) -> None:
+        """Free what the store itself holds (arrays are freed by their owners)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# single process
+@dataclass
+class _LocalArray(SymmetricArray):
+    rows_per_pe: int
+    dim: int
+    dtype: torch.dtype
+    _buf: torch.Tensor
+
+    @property
+    def local(self) -> torch.Tensor:
+        return self._buf
+
+    def publish(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def get_rows(self, pe: int, rows: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        if pe != 0:
+            raise IndexError(f"LocalStore has one PE; asked for PE {pe}")
+        src = self._buf[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
+        if out is None:
+            return src
+        out.copy_(src)
+        return out
+
+    def free(self) -> None:
+        self._buf = torch.empty(0)
+
+
+class LocalStore(SymmetricStore):
+    """One PE, no MPI: slices are ordinary tensors."""
+
+    name = "local"
+
+    def __init__(self, comm: Communicator, device: torch.device | str = "cpu"):
+        if comm.size != 1:
+            raise ValueError("LocalStore needs a single-process communicator")
+        self.comm = comm
+        self.device = torch.device(device)
+
+    def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
+        return _LocalArray(rows_per_pe, dim, dtype,
+                           torch.zeros((rows_per_pe, dim), dtype=dtype, device=self.device))
+
+
+# ---------------------------------------------------------------------------------------------
+# MPI one-sided windows
+_TORCH_TO_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64,
+                torch.int32: np.int32}
+
+
+class _MPIArray(SymmetricArray):
+    """A window of rows_per_pe * dim elements per rank, locked (passive target) for its lifetime."""
+
+    def __init__(self, comm: Communicator, rows_per_pe: int, dim: int, dtype: torch.dtype):
+        from mpi4py import MPI
+
+        if dtype not in _TORCH_TO_NP:
+            raise TypeError(f"MPIStore: unsupported dtype {dtype}")
+        self.comm, self.rows_per_pe, self.dim, self.dtype = comm, rows_per_pe, dim, dtype
+        npdt = np.dtype(_TORCH_TO_NP[dtype])
+        self._mpi_elem = MPI._typedict[npdt.char]
+        nbytes = max(1, rows_per_pe * dim) * npdt.itemsize
+        self._win = MPI.Win.Allocate(nbytes, npdt.itemsize, comm=comm.comm)
+        mem = np.frombuffer(self._win.tomemory(), dtype=npdt)[: rows_per_pe * dim]
+        self._np = mem.reshape(rows_per_pe, dim)
+        self._tensor = torch.from_numpy(self._np)
+        self._tensor.zero_()
+        self._row_type = self._mpi_elem.Create_contiguous(max(dim, 1)).Commit()
+        self._win.Lock_all(MPI.MODE_NOCHECK)
+        comm.barrier()
+
+    @property
+    def local(self) -> torch.Tensor:
+        return self._tensor
+
+    def publish(self) -> None:
+        self._win.Sync()  # local stores -> public window copy
+        self.comm.barrier()
+
+    def release(self) -> None:
+        self.comm.barrier()
+
+    def _get_into(self, pe: int, rows: np.ndarray, out_np: np.ndarray) -> None:
+        for a in range(0, len(rows), _MAX_ROWS_PER_GET):
+            chunk = np.ascontiguousarray(rows[a: a + _MAX_ROWS_PER_GET], dtype=np.int32)
+            k = len(chunk)
+            # contiguous runs are common (halo rows are sorted): an indexed-block datatype of rows
+            ttype = self._row_type.Create_indexed_block(1, chunk).Commit()
+            try:
+                self._win.Get([out_np[a: a + k], k * self.dim, self._mpi_elem], pe, [0, 1, ttype])
+            finally:
+                ttype.Free()
+
+    def get_rows(self, pe: int, rows: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.rows_per_pe):
+            raise IndexError(f"get_rows: row ids out of [0, {self.rows_per_pe}) for PE {pe}")
+        if out is None:
+            out = torch.empty((len(rows), self.dim), dtype=self.dtype)
+        if len(rows) == 0:
+            return out
+        out_np = out.numpy()
+        if not out_np.flags.c_contiguous:
+            raise ValueError("get_rows: out must be C-contiguous")
+        self._get_into(pe, rows, out_np)
+        self._win.Flush(pe)
+        return out
+
+    def get_halo(self, halo_ptr: np.ndarray, halo_row: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """All per-PE gets are issued before one Flush_all, so transfers from PEs overlap."""
+        h = int(halo_row.shape[0])
+        if out is None:
+            out = torch.empty((h, self.dim), dtype=self.dtype)
+        out_np = out.numpy()
+        for pe in range(len(halo_ptr) - 1):
+            a, b = int(halo_ptr[pe]), int(halo_ptr[pe + 1])
+            if b > a:
+                self._get_into(pe, np.asarray(halo_row[a:b]), out_np[a:b])
+        self._win.Flush_all()
+        return out
+
+    def free(self) -> None:
+        if self._win is None:
+            return
+        self.comm.barrier()
+        self._win.Unlock_all()
+        self._row_type.Free()
+        self._tensor = self._np = None
+        self._win.Free()
+        self._win = None
+
+
+class MPIStore(SymmetricStore):
+    """Symmetric memory over MPI-3 RMA windows (CPU)."""
+
+    name = "mpi"
+
+    def __init__(self, comm: Communicator):
+        if comm.comm is None:
+            raise ValueError("MPIStore needs an MPI communicator")
+        self.comm = comm
+
+    def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
+        return _MPIArray(self.comm, rows_per_pe, dim, dtype)
+
+
+def make_store(comm: Communicator, backend: str = "cpu") -> SymmetricStore:
+    """The store for `backend` ("cpu" -> MPI RMA or LocalStore; "gpu" -> NVSHMEM)."""
+    if backend == "gpu":
+        from .nvshmem_store import NvshmemStore
+
+        return NvshmemStore(comm)
+    if backend != "cpu":
+        raise ValueError(f"unknown store backend {backend!r}")
+    return LocalStore(comm) if comm.comm is None else MPIStore(comm)
