@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,7 +199,7 @@ class AggregationPlan:
                         raise ValueError(f"{os.fspath(path)}: plan field {f.name!r} is missing")
                     a = z[f.name]
                     kw[f.name] = a.item() if a.ndim == 0 else a
-        except (OSError, EOFError, ValueError, KeyError) as e:
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
             raise ValueError(f"{os.fspath(path)}: not a valid mgg plan: {e}") from e
         for k in ("rank", "world_size", "lo", "hi", "rows_per_pe", "ps", "dist", "wpb"):
             kw[k] = int(kw[k])
