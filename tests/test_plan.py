@@ -7,23 +7,25 @@ from mgg.runtime.plan import AggregationPlan, PlanParams, build_plan, cut_partit
 from tests.graphs import random_csr
 
 
-def _plans(indptr, indices, world, params):
+def _plans(indptr, indices, world, params, node_of_pe=None):
     b = partition_ranges(indptr, world)
     w = np.arange(len(indices), dtype=np.float32) + 1  # distinct weights to track entries
     out = []
     for r in range(world):
         a, e = indptr[b[r]], indptr[b[r + 1]]
-        out.append(build_plan(indptr[b[r]: b[r + 1] + 1] - a, indices[a:e], w[a:e], None, b, r, params))
+        out.append(build_plan(indptr[b[r]: b[r + 1] + 1] - a, indices[a:e], w[a:e], None, b, r, params,
+                              node_of_pe))
     return b, w, out
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 60), st.integers(0, 400), st.integers(1, 4), st.integers(1, 9), st.integers(1, 5),
-       st.integers(1, 8), st.integers(0, 10_000))
-def test_plan_invariants(n, e, world, ps, dist, wpb, seed):
+       st.integers(1, 8), st.integers(0, 10_000), st.integers(1, 4), st.integers(1, 4))
+def test_plan_invariants(n, e, world, ps, dist, wpb, seed, ps_inter, ranks_per_node):
     indptr, indices = random_csr(n, e, seed, isolated=min(3, n - 1) if n > 4 else 0)
-    params = PlanParams(ps, dist, wpb)
-    b, w, plans = _plans(indptr, indices, world, params)
+    params = PlanParams(ps, dist, wpb, ps_inter)
+    node_of_pe = np.arange(world) // ranks_per_node
+    b, w, plans = _plans(indptr, indices, world, params, node_of_pe)
     for p in plans:
         lo, hi = p.lo, p.hi
         assert p.rows_per_pe == max(1, int(np.diff(b).max()))
@@ -40,10 +42,14 @@ def test_plan_invariants(n, e, world, ps, dist, wpb, seed):
         assert np.all((p.local_indices >= 0) & (p.local_indices < hi - lo))
         assert np.all(p.remote_pe != p.rank)
         assert np.all((p.remote_row >= 0) & (p.remote_row < np.diff(b)[p.remote_pe]))
-        # neighbor partitions: <= ps each, in order, covering the CSR exactly
-        for parts, ip in ((p.local_parts, p.local_indptr), (p.remote_parts, p.remote_indptr)):
+        # neighbor partitions: <= ps (ps_inter for other-node ones), in order, covering the CSR
+        inter_entry = node_of_pe[p.remote_pe] != node_of_pe[p.rank]
+        for q, (a, z) in enumerate(p.remote_parts[:, 1:]):
+            assert np.all(inter_entry[a:z] == p.remote_part_inter[q])
+            assert z - a <= (ps_inter if p.remote_part_inter[q] else ps)
+        for parts, ip, cap in ((p.local_parts, p.local_indptr, ps), (p.remote_parts, p.remote_indptr, max(ps, ps_inter))):
             sizes = parts[:, 2] - parts[:, 1]
-            assert np.all((sizes >= 1) & (sizes <= ps))
+            assert np.all((sizes >= 1) & (sizes <= cap))
             if len(parts):
                 assert parts[0, 1] == 0 and parts[-1, 2] == ip[-1]
                 assert np.all(parts[1:, 1] == parts[:-1, 2])

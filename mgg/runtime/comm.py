@@ -64,6 +64,22 @@ class Communicator:
             self._node_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         return self._node_comm.Get_rank()
 
+    def node_of_ranks(self) -> "np.ndarray":
+        """int32 [size]: node index of every rank (collective).
+
+        Ranks sharing memory (MPI_COMM_TYPE_SHARED) form a node, numbered in order of their lowest
+        rank; `ranks_per_node` (or MGG_RANKS_PER_NODE) overrides this, so that `mpirun -np 4` on one
+        machine can simulate 2 nodes x 2 ranks.
+        """
+        if self.comm is None:
+            return np.zeros(1, dtype=np.int32)
+        if self.ranks_per_node:
+            return (np.arange(self.size) // self.ranks_per_node).astype(np.int32)
+        self.local_rank  # creates the node communicator
+        leader = self._node_comm.allreduce(self.rank, op=_mpi().MIN)
+        leaders = np.asarray(self.allgather(leader))
+        return np.unique(leaders, return_inverse=True)[1].astype(np.int32)
+
     # -- collectives ----------------------------------------------------------------------
     def barrier(self) -> None:
         if self.comm is not None:

@@ -31,15 +31,16 @@ class RuntimeConfig:
     wpb: int = 4
     backend: str = "auto"
     variant: str = "pipelined"
+    ps_inter: int | None = None  # ps of remote partitions on other nodes (None: same as ps)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        PlanParams(self.ps, self.dist, self.wpb)  # validates ranges
+        self.params  # validates ranges
 
     @property
     def params(self) -> PlanParams:
-        return PlanParams(self.ps, self.dist, self.wpb)
+        return PlanParams(self.ps, self.dist, self.wpb, self.ps_inter)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,6 +89,7 @@ class DistGraph:
         self.lo, self.hi = int(self.bounds[self.rank]), int(self.bounds[self.rank + 1])
         self.rows_per_pe = max(1, int(np.diff(self.bounds).max()))
         self.deg_in = np.diff(indptr)
+        self.node_of_pe = comm.node_of_ranks()
         self._fwd = self._forward_rows(indptr, indices)
         self._bwd = self._transposed_rows(indptr, indices)
         self.params = self.config.params
@@ -145,7 +147,8 @@ class DistGraph:
             else:
                 w = pair_weights(kind, self.deg_in, rows.row_ids, rows.indices)
             d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
-            self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank, self.params)
+            self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank,
+                                          self.params, self.node_of_pe)
         return self._plans[key]
 
     def set_params(self, params: PlanParams) -> None:

@@ -6,7 +6,9 @@ This is MGG sections 4.1-5.2 as data. A rank owning global nodes [lo, hi) keeps:
 * the **remote CSR**: the neighbors owned by other ranks, each stored as (owner PE, row in the
   owner's symmetric slice): the address translation of MGG Fig. 4;
 * both cut into **neighbor partitions** of at most `ps` neighbors, each a (target, start, end)
-  triple into its CSR (a node with 0 neighbors gets no partition);
+  triple into its CSR (a node with 0 neighbors gets no partition). Plans are **node-aware**
+  (MGG 4.1): inside each row the remote entries owned by PEs of this node come first, those on
+  other nodes after them, and the other-node class is cut with its own, smaller `ps_inter`;
 * the **warp worklist** of §5.1: numWarps = ceil(max(#local, #remote) / dist); warp w owns local
   partitions [w*dist, (w+1)*dist) and remote partitions [w*dist, (w+1)*dist), processed as
   interleaved pairs (issue remote get k, aggregate local k, wait, aggregate remote k);
@@ -29,7 +31,8 @@ import numpy as np
 
 from .partition import owner_of
 
-__all__ = ["AggregationPlan", "build_plan", "cut_partitions", "warp_worklist", "smem_bytes",
+__all__ = ["AggregationPlan", "build_plan", "cut_partitions", "cut_segments", "cut_remote",
+           "warp_worklist", "smem_bytes",
            "PlanParams", "INT_BYTES", "FLOAT_BYTES"]
 
 INT_BYTES = 4
@@ -43,12 +46,20 @@ class PlanParams:
     ps: int = 16
     dist: int = 4
     wpb: int = 4
+    ps_inter: int | None = None  # partition size for other-node remote neighbors (None: ps)
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("ps", 1, 1024), ("dist", 1, 64), ("wpb", 1, 32)):
+        for name, lo, hi in (("ps", 1, 1024), ("dist", 1, 64), ("wpb", 1, 32), ("ps_inter", 1, 1024)):
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+            if name == "ps_inter" and v is None:
+                continue
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not lo <= int(v) <= hi:
                 raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+
+    @property
+    def inter_ps(self) -> int:
+        """The partition size used for remote neighbors on other nodes (MGG 4.1: smaller over IB)."""
+        return self.ps if self.ps_inter is None else int(self.ps_inter)
 
 
 def cut_partitions(indptr: np.ndarray, ps: int) -> np.ndarray:
@@ -63,15 +74,39 @@ def cut_partitions(indptr: np.ndarray, ps: int) -> np.ndarray:
         no entries get no partition.
     """
     indptr = np.asarray(indptr, dtype=np.int64)
-    deg = np.diff(indptr)
-    nparts = (deg + ps - 1) // ps
+    return cut_segments(indptr[:-1], indptr[1:], ps)
+
+
+def cut_segments(starts: np.ndarray, ends: np.ndarray, ps: int) -> np.ndarray:
+    """Cut segment i = [starts[i], ends[i]) (one per row i) into chunks of at most `ps` entries.
+
+    Returns int64 [Q, 3] of (row, start, end) ordered by row; empty segments give no chunk.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    nparts = (ends - starts + ps - 1) // ps
     total = int(nparts.sum())
-    target = np.repeat(np.arange(len(deg), dtype=np.int64), nparts)
-    first = np.cumsum(nparts) - nparts  # index of each row's first partition
-    k = np.arange(total, dtype=np.int64) - np.repeat(first, nparts)  # chunk number inside its row
-    start = indptr[target] + k * ps
-    end = np.minimum(start + ps, indptr[target + 1])
-    return np.stack([target, start, end], axis=1) if total else np.zeros((0, 3), dtype=np.int64)
+    if total == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    row = np.repeat(np.arange(len(starts), dtype=np.int64), nparts)
+    k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(nparts) - nparts, nparts)
+    start = starts[row] + k * ps
+    return np.stack([row, start, np.minimum(start + ps, ends[row])], axis=1)
+
+
+def cut_remote(remote_indptr: np.ndarray, remote_split: np.ndarray, ps: int, ps_inter: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Node-aware cut of the remote CSR: in row i, entries [indptr[i], split[i]) have owners on
+    this node (cut by `ps`), entries [split[i], indptr[i+1]) on other nodes (cut by `ps_inter`).
+
+    Returns (parts int64 [Rp, 3] in CSR order, inter bool [Rp]).
+    """
+    same = cut_segments(remote_indptr[:-1], remote_split, ps)
+    inter = cut_segments(remote_split, remote_indptr[1:], ps_inter)
+    parts = np.concatenate([same, inter])
+    flag = np.concatenate([np.zeros(len(same), bool), np.ones(len(inter), bool)])
+    order = np.argsort(parts[:, 1], kind="stable")  # segments are disjoint: starts are unique
+    return parts[order], flag[order]
 
 
 def warp_worklist(num_local_parts: int, num_remote_parts: int, dist: int) -> np.ndarray:
@@ -124,6 +159,10 @@ class AggregationPlan:
     halo_ptr: np.ndarray        # int64 [P + 1], halo entries of PE p are [halo_ptr[p], halo_ptr[p+1])
     halo_row: np.ndarray        # int64 [H], row in the owner's slice, sorted within each PE
     remote_slot: np.ndarray     # int64 [Er], index of each remote entry's row in the halo
+    remote_split: np.ndarray    # int64 [n], row i's other-node entries are [remote_split[i], remote_indptr[i+1])
+    remote_part_inter: np.ndarray  # bool [Rp], partition reads from another node
+    node_of_pe: np.ndarray      # int32 [P], node index of every PE
+    ps_inter: int = 0           # partition size of other-node remote partitions
     has_self: bool = False
 
     # -- derived sizes (Eq. 2-3) ------------------------------------------------------------
@@ -168,9 +207,10 @@ class AggregationPlan:
     def with_params(self, params: PlanParams) -> "AggregationPlan":
         """The same split re-cut for other (ps, dist, wpb): partitions and worklist change only."""
         lp = cut_partitions(self.local_indptr, params.ps)
-        rp = cut_partitions(self.remote_indptr, params.ps)
+        rp, inter = cut_remote(self.remote_indptr, self.remote_split, params.ps, params.inter_ps)
         return dataclasses.replace(self, ps=params.ps, dist=params.dist, wpb=params.wpb,
-                                   local_parts=lp, remote_parts=rp,
+                                   ps_inter=params.inter_ps, local_parts=lp, remote_parts=rp,
+                                   remote_part_inter=inter,
                                    warps=warp_worklist(len(lp), len(rp), params.dist))
 
     # -- serialisation ----------------------------------------------------------------------
@@ -201,7 +241,7 @@ class AggregationPlan:
                     kw[f.name] = a.item() if a.ndim == 0 else a
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
             raise ValueError(f"{os.fspath(path)}: not a valid mgg plan: {e}") from e
-        for k in ("rank", "world_size", "lo", "hi", "rows_per_pe", "ps", "dist", "wpb"):
+        for k in ("rank", "world_size", "lo", "hi", "rows_per_pe", "ps", "dist", "wpb", "ps_inter"):
             kw[k] = int(kw[k])
         kw["has_self"] = bool(kw["has_self"])
         return cls(**kw)
@@ -209,7 +249,7 @@ class AggregationPlan:
 
 def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.ndarray,
                self_weight: np.ndarray | None, bounds: np.ndarray, rank: int,
-               params: PlanParams = PlanParams()) -> AggregationPlan:
+               params: PlanParams = PlanParams(), node_of_pe: np.ndarray | None = None) -> AggregationPlan:
     """Build rank `rank`'s plan from its rows of the weighted global CSR.
 
     Args:
@@ -219,7 +259,9 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
         self_weight: float [n] diagonal weights, or None.
         bounds: int64 [P + 1] from `partition_ranges`.
         rank: this rank.
-        params: ps, dist, wpb.
+        params: ps, dist, wpb (and ps_inter for other-node remote neighbors).
+        node_of_pe: int [P] node index of each PE (None: all on one node). Remote entries of a row
+            are ordered same-node first, then other-node, each class cut by its own ps.
     """
     bounds = np.asarray(bounds, dtype=np.int64)
     world = len(bounds) - 1
@@ -235,9 +277,15 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
     target = np.repeat(np.arange(n, dtype=np.int64), np.diff(row_indptr))
     is_local = (row_indices >= lo) & (row_indices < hi)
 
-    # stable split keeps CSR order inside each row
+    node_of_pe = (np.zeros(world, np.int32) if node_of_pe is None
+                  else np.asarray(node_of_pe, dtype=np.int32))
+    if node_of_pe.shape != (world,):
+        raise ValueError(f"build_plan: node_of_pe has shape {node_of_pe.shape}, expected ({world},)")
+    # stable split keeps CSR order inside each row; remote: same-node entries before other-node
     l_idx = np.flatnonzero(is_local)
     r_idx = np.flatnonzero(~is_local)
+    r_inter = node_of_pe[owner_of(row_indices[r_idx], bounds)] != node_of_pe[rank]
+    r_idx = r_idx[np.lexsort((r_inter, target[r_idx]))]
     local_indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(target[l_idx], minlength=n), out=local_indptr[1:])
     remote_indptr = np.zeros(n + 1, dtype=np.int64)
@@ -246,6 +294,8 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
     remote_src = row_indices[r_idx]
     remote_pe = owner_of(remote_src, bounds)
     remote_row = remote_src - bounds[remote_pe]
+    same_node = node_of_pe[remote_pe] == node_of_pe[rank]
+    remote_split = remote_indptr[:-1] + np.bincount(target[r_idx][same_node], minlength=n)
 
     # halo: unique remote sources; global ids sort by (PE, row) because ranges are contiguous
     halo_ids, remote_slot = np.unique(remote_src, return_inverse=True)
@@ -254,7 +304,7 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
     np.cumsum(np.bincount(halo_pe, minlength=world), out=halo_ptr[1:])
 
     lp = cut_partitions(local_indptr, params.ps)
-    rp = cut_partitions(remote_indptr, params.ps)
+    rp, rp_inter = cut_remote(remote_indptr, remote_split, params.ps, params.inter_ps)
     sw = np.zeros(n, dtype=np.float32) if self_weight is None else np.asarray(self_weight, np.float32)
     return AggregationPlan(
         rank=rank, world_size=world, lo=lo, hi=hi, rows_per_pe=rows_per_pe,
@@ -265,4 +315,6 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
         remote_weight=row_weight[r_idx], self_weight=sw,
         local_parts=lp, remote_parts=rp, warps=warp_worklist(len(lp), len(rp), params.dist),
         halo_ptr=halo_ptr, halo_row=(halo_ids - bounds[halo_pe]).astype(np.int64),
-        remote_slot=remote_slot.astype(np.int64).reshape(-1), has_self=self_weight is not None)
+        remote_slot=remote_slot.astype(np.int64).reshape(-1), remote_split=remote_split,
+        remote_part_inter=rp_inter, node_of_pe=node_of_pe, ps_inter=params.inter_ps,
+        has_self=self_weight is not None)
