@@ -1,0 +1,47 @@
+"""GCNConv (Kipf & Welling): out = D^-1/2 (A + I) D^-1/2 x W + b, on the distributed graph."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..functional import aggregate
+
+__all__ = ["GCNConv"]
+
+
+class GCNConv(nn.Module):
+    """Graph convolution with symmetric normalisation ("gcn" aggregation kind).
+
+    The linear map and the aggregation commute, so the aggregation runs on the narrower side:
+    linear first when `out_channels <= in_channels`, aggregation first otherwise. The bias is
+    added after both.
+
+    Args:
+        in_channels, out_channels: feature widths. bias: learn an additive bias.
+    Shapes:
+        input float32 [n_local, in_channels] -> output float32 [n_local, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+        if self.out_channels <= self.in_channels:
+            out = aggregate(self.lin(x), dg, "gcn")
+        else:
+            out = self.lin(aggregate(x, dg, "gcn"))
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"

@@ -1,0 +1,47 @@
+"""SAGEConv (Hamilton et al., mean aggregator): out = lin_l(mean_{j -> i} x_j) + lin_r(x_i)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..functional import aggregate
+
+__all__ = ["SAGEConv"]
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE convolution with the "mean" aggregation kind (isolated nodes aggregate to 0).
+
+    `lin_l` carries the bias, `lin_r` (root weight) has none, as in PyG. Mean aggregation is
+    linear, so when `out_channels < in_channels` the projection runs before it:
+    mean(x) W^T + b == mean(x W^T) + b (also for isolated nodes, where both give b).
+
+    Shapes:
+        input float32 [n_local, in_channels] -> output float32 [n_local, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, root_weight: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_l.reset_parameters()
+        if self.lin_r is not None:
+            self.lin_r.reset_parameters()
+
+    def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+        if self.out_channels < self.in_channels:
+            out = aggregate(x @ self.lin_l.weight.t(), dg, "mean")
+            if self.lin_l.bias is not None:
+                out = out + self.lin_l.bias
+        else:
+            out = self.lin_l(aggregate(x, dg, "mean"))
+        if self.lin_r is not None:
+            out = out + self.lin_r(x)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"

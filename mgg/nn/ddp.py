@@ -1,0 +1,56 @@
+"""Data-parallel helpers: weights are replicated on every rank, gradients are summed.
+
+Each rank computes the gradient of its share of the loss (normalised by the *global* number of
+training nodes), so the summed gradient equals the gradient of a 1-rank run. Buffers are
+flattened into one float64 host array and reduced with a single all-reduce.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["broadcast_parameters", "allreduce_gradients", "flatten", "unflatten_into"]
+
+
+def flatten(tensors: list[torch.Tensor]) -> np.ndarray:
+    """Concatenate tensors into one contiguous float64 numpy array (host copy)."""
+    if not tensors:
+        return np.zeros(0, dtype=np.float64)
+    return torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors]).numpy().copy()
+
+
+def unflatten_into(buf: np.ndarray, tensors: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of `buf` back into `tensors` (in place, keeping dtype/device)."""
+    src = torch.from_numpy(buf)
+    off = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(src[off: off + n].view_as(t))
+        off += n
+
+
+def broadcast_parameters(model: nn.Module, comm, root: int = 0) -> None:
+    """Overwrite every parameter and buffer with `root`'s values (collective)."""
+    if comm.comm is None or comm.size == 1:
+        return
+    tensors = [p.data for p in model.parameters()] + [b for b in model.buffers()]
+    buf = flatten(tensors)
+    comm.comm.Bcast(buf, root=root)
+    with torch.no_grad():
+        unflatten_into(buf, tensors)
+
+
+def allreduce_gradients(model: nn.Module, comm) -> None:
+    """Sum `.grad` of every parameter over all ranks (collective; missing grads count as 0)."""
+    if comm.size == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params]
+    buf = flatten(grads)
+    comm.allreduce_(buf)
+    with torch.no_grad():
+        unflatten_into(buf, grads)

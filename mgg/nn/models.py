@@ -1,0 +1,106 @@
+"""Whole-graph node classification models: GCN, GIN, SAGE.
+
+Every model maps float32 [n_local, in_dim] features to float32 [n_local, out_dim] logits for this
+rank's nodes; `forward(x, dg, generator)` takes the DistGraph and the dropout generator (see
+`global_dropout`: seed it identically on every rank).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .conv import GCNConv, GINConv, SAGEConv
+from .functional import global_dropout
+
+__all__ = ["GNN", "GCN", "GIN", "SAGE", "ModelDefaults", "MODEL_DEFAULTS", "MODELS", "build_model"]
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    """Per-model hyperparameter defaults (used by the CLI when a flag is not given)."""
+
+    hidden: int
+    layers: int
+    dropout: float
+    lr: float
+    weight_decay: float
+
+
+MODEL_DEFAULTS: dict[str, ModelDefaults] = {
+    "gcn": ModelDefaults(hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+    "gin": ModelDefaults(hidden=64, layers=5, dropout=0.5, lr=0.01, weight_decay=0.0),
+    "sage": ModelDefaults(hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+}
+
+
+class GNN(nn.Module):
+    """A stack of convolutions: dropout -> conv -> relu, without relu after the last conv."""
+
+    def __init__(self, convs: list[nn.Module], dropout: float):
+        super().__init__()
+        if not convs:
+            raise ValueError("a model needs at least one layer")
+        self.convs = nn.ModuleList(convs)
+        self.dropout = float(dropout)
+
+    def reset_parameters(self) -> None:
+        for conv in self.convs:
+            conv.reset_parameters()
+
+    def forward(self, x: torch.Tensor, dg, generator: torch.Generator | None = None) -> torch.Tensor:
+        """x: float32 [n_local, in_dim] -> logits float32 [n_local, out_dim]. Collective."""
+        last = len(self.convs) - 1
+        for i, conv in enumerate(self.convs):
+            x = global_dropout(x, self.dropout, dg, generator, self.training)
+            x = conv(x, dg)
+            if i < last:
+                x = torch.relu(x)
+        return x
+
+
+def _dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    widths = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+    return list(zip(widths[:-1], widths[1:]))
+
+
+class GCN(GNN):
+    """Kipf & Welling GCN (default: 2 layers, hidden 16, dropout 0.5)."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+        super().__init__([GCNConv(a, b) for a, b in _dims(in_dim, hidden, out_dim, layers)], dropout)
+
+
+class GIN(GNN):
+    """GIN with trainable eps and a Linear-ReLU-Linear MLP per layer (default: 5 layers, hidden 64)."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5):
+        convs = []
+        for a, b in _dims(in_dim, hidden, out_dim, layers):
+            mlp = nn.Sequential(nn.Linear(a, hidden), nn.ReLU(), nn.Linear(hidden, b))
+            convs.append(GINConv(mlp, train_eps=True))
+        super().__init__(convs, dropout)
+
+
+class SAGE(GNN):
+    """GraphSAGE with the mean aggregator (default: 2 layers, hidden 64)."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+        super().__init__([SAGEConv(a, b) for a, b in _dims(in_dim, hidden, out_dim, layers)], dropout)
+
+
+MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gin": GIN, "sage": SAGE}
+
+
+def build_model(name: str, in_dim: int, hidden: int | None, out_dim: int, layers: int | None = None,
+                dropout: float | None = None) -> GNN:
+    """The model `name` ("gcn" | "gin" | "sage"); None hyperparameters take `MODEL_DEFAULTS`."""
+    key = name.lower()
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
+    d = MODEL_DEFAULTS[key]
+    return MODELS[key](in_dim, d.hidden if hidden is None else hidden, out_dim,
+                       d.layers if layers is None else layers, d.dropout if dropout is None else dropout)
