@@ -1,0 +1,393 @@
+"""Full-graph node-classification training: `mpirun -np P python -m mgg.train [flags]`.
+
+Every rank loads the same dataset, builds its part of the `DistGraph`, holds a replica of the
+model and trains on its own node range; gradients are summed over ranks after each backward and
+the loss is normalised by the *global* number of training nodes, so P ranks follow the 1-rank
+run (dropout masks are drawn for the whole graph from an identically seeded generator).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["TrainConfig", "TrainResult", "UserError", "parse_args", "prepare_graph", "train",
+           "run", "write_metrics", "main"]
+
+MODEL_NAMES = ("gcn", "gin", "sage")
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+class UserError(Exception):
+    """A problem with the user's input that every rank agreed on (printed without a traceback)."""
+
+
+@dataclass
+class TrainConfig:
+    """Training settings; None hyperparameters take the model's defaults (mgg.nn.MODEL_DEFAULTS)."""
+
+    dataset: str = "default"
+    scale: float = 1.0
+    model: str = "gcn"
+    hidden: int | None = None
+    layers: int | None = None
+    epochs: int = 200
+    lr: float | None = None
+    weight_decay: float | None = None
+    dropout: float | None = None
+    seed: int = 0
+    ps: int = 16
+    dist: int = 4
+    wpb: int = 4
+    backend: str = "auto"
+    metrics_json: str | None = None
+    eval_every: int = 1
+    progress: bool = True
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with every None hyperparameter replaced by the model's default."""
+        from .nn import MODEL_DEFAULTS
+
+        d = MODEL_DEFAULTS[self.model]
+        pick = lambda v, default: default if v is None else v  # noqa: E731
+        return replace(self, hidden=pick(self.hidden, d.hidden), layers=pick(self.layers, d.layers),
+                       lr=pick(self.lr, d.lr), weight_decay=pick(self.weight_decay, d.weight_decay),
+                       dropout=pick(self.dropout, d.dropout))
+
+
+@dataclass
+class TrainResult:
+    """What `train` returns on every rank (metrics are global, identical on all ranks)."""
+
+    model: Any
+    epochs: list[dict] = field(default_factory=list)
+    train_acc: float = float("nan")
+    val_acc: float = float("nan")
+    test_acc: float = float("nan")
+    final_loss: float = float("nan")
+    median_epoch_ms: float = float("nan")
+    world_size: int = 1
+    backend: str = "cpu"
+
+
+# -- argument parsing ---------------------------------------------------------------------------
+def _int_in(lo: int, hi: int | None = None):
+    def conv(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"must be an integer {rng}, got {v}")
+        return v
+    return conv
+
+
+def _float_in(lo: float, hi: float, lo_open: bool, hi_open: bool, what: str):
+    def conv(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {s}")
+        return v
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mgg.train", description="Full-graph GNN training over mgg's distributed aggregation "
+        "(launch with mpirun -np P; without mpirun it runs as one rank).")
+    p.add_argument("--dataset", default="default",
+                   help="dataset name (default, sbm, reddit-like, products-like, papers-like) or a path")
+    p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=1.0,
+                   help="size factor for generated datasets (0, 1]")
+    p.add_argument("--model", choices=MODEL_NAMES, default="gcn")
+    p.add_argument("--hidden", type=_int_in(1), default=None, help="hidden width (model default)")
+    p.add_argument("--layers", type=_int_in(1, 64), default=None, help="number of layers (model default)")
+    p.add_argument("--epochs", type=_int_in(1), default=200)
+    p.add_argument("--lr", type=_float_in(0.0, math.inf, True, True, "> 0"), default=None)
+    p.add_argument("--weight-decay", type=_float_in(0.0, math.inf, False, True, ">= 0"), default=None,
+                   help="L2 weight decay (5e-4 for gcn/sage, 0 for gin)")
+    p.add_argument("--dropout", type=_float_in(0.0, 1.0, False, True, "in [0, 1)"), default=None)
+    p.add_argument("--seed", type=_int_in(0), default=0)
+    p.add_argument("--ps", type=_int_in(1, 1024), default=16, help="neighbor partition size [1, 1024]")
+    p.add_argument("--dist", type=_int_in(1, 16), default=4, help="interleave distance [1, 16]")
+    p.add_argument("--wpb", type=_int_in(1, 32), default=4, help="warps per block [1, 32]")
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
+    p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Parse CLI flags into a TrainConfig (argparse exits with status 2 on a bad value)."""
+    ns = build_parser().parse_args(argv)
+    return TrainConfig(**vars(ns))
+
+
+# -- data ---------------------------------------------------------------------------------------
+@dataclass
+class _Prepared:
+    """Global arrays the training loop needs (every rank holds the same ones)."""
+
+    x: np.ndarray          # float32 [N, F]
+    y: np.ndarray          # int64 [N]
+    train: np.ndarray      # bool [N]
+    val: np.ndarray        # bool [N]
+    test: np.ndarray       # bool [N]
+    num_classes: int
+
+
+def prepare_graph(graph: Any, seed: int = 0) -> _Prepared:
+    """Features, labels and masks of `graph`, filling what is missing.
+
+    Missing features become [1, log(1 + in-degree)]; missing masks a seeded 60/20/20 split of the
+    labelled nodes; unlabelled nodes (y == -1) are removed from every mask.
+    Raises ValueError when the graph has no labels or no training nodes.
+    """
+    n = int(len(graph.indptr) - 1)
+    if getattr(graph, "y", None) is None:
+        raise ValueError(f"dataset {getattr(graph, 'name', '?')!r} has no labels (y); cannot train")
+    y = np.asarray(graph.y, dtype=np.int64)
+    if y.shape != (n,):
+        raise ValueError(f"labels have shape {y.shape}, expected ({n},)")
+    x = getattr(graph, "x", None)
+    if x is None:
+        deg = np.diff(np.asarray(graph.indptr)).astype(np.float32)
+        x = np.stack([np.ones(n, np.float32), np.log1p(deg)], axis=1)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    masks = [getattr(graph, k, None) for k in ("train_mask", "val_mask", "test_mask")]
+    if any(m is None for m in masks):
+        labelled = np.flatnonzero(y >= 0)
+        perm = labelled[np.random.default_rng(seed).permutation(len(labelled))]
+        a, b = int(0.6 * len(perm)), int(0.8 * len(perm))
+        masks = []
+        for part in (perm[:a], perm[a:b], perm[b:]):
+            m = np.zeros(n, dtype=bool)
+            m[part] = True
+            masks.append(m)
+    # unlabelled nodes (y == -1) never count, whatever the masks say
+    train_m, val_m, test_m = (np.asarray(m, dtype=bool) & (y >= 0) for m in masks)
+    if not train_m.any():
+        raise ValueError("dataset has no training nodes (train_mask is all False)")
+    num_classes = int(getattr(graph, "num_classes", 0) or 0)
+    num_classes = max(num_classes, int(y.max()) + 1 if n else 1, 1)
+    return _Prepared(x, y, train_m, val_m, test_m, num_classes)
+
+
+def _load(cfg: TrainConfig, comm) -> tuple[Any, _Prepared]:
+    """Load and prepare the dataset on every rank; a user error on any rank -> UserError on all."""
+    from .runtime import RankError
+
+    graph = prep = None
+    err: BaseException | None = None
+    try:
+        from .data import load_dataset
+
+        graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed)
+        prep = prepare_graph(graph, cfg.seed)
+    except Exception as e:  # noqa: BLE001 - agreed on below, then re-raised or reported
+        err = e
+    try:
+        comm.check(err)
+    except (ValueError, OSError, LookupError, RankError) as e:
+        msg = str(e) if isinstance(e, RankError) else f"{type(e).__name__}: {e}"
+        raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
+    return graph, prep
+
+
+# -- training -----------------------------------------------------------------------------------
+def _counts(logits, y, masks) -> list[float]:
+    """[correct, total] per mask, float."""
+    pred = logits.argmax(dim=1)
+    out: list[float] = []
+    for m in masks:
+        out += [float((pred[m] == y[m]).sum().item()), float(m.sum().item())]
+    return out
+
+
+def _progress(cfg: TrainConfig, comm):
+    from tqdm import tqdm
+
+    show = cfg.progress and comm.rank == 0 and not os.environ.get("CI")
+    # under mpirun stderr is a pipe: show the bar anyway (mpirun forwards it); alone, only on a TTY
+    disable = (not show) or (None if comm.size == 1 else False)
+    return tqdm(total=cfg.epochs, desc=f"{cfg.model} x{comm.size}", unit="epoch", disable=disable,
+                dynamic_ncols=True, leave=True)
+
+
+def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
+          verbose: bool = False) -> TrainResult:
+    """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks."""
+    import torch
+    import torch.nn.functional as F
+
+    from .nn import allreduce_gradients, broadcast_parameters, build_model
+    from .runtime import DistGraph, RuntimeConfig
+
+    cfg = cfg.resolved()
+    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    rcfg = RuntimeConfig(ps=cfg.ps, dist=cfg.dist, wpb=cfg.wpb, backend=cfg.backend)
+    dg = DistGraph.build(graph, comm, rcfg)
+    try:
+        dev = dg.device
+        x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
+        y = torch.from_numpy(np.ascontiguousarray(dg.local(prep.y))).to(dev)
+        masks = [torch.from_numpy(np.ascontiguousarray(dg.local(m))).to(dev)
+                 for m in (prep.train, prep.val, prep.test)]
+        n_train = float(prep.train.sum())
+        model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
+                            cfg.dropout).to(dev)
+        broadcast_parameters(model, comm)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
+        res = TrainResult(model=model, world_size=comm.size, backend=dg.backend)
+        times: list[float] = []
+        bar = _progress(cfg, comm) if verbose else None
+        last = {"train_acc": None, "val_acc": None, "test_acc": None}
+        for epoch in range(1, cfg.epochs + 1):
+            model.train()
+            comm.barrier()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            logits = model(x, dg, gen)
+            tm = masks[0]
+            loss = F.cross_entropy(logits[tm], y[tm], reduction="sum") / n_train
+            loss.backward()
+            allreduce_gradients(model, comm)
+            opt.step()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            comm.barrier()
+            ms = (time.perf_counter() - t0) * 1e3
+            times.append(ms)
+            stats = [float(loss.item())]
+            do_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs
+            if do_eval:
+                model.eval()
+                with torch.no_grad():
+                    stats += _counts(model(x, dg, None), y, masks)
+            buf = comm.allreduce_(np.asarray(stats, dtype=np.float64))
+            rec = {"epoch": epoch, "loss": float(buf[0]), "train_acc": last["train_acc"],
+                   "val_acc": last["val_acc"], "epoch_ms": ms}
+            if do_eval:
+                accs = [buf[1 + 2 * i] / buf[2 + 2 * i] if buf[2 + 2 * i] else float("nan") for i in range(3)]
+                last = dict(zip(("train_acc", "val_acc", "test_acc"), map(float, accs)))
+                rec.update(train_acc=last["train_acc"], val_acc=last["val_acc"])
+            res.epochs.append(rec)
+            if bar is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
+                                val=f"{last['val_acc'] or 0:.3f}", refresh=False)
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
+        res.final_loss = res.epochs[-1]["loss"]
+        res.median_epoch_ms = float(statistics.median(times))
+        return res
+    finally:
+        dg.close()
+
+
+def _json_safe(v: Any) -> Any:
+    """NaN/inf -> None, numpy scalars -> Python, recursively (strict JSON)."""
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> None:
+    """Write the metrics JSON atomically (tmp file in the same directory + os.replace)."""
+    from . import __version__
+
+    cfg = cfg.resolved()
+    doc = {
+        "dataset": getattr(graph, "name", cfg.dataset) or cfg.dataset,
+        "model": cfg.model,
+        "world_size": res.world_size,
+        "backend": res.backend,
+        "num_nodes": int(len(graph.indptr) - 1),
+        "num_edges": int(graph.indptr[-1]),
+        "train_acc": res.train_acc,
+        "val_acc": res.val_acc,
+        "test_acc": res.test_acc,
+        "final_loss": res.final_loss,
+        "median_epoch_ms": res.median_epoch_ms,
+        "epochs": res.epochs,
+        "config": asdict(cfg),
+        "version": __version__,
+    }
+    if hasattr(graph, "fingerprint"):
+        doc["fingerprint"] = graph.fingerprint()
+    doc = _json_safe(doc)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run(cfg: TrainConfig, comm) -> TrainResult:
+    """Load (agreeing on errors), train, report on rank 0. Collective."""
+    graph, prep = _load(cfg, comm)
+    res = train(cfg, comm, graph, prep, verbose=True)
+    if comm.rank == 0:
+        if cfg.metrics_json:
+            write_metrics(cfg.metrics_json, cfg, graph, res)
+        r = cfg.resolved()
+        print(f"dataset={getattr(graph, 'name', cfg.dataset)} nodes={len(graph.indptr) - 1} "
+              f"edges={int(graph.indptr[-1])} model={r.model} ranks={comm.size} backend={res.backend} "
+              f"epochs={r.epochs}")
+        print(f"train_acc={res.train_acc:.4f} val_acc={res.val_acc:.4f} test_acc={res.test_acc:.4f}")
+        print(f"final_loss={res.final_loss:.6f} median_epoch_ms={res.median_epoch_ms:.3f}", flush=True)
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors."""
+    cfg = parse_args(argv)
+    # Open MPI 5's UCX one-sided component prints an error and falls back on hosts without UCX
+    # transports; the RDMA/shared-memory components serve the CPU path.
+    os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+    from .runtime import abort_on_error, world
+
+    comm = world()
+    message = None
+    with abort_on_error(comm, "mgg.train"):
+        try:
+            run(cfg, comm)
+        except UserError as e:  # every rank raised it (agreed through comm.check)
+            message = str(e)
+    if message is not None:
+        where = f" (rank {comm.rank} of {comm.size})" if comm.size > 1 else ""
+        sys.stderr.write(f"error{where}: {message}\n")
+        sys.stderr.flush()
+        sys.exit(2)
+    return 0
+
+
+if __name__ == "__main__":
+    main()
