@@ -1,0 +1,96 @@
+"""``.npz`` graph files: read (edge_index or CSR layout) and atomic write."""
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+import zlib
+
+import numpy as np
+
+from ._build import graph_from_edges, infer_num_nodes
+from .graph import Graph
+from .validate import GraphFormatError, validate_graph
+
+__all__ = ["load_npz", "save_npz"]
+
+_NODE_KEYS = ("x", "y", "train_mask", "val_mask", "test_mask")
+
+
+def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | None = None,
+             to_undirected: bool = False) -> Graph:
+    """Load a graph from an ``.npz`` archive.
+
+    Structure keys (one of):
+        * ``edge_index``: int [2, E], row 0 sources, row 1 targets (PyG convention);
+        * ``indptr`` int [N+1] + ``indices`` int [E]: target-major CSR (mgg convention).
+    Optional keys: ``x`` float [N, F], ``y`` int [N] (-1 = unlabelled), ``train_mask``,
+    ``val_mask``, ``test_mask`` bool [N], ``num_nodes`` int scalar (overridden by the
+    ``num_nodes`` argument). Pickled objects are refused.
+
+    Raises:
+        GraphFormatError: naming ``path`` and the field (``file`` for a truncated/corrupt
+        archive).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise GraphFormatError(path, "file", "file not found")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+        raise GraphFormatError(path, "file", f"not a readable .npz archive (truncated or corrupt?): {e}") from e
+    except ValueError as e:  # e.g. an object array needing pickle, or a damaged member header
+        raise GraphFormatError(path, "file", f"cannot read archive member: {e}") from e
+    node = {k: arrays.get(k) for k in _NODE_KEYS}
+    n_arg = num_nodes if num_nodes is not None else arrays.get("num_nodes")
+    label = name or os.path.basename(path)
+    if "edge_index" in arrays:
+        ei = arrays["edge_index"]
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise GraphFormatError(path, "edge_index", f"must have shape [2, E], got {ei.shape}")
+        return graph_from_edges(ei[0], ei[1], source=path, name=label, num_nodes=n_arg,
+                                to_undirected=to_undirected, **node)
+    if "indptr" in arrays and "indices" in arrays:
+        g = Graph(arrays["indptr"], arrays["indices"], name=label, **node)
+        if n_arg is not None:
+            n = infer_num_nodes(n_arg, None, None, source=path)
+            if n != len(arrays["indptr"]) - 1:
+                raise GraphFormatError(path, "indptr", f"indptr has {len(arrays['indptr'])} entries but num_nodes={n}")
+        g = validate_graph(g, path)
+        return g.to_undirected() if to_undirected else g
+    missing = "edge_index" if "indptr" not in arrays and "indices" not in arrays else (
+        "indices" if "indptr" in arrays else "indptr")
+    raise GraphFormatError(path, missing, f"missing; the archive needs 'edge_index' or 'indptr'+'indices' (found keys {sorted(arrays)})")
+
+
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, then ``os.replace`` it."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def save_npz(graph: Graph, path: str | os.PathLike, compressed: bool = False) -> None:
+    """Write ``graph`` as CSR (``indptr``, ``indices`` + present node data + ``num_nodes``)
+    atomically (temp file + ``os.replace``). The graph is validated first."""
+    g = validate_graph(graph, str(path))
+    arrays = {"indptr": g.indptr, "indices": g.indices, "num_nodes": np.int64(g.num_nodes)}
+    for k in _NODE_KEYS:
+        v = getattr(g, k)
+        if v is not None:
+            arrays[k] = v
+    saver = np.savez_compressed if compressed else np.savez
+    atomic_write(path, lambda f: saver(f, **arrays))

@@ -1,0 +1,58 @@
+"""``load_dataset``: one entry point for built-in names and files/folders."""
+from __future__ import annotations
+
+import os
+
+from .generators import PRESETS, preset, sbm
+from .graph import Graph
+from .loaders import EDGELIST_SUFFIXES, is_ogb_folder, load_edgelist, load_karate, load_npz, load_ogb
+from .validate import GraphFormatError
+
+__all__ = ["load_dataset", "DATASET_NAMES", "DEFAULT_DATASET"]
+
+DEFAULT_DATASET = "karate"
+#: Built-in names. ``cora`` is not among them: no PyPI package ships it for offline use.
+DATASET_NAMES = ("default", "karate", "sbm", *PRESETS)
+
+_SBM_NODES = 10_000
+
+
+def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int = 0) -> Graph:
+    """Load a built-in dataset by name, or a graph file/folder by path.
+
+    Names: ``default`` (= ``karate``, the embedded real dataset), ``karate``, ``sbm``
+    (``round(10000*scale)`` nodes, degree 10, 7 classes), ``reddit-like``, ``products-like``,
+    ``papers-like`` (power-law presets; ``scale`` in (0, 1] shrinks nodes and edges). ``seed``
+    seeds generators (and the karate split).
+
+    Paths: a folder with ``raw/edge.csv[.gz]`` (ogbn layout), ``*.npz``, or an edge list
+    ``*.txt|*.edges|*.el|*.csv`` (optionally ``.gz``).
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names) or unsupported path.
+        GraphFormatError: malformed file.
+    """
+    key = os.fspath(name_or_path)
+    if not (0 < scale <= 1):
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    low = key.lower()
+    if low in ("default", "karate"):
+        return load_karate(seed=seed)
+    if low == "sbm":
+        return sbm(num_nodes=max(7, int(round(_SBM_NODES * scale))), seed=seed)
+    if low in PRESETS:
+        return preset(low, scale=scale, seed=seed)
+    if os.path.isdir(key):
+        if is_ogb_folder(key):
+            return load_ogb(key)
+        raise GraphFormatError(key, "file", "folder is not an ogbn-style dataset (no raw/edge.csv[.gz])")
+    if os.path.exists(key):
+        base = low[:-3] if low.endswith(".gz") else low
+        if base.endswith(".npz"):
+            return load_npz(key)
+        if base.endswith(EDGELIST_SUFFIXES):
+            return load_edgelist(key)
+        raise ValueError(f"unsupported file type {key!r}: expected .npz, an edge list "
+                         f"({', '.join(EDGELIST_SUFFIXES)}) or an ogbn-style folder")
+    raise ValueError(f"unknown dataset {key!r}: not a file or folder, and not one of the names "
+                     f"{', '.join(DATASET_NAMES)}")
