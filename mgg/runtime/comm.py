@@ -11,11 +11,13 @@ import os
 import sys
 import threading
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 import numpy as np
+
+from .watchdog import Watchdog
 
 __all__ = ["Communicator", "world", "abort_on_error", "RankError"]
 
@@ -41,7 +43,19 @@ class Communicator:
 
     comm: Any = None
     ranks_per_node: int | None = None
+    watchdog: Watchdog | None = field(default=None, repr=False)
     _node_comm: Any = field(default=None, repr=False)
+
+    def start_watchdog(self, timeout_s: float) -> Watchdog:
+        """Abort the job when any collective of this communicator takes longer than timeout_s."""
+        if self.watchdog is not None:
+            self.watchdog.close()
+        self.watchdog = Watchdog(timeout_s, rank=self.rank)
+        return self.watchdog
+
+    def guard(self, phase: str) -> ContextManager[None]:
+        """Arm the watchdog (if any) around a collective phase."""
+        return nullcontext() if self.watchdog is None else self.watchdog.phase(phase)
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -83,13 +97,15 @@ class Communicator:
     # -- collectives ----------------------------------------------------------------------
     def barrier(self) -> None:
         if self.comm is not None:
-            self.comm.Barrier()
+            with self.guard("barrier"):
+                self.comm.Barrier()
 
     def allreduce_(self, buf: np.ndarray) -> np.ndarray:
         """In-place sum all-reduce of a contiguous numpy array; returns it."""
         if self.comm is not None and self.size > 1:
             MPI = _mpi()
-            self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            with self.guard("allreduce"):
+                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         return buf
 
     def allreduce_scalar(self, value: float, op: str = "sum") -> float:
@@ -97,13 +113,20 @@ class Communicator:
             return value
         MPI = _mpi()
         ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        return self.comm.allreduce(value, op=ops[op])
+        with self.guard("allreduce"):
+            return self.comm.allreduce(value, op=ops[op])
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return obj if self.comm is None else self.comm.bcast(obj, root=root)
+        if self.comm is None:
+            return obj
+        with self.guard("bcast"):
+            return self.comm.bcast(obj, root=root)
 
     def allgather(self, obj: Any) -> list:
-        return [obj] if self.comm is None else self.comm.allgather(obj)
+        if self.comm is None:
+            return [obj]
+        with self.guard("allgather"):
+            return self.comm.allgather(obj)
 
     def check(self, error: BaseException | None) -> None:
         """Collective error agreement: every rank calls this; if any rank passes an error, all raise.

@@ -192,7 +192,9 @@ class DistGraph:
             raise ValueError(f"aggregate: expected x of shape [{self.n_local}, D] on rank {self.rank}, "
                              f"got {tuple(x.shape)}")
         ex = self.executor(kind, transposed)
-        return ex(x, self.symmetric(int(x.shape[1]), x.dtype))
+        sym = self.symmetric(int(x.shape[1]), x.dtype)
+        with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}"):
+            return ex(x, sym)
 
     def close(self) -> None:
         """Free symmetric buffers (collective)."""
