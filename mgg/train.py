@@ -204,7 +204,7 @@ def _load(cfg: TrainConfig, comm) -> tuple[Any, _Prepared]:
     try:
         comm.check(err)
     except (ValueError, OSError, LookupError, RankError) as e:
-        msg = str(e) if isinstance(e, RankError) else f"{type(e).__name__}: {e}"
+        msg = str(e) if type(e) in (RankError, ValueError) else f"{type(e).__name__}: {e}"
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
     return graph, prep
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Launch mgg training under mpirun with sane defaults.
+#
+#   launch/mpirun.sh [-np N] [--oversubscribe] [--] [mgg.train flags...]
+#
+# Examples:
+#   launch/mpirun.sh -np 4 --dataset reddit-like --model gcn --epochs 100
+#   launch/mpirun.sh -np 2 --backend cpu --epochs 10
+#
+# Defaults: 1 rank; --bind-to none; --oversubscribe when asked or on the CPU path (no GPU found,
+# or --backend cpu); OMP_NUM_THREADS = cores / ranks on the CPU path unless set; NVLink multicast
+# (NVLS) off for NVSHMEM and NCCL; Open MPI's UCX one-sided component off (the CPU path uses
+# osc rdma/sm); --allow-run-as-root when root. The repository root is put on PYTHONPATH, so it
+# also works from a checkout that is not pip-installed.
+# Environment: MPIRUN (mpirun binary), PYTHON (interpreter), MGG_MPIRUN_ARGS (extra mpirun args).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+np=1
+oversubscribe=0
+args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -np|-n|--np) np="${2:?missing value for $1}"; shift 2 ;;
+    --oversubscribe) oversubscribe=1; shift ;;
+    --) shift; args+=("$@"); break ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if ! [[ "$np" =~ ^[1-9][0-9]*$ ]]; then
+  echo "launch/mpirun.sh: -np must be a positive integer, got '$np'" >&2
+  exit 2
+fi
+
+# CPU path: --backend cpu, or no usable NVIDIA GPU
+cpu=0
+for ((i = 0; i < ${#args[@]}; i++)); do
+  a="${args[$i]}"
+  if [[ "$a" == "--backend=cpu" ]] || { [[ "$a" == "--backend" ]] && [[ "${args[$((i + 1))]:-}" == "cpu" ]]; }; then
+    cpu=1
+  fi
+done
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  cpu=1
+fi
+
+mpi_args=(-np "$np" --bind-to none --map-by slot --mca osc ^ucx)
+if [[ $oversubscribe == 1 || $cpu == 1 ]]; then
+  mpi_args+=(--oversubscribe)
+fi
+if [[ "$(id -u)" == 0 ]]; then
+  mpi_args+=(--allow-run-as-root)
+fi
+
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_MCA_osc="^ucx"
+mpi_args+=(-x PYTHONPATH -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE -x OMPI_MCA_osc)
+if [[ $cpu == 1 && -z "${OMP_NUM_THREADS:-}" ]]; then
+  cores="$(nproc 2>/dev/null || echo 1)"
+  threads=$(( cores / np ))
+  export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
+fi
+if [[ -n "${OMP_NUM_THREADS:-}" ]]; then
+  mpi_args+=(-x OMP_NUM_THREADS)
+fi
+extra=()
+if [[ -n "${MGG_MPIRUN_ARGS:-}" ]]; then
+  read -r -a extra <<<"$MGG_MPIRUN_ARGS"
+fi
+
+exec "${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
+  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"}
