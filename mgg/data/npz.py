@@ -35,6 +35,8 @@ def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise GraphFormatError(path, "file", "file not found")
+    if not zipfile.is_zipfile(path):
+        raise GraphFormatError(path, "file", "not a .npz (zip) archive, or truncated: no valid zip directory")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
