@@ -1,0 +1,99 @@
+"""The mgg.train command line, run as subprocesses (single process and under mpirun)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e["OMPI_MCA_osc"] = "^ucx"
+    e["CI"] = "true"  # no progress bar
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def train_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "mgg.train", *args], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_metrics_json(tmp_path):
+    out = tmp_path / "sub" / "metrics.json"
+    r = train_cli("--epochs", "3", "--backend", "cpu", "--metrics-json", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    for key in ("dataset", "model", "world_size", "test_acc", "epochs", "config", "median_epoch_ms", "final_loss"):
+        assert key in doc, key
+    assert doc["world_size"] == 1 and doc["model"] == "gcn"
+    assert len(doc["epochs"]) == 3
+    for rec in doc["epochs"]:
+        assert set(rec) >= {"epoch", "loss", "train_acc", "val_acc", "epoch_ms"}
+    assert doc["config"]["hidden"] == 16 and doc["config"]["weight_decay"] == 5e-4
+    assert "test_acc=" in r.stdout and "median_epoch_ms=" in r.stdout
+    assert not list(out.parent.glob(".*tmp*"))  # atomic write left no temp file
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--ps", "0"], "--ps"),
+    (["--dist", "17"], "--dist"),
+    (["--wpb", "x"], "--wpb"),
+    (["--model", "foo"], "--model"),
+    (["--epochs", "0"], "--epochs"),
+    (["--lr", "-1"], "--lr"),
+    (["--scale", "1.5"], "--scale"),
+    (["--dropout", "1"], "--dropout"),
+    (["--backend", "tpu"], "--backend"),
+])
+def test_bad_flag_values(args, needle):
+    r = train_cli(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("dataset", ["/nonexistent.npz", "no-such-dataset"])
+def test_bad_dataset(dataset):
+    r = train_cli("--dataset", dataset, "--epochs", "1", "--backend", "cpu")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error:") and dataset in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, indptr=np.array([0, 5]), indices=np.array([0]))  # indptr[-1] != len(indices)
+    r = train_cli("--dataset", str(bad), "--epochs", "1", "--backend", "cpu")
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+
+
+@needs_mpirun
+def test_mpirun_bad_dataset_fails_fast_on_every_rank():
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--dataset",
+                        "/nonexistent.npz", "--backend", "cpu"], cwd=ROOT, env=env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    for rank in range(2):
+        assert f"error (rank {rank} of 2)" in r.stderr and "/nonexistent.npz" in r.stderr, r.stderr
+
+
+@needs_mpirun
+def test_mpirun_two_ranks_metrics(tmp_path):
+    out = tmp_path / "m.json"
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--epochs", "3",
+                        "--backend", "cpu", "--model", "sage", "--metrics-json", str(out)],
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["world_size"] == 2 and doc["model"] == "sage" and len(doc["epochs"]) == 3
