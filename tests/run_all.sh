@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite: tests/mpi under `mpirun -np 2` and `-np 3`, then the single-process suite.
+#
+# Exits non-zero when any run fails. The single-process pytest runs last, so the final line is
+# its normal summary ("N passed ..."); when a multi-rank run failed, one more summary-style line
+# says so. A multi-rank run that collects nothing (pytest exit 5) is not a failure; the
+# single-process one is.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+PY="${PYTHON:-python}"
+
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+export OMPI_MCA_osc="^ucx"          # Open MPI 5's UCX one-sided component is noisy without UCX
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export CI="${CI:-true}"             # no progress bars in subprocesses
+
+mpi=(mpirun --oversubscribe --bind-to none --mca osc ^ucx -x PYTHONPATH -x OMPI_MCA_osc -x OMP_NUM_THREADS -x CI)
+if [[ "$(id -u)" == 0 ]]; then
+  mpi+=(--allow-run-as-root)
+fi
+limit=()
+if command -v timeout >/dev/null 2>&1; then
+  limit=(timeout --kill-after=30 900)   # a hang must not stall CI forever
+fi
+
+failed=()
+for np in 2 3; do
+  echo "=== mpirun -np $np: tests/mpi ==="
+  ${limit[@]+"${limit[@]}"} "${mpi[@]}" -np "$np" "$PY" -m pytest -q --color=no -p no:cacheprovider \
+    --with-mpi tests/mpi
+  rc=$?
+  if [[ $rc != 0 && $rc != 5 ]]; then
+    failed+=("mpirun -np $np (exit $rc)")
+  fi
+done
+
+echo "=== single process: tests ==="
+${limit[@]+"${limit[@]}"} "$PY" -m pytest -q -p no:cacheprovider tests
+rc=$?
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "=== ${#failed[@]} failed multi-rank run(s): ${failed[*]} ==="
+  exit 1
+fi
+exit $rc
