@@ -60,3 +60,16 @@ def test_error_on_one_rank_reaches_all_ranks():
         _load(TrainConfig(dataset=name, epochs=1, backend="cpu"), comm)
     if comm.rank != comm.size - 1:
         assert isinstance(info.value.__cause__, RankError)
+
+
+def test_more_ranks_than_nodes_trains():
+    from mgg.data.graph import Graph
+
+    comm = world()
+    g = Graph(np.array([0, 1, 2]), np.array([1, 0]), np.eye(2, dtype=np.float32), np.array([0, 1]),
+              np.array([True, True]), np.array([True, False]), np.array([False, True]), name="tiny")
+    for model in ("gcn", "gin", "sage"):
+        cfg = TrainConfig(model=model, epochs=3, backend="cpu", progress=False)
+        res = train(cfg, comm, g)
+        ref = train(cfg, Communicator(comm=None), g)
+        assert np.abs(flat(res.model) - flat(ref.model)).max() < 1e-5
