@@ -72,4 +72,4 @@ def test_more_ranks_than_nodes_trains():
         cfg = TrainConfig(model=model, epochs=3, backend="cpu", progress=False)
         res = train(cfg, comm, g)
         ref = train(cfg, Communicator(comm=None), g)
-        assert np.abs(flat(res.model) - flat(ref.model)).max() < 1e-5
+        assert np.abs(flat(res.model) - flat(ref.model)).max() < 1e-4
