@@ -52,7 +52,7 @@ class PartitionedAggregator:
         for a, b in self.chunks:
             s, e = int(self.starts[a]), int(self.ends[b - 1])
             rows = table.index_select(0, self.sources[s:e])
-            rows.mul_(self.weight[s:e].unsqueeze(1))
+            rows.mul_(self.weight[s:e].to(table.dtype).unsqueeze(1))
             partial = torch.zeros((b - a, table.shape[1]), dtype=table.dtype)
             partial.index_add_(0, self.part_of_edge[s:e] - a, rows)
             out.index_add_(0, self.target[a:b], partial)
@@ -82,5 +82,5 @@ class CPUExecutor:
         self.local.add_into(out, x)
         self.remote.add_into(out, halo)
         if self.self_weight is not None:
-            out.addcmul_(self.self_weight, x)
+            out.addcmul_(self.self_weight.to(x.dtype), x)
         return out
