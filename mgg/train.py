@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -51,6 +52,12 @@ class TrainConfig:
     metrics_json: str | None = None
     eval_every: int = 1
     progress: bool = True
+    ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
+    ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0            # also at the last epoch and on SIGTERM (0: only those)
+    resume: str | None = None            # a checkpoint file or folder, or "auto"
+    watchdog_timeout: float = 600.0      # seconds a collective may take before the job aborts (0: off)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every None hyperparameter replaced by the model's default."""
@@ -76,6 +83,11 @@ class TrainResult:
     median_epoch_ms: float = float("nan")
     world_size: int = 1
     backend: str = "cpu"
+    stopped: str = ""                  # signal name when a SIGTERM/SIGUSR1 ended the run early
+    resumed_from: str | None = None    # checkpoint this run continued from
+    start_epoch: int = 0               # epochs done before this run (from the checkpoint)
+    checkpoint: str | None = None      # last checkpoint written
+    tuner: dict = field(default_factory=dict)  # tuner state, saved in and restored from checkpoints
 
 
 # -- argument parsing ---------------------------------------------------------------------------
@@ -129,12 +141,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
     p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g = p.add_argument_group("multi-node and reliability (docs/multinode.md)")
+    g.add_argument("--ps-inter", type=_int_in(1, 1024), default=None,
+                   help="partition size of remote neighbors on other nodes [1, 1024] (default: --ps)")
+    g.add_argument("--ranks-per-node", type=_int_in(1), default=None,
+                   help="group ranks into nodes of this size (default: ranks sharing memory; "
+                   "e.g. mpirun -np 4 --ranks-per-node 2 simulates 2 nodes)")
+    g.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="write checkpoints here (rank 0): every --checkpoint-every epochs, at the "
+                   "end and on SIGTERM")
+    g.add_argument("--checkpoint-every", type=_int_in(0), default=0, metavar="K",
+                   help="checkpoint every K epochs (0: only at the end and on SIGTERM)")
+    g.add_argument("--resume", nargs="?", const="auto", default=None, metavar="PATH|auto",
+                   help="continue from a checkpoint file or folder; 'auto' (or no value): the "
+                   "newest in --checkpoint-dir, starting fresh when there is none")
+    g.add_argument("--watchdog-timeout", type=_float_in(0.0, math.inf, False, True, ">= 0"),
+                   default=600.0, metavar="SECONDS",
+                   help="abort the job when a collective waits longer than this (0: off)")
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Parse CLI flags into a TrainConfig (argparse exits with status 2 on a bad value)."""
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.resume == "auto" and not ns.checkpoint_dir:
+        parser.error("--resume auto needs --checkpoint-dir")
+    if ns.checkpoint_every and not ns.checkpoint_dir:
+        parser.error("--checkpoint-every needs --checkpoint-dir")
     return TrainConfig(**vars(ns))
 
 
@@ -219,31 +253,105 @@ def _counts(logits, y, masks) -> list[float]:
     return out
 
 
-def _progress(cfg: TrainConfig, comm):
+def _progress(cfg: TrainConfig, comm, start: int = 0):
     from tqdm import tqdm
 
     show = cfg.progress and comm.rank == 0 and not os.environ.get("CI")
     # under mpirun stderr is a pipe: show the bar anyway (mpirun forwards it); alone, only on a TTY
     disable = (not show) or (None if comm.size == 1 else False)
-    return tqdm(total=cfg.epochs, desc=f"{cfg.model} x{comm.size}", unit="epoch", disable=disable,
-                dynamic_ncols=True, leave=True)
+    return tqdm(total=cfg.epochs, initial=start, desc=f"{cfg.model} x{comm.size}", unit="epoch",
+                disable=disable, dynamic_ncols=True, leave=True)
+
+
+FAULT_KINDS = ("raise", "exit", "kill", "sigterm", "hang")
+
+
+def _parse_fault(spec: str | None) -> tuple[int, int, str] | None:
+    """Test hook MGG_FAULT_INJECT="RANK:EPOCH[:KIND]" (docs/multinode.md): rank RANK fails in the
+    middle of epoch EPOCH, after the forward pass and before the backward's collectives. KIND:
+    raise (default; an exception), exit (os._exit(17), no MPI_Finalize), kill (SIGKILL, as
+    `kill -9`), sigterm (SIGTERM to itself), hang (sleeps; its peers wait in a collective)."""
+    if not spec:
+        return None
+    parts = spec.split(":")
+    try:
+        rank, epoch = int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        rank = epoch = -1
+    kind = parts[2] if len(parts) > 2 else "raise"
+    if rank < 0 or epoch < 1 or len(parts) > 3 or kind not in FAULT_KINDS:
+        raise UserError(f"MGG_FAULT_INJECT={spec!r}: expected RANK:EPOCH[:KIND] with RANK >= 0, "
+                        f"EPOCH >= 1 and KIND one of {', '.join(FAULT_KINDS)}")
+    return rank, epoch, kind
+
+
+def _fault_point(fault: tuple[int, int, str] | None, rank: int, epoch: int) -> None:
+    if fault is None or fault[:2] != (rank, epoch):
+        return
+    kind = fault[2]
+    sys.stderr.write(f"mgg.train: MGG_FAULT_INJECT: rank {rank} injects '{kind}' in epoch {epoch}\n")
+    sys.stderr.flush()
+    if kind == "raise":
+        raise RuntimeError(f"injected fault (MGG_FAULT_INJECT) on rank {rank} in epoch {epoch}")
+    if kind == "exit":
+        os._exit(17)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+
+
+def _resume_state(cfg: TrainConfig, comm, graph: Any):
+    """(path, state) of the checkpoint `cfg.resume` names, None when there is none. Collective;
+    an unusable checkpoint raises the same UserError on every rank."""
+    from .checkpoint import CheckpointError, graph_fingerprint, load_for_resume
+
+    if not cfg.resume:
+        return None
+    try:
+        found = load_for_resume(cfg.resume, cfg.checkpoint_dir, comm, fingerprint=graph_fingerprint(graph),
+                                config=asdict(cfg))
+    except CheckpointError as e:
+        raise UserError(f"cannot resume: {e}") from e
+    if found is not None and found[1]["epoch"] >= cfg.epochs:
+        raise UserError(f"cannot resume: checkpoint {found[0]} is at epoch {found[1]['epoch']}; "
+                        f"--epochs {cfg.epochs} leaves nothing to train")
+    return found
 
 
 def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
-          verbose: bool = False) -> TrainResult:
-    """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks."""
+          verbose: bool = False, stop=None) -> TrainResult:
+    """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks.
+
+    With `cfg.resume` it continues from a checkpoint (the losses then match the uninterrupted
+    run); with `cfg.checkpoint_dir` it writes checkpoints. `stop` (a StopSignal) ends the run
+    at the end of the epoch in which any rank got the signal, after a checkpoint.
+    """
     import torch
     import torch.nn.functional as F
 
+    from .checkpoint import CheckpointError, Checkpointer, capture_state, graph_fingerprint, restore_state
     from .nn import allreduce_gradients, broadcast_parameters, build_model
     from .runtime import DistGraph, RuntimeConfig
 
     cfg = cfg.resolved()
+    fault = _parse_fault(os.environ.get("MGG_FAULT_INJECT"))
+    resume = _resume_state(cfg, comm, graph)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    rcfg = RuntimeConfig(ps=cfg.ps, dist=cfg.dist, wpb=cfg.wpb, backend=cfg.backend)
-    dg = DistGraph.build(graph, comm, rcfg)
+    rcfg = RuntimeConfig(ps=cfg.ps, dist=cfg.dist, wpb=cfg.wpb, backend=cfg.backend, ps_inter=cfg.ps_inter)
+    saved_rpn = comm.ranks_per_node
+    if cfg.ranks_per_node:
+        comm.ranks_per_node = cfg.ranks_per_node  # node-aware plans see the simulated nodes
+    try:
+        dg = DistGraph.build(graph, comm, rcfg)
+    finally:
+        comm.ranks_per_node = saved_rpn
+    closing = False  # dg.close() is collective: only when every rank gets there
     try:
         dev = dg.device
         x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
@@ -257,10 +365,22 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
         res = TrainResult(model=model, world_size=comm.size, backend=dg.backend)
-        times: list[float] = []
-        bar = _progress(cfg, comm) if verbose else None
         last = {"train_acc": None, "val_acc": None, "test_acc": None}
-        for epoch in range(1, cfg.epochs + 1):
+        start = 0
+        if resume is not None:
+            res.resumed_from, state = resume
+            try:
+                restore_state(state, model, opt, gen, res.resumed_from)
+            except CheckpointError as e:  # the same on every rank: all hold rank 0's state
+                raise UserError(f"cannot resume: {e}") from e
+            res.start_epoch = start = int(state["epoch"])
+            last, res.epochs, res.tuner = (dict(state["last_eval"]), list(state["history"]),
+                                           dict(state["tuner"]))
+        ckpt = Checkpointer(cfg.checkpoint_dir, cfg.checkpoint_every, comm) if cfg.checkpoint_dir else None
+        fingerprint = graph_fingerprint(graph) if ckpt else ""
+        times: list[float] = []
+        bar = _progress(cfg, comm, start) if verbose else None
+        for epoch in range(start + 1, cfg.epochs + 1):
             model.train()
             comm.barrier()
             t0 = time.perf_counter()
@@ -268,6 +388,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
             logits = model(x, dg, gen)
             tm = masks[0]
             loss = F.cross_entropy(logits[tm], y[tm], reduction="sum") / n_train
+            _fault_point(fault, comm.rank, epoch)
             loss.backward()
             allreduce_gradients(model, comm)
             opt.step()
@@ -276,7 +397,8 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
             comm.barrier()
             ms = (time.perf_counter() - t0) * 1e3
             times.append(ms)
-            stats = [float(loss.item())]
+            # [loss, stop flag, correct/total per mask]: one all-reduce agrees on all of them
+            stats = [float(loss.item()), float(bool(stop is not None and stop.requested))]
             do_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs
             if do_eval:
                 model.eval()
@@ -286,7 +408,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
             rec = {"epoch": epoch, "loss": float(buf[0]), "train_acc": last["train_acc"],
                    "val_acc": last["val_acc"], "epoch_ms": ms}
             if do_eval:
-                accs = [buf[1 + 2 * i] / buf[2 + 2 * i] if buf[2 + 2 * i] else float("nan") for i in range(3)]
+                accs = [buf[2 + 2 * i] / buf[3 + 2 * i] if buf[3 + 2 * i] else float("nan") for i in range(3)]
                 last = dict(zip(("train_acc", "val_acc", "test_acc"), map(float, accs)))
                 rec.update(train_acc=last["train_acc"], val_acc=last["val_acc"])
             res.epochs.append(rec)
@@ -294,14 +416,30 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
                 bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
                                 val=f"{last['val_acc'] or 0:.3f}", refresh=False)
                 bar.update(1)
+            stopping = buf[1] > 0 and epoch < cfg.epochs
+            if ckpt is not None and (ckpt.due(epoch) or stopping or epoch == cfg.epochs):
+                try:
+                    res.checkpoint = ckpt.save(lambda: capture_state(
+                        epoch, model, opt, gen, history=res.epochs, last_eval=last, tuner=res.tuner,
+                        config=asdict(cfg), fingerprint=fingerprint, world_size=comm.size))
+                except CheckpointError as e:
+                    raise UserError(str(e)) from e
+            if stopping:
+                res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+                break
         if bar is not None:
             bar.close()
         res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
         res.final_loss = res.epochs[-1]["loss"]
         res.median_epoch_ms = float(statistics.median(times))
+        closing = True
         return res
+    except UserError:  # agreed on by every rank
+        closing = True
+        raise
     finally:
-        dg.close()
+        if closing:  # after any other error the peers may be elsewhere: closing would hang
+            dg.close()
 
 
 def _json_safe(v: Any) -> Any:
@@ -351,13 +489,29 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
 
 
 def run(cfg: TrainConfig, comm) -> TrainResult:
-    """Load (agreeing on errors), train, report on rank 0. Collective."""
+    """Load (agreeing on errors), train, report on rank 0. Collective.
+
+    SIGTERM/SIGUSR1 during training end it after the current epoch (`res.stopped`), with a
+    checkpoint when `cfg.checkpoint_dir` is set.
+    """
+    from .checkpoint import StopSignal
+
     graph, prep = _load(cfg, comm)
-    res = train(cfg, comm, graph, prep, verbose=True)
+    with StopSignal() as stop:
+        res = train(cfg, comm, graph, prep, verbose=True, stop=stop)
     if comm.rank == 0:
+        r = cfg.resolved()
+        if res.resumed_from:
+            print(f"resumed from {res.resumed_from} after epoch {res.start_epoch}")
+        if res.stopped:
+            saved = (f"checkpoint {res.checkpoint} written at epoch {res.epochs[-1]['epoch']}; continue "
+                     f"with --resume auto" if res.checkpoint else "no --checkpoint-dir, nothing saved")
+            sys.stderr.write(f"mgg.train: {res.stopped} received: stopped after epoch "
+                             f"{res.epochs[-1]['epoch']} of {r.epochs}; {saved}\n")
+            sys.stderr.flush()
+            return res
         if cfg.metrics_json:
             write_metrics(cfg.metrics_json, cfg, graph, res)
-        r = cfg.resolved()
         print(f"dataset={getattr(graph, 'name', cfg.dataset)} nodes={len(graph.indptr) - 1} "
               f"edges={int(graph.indptr[-1])} model={r.model} ranks={comm.size} backend={res.backend} "
               f"epochs={r.epochs}")
@@ -367,7 +521,8 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors."""
+    """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors and
+    128 + signal number (143 for SIGTERM) when a signal stopped the run after a checkpoint."""
     cfg = parse_args(argv)
     # Open MPI 5's UCX one-sided component prints an error and falls back on hosts without UCX
     # transports; the RDMA/shared-memory components serve the CPU path.
@@ -375,17 +530,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .runtime import abort_on_error, world
 
     comm = world()
+    if cfg.watchdog_timeout > 0 and comm.size > 1:
+        comm.start_watchdog(cfg.watchdog_timeout)
     message = None
+    res = None
     with abort_on_error(comm, "mgg.train"):
         try:
-            run(cfg, comm)
+            res = run(cfg, comm)
         except UserError as e:  # every rank raised it (agreed through comm.check)
             message = str(e)
+    if comm.watchdog is not None:
+        comm.watchdog.close()
     if message is not None:
         where = f" (rank {comm.rank} of {comm.size})" if comm.size > 1 else ""
         sys.stderr.write(f"error{where}: {message}\n")
         sys.stderr.flush()
         sys.exit(2)
+    if res is not None and res.stopped:
+        sys.exit(128 + int(getattr(signal, res.stopped, signal.SIGTERM)))
     return 0
 
 
