@@ -1,0 +1,255 @@
+"""Checkpoint format, resume equivalence and graceful stop (single process; tests/mpi covers P ranks)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mgg.checkpoint import (LAST, MAGIC, PREV, CheckpointError, StopSignal, check_compatible,
+                            find_checkpoint, read_checkpoint, resolve_resume, write_checkpoint)
+from mgg.data import load_dataset
+from mgg.runtime import Communicator
+from mgg.train import TrainConfig, UserError, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLO = Communicator(comm=None)
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "1"))
+    e.pop("MGG_FAULT_INJECT", None)
+    e.update(extra)
+    return e
+
+
+def train_cli(*args, timeout=120, **extra):
+    return subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", *args], cwd=ROOT,
+                          env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def karate():
+    return load_dataset("default")
+
+
+def state(epoch=1, **over):
+    s = {"epoch": epoch, "model": {"w": torch.arange(6.0).reshape(2, 3)}, "optimizer": {"state": {}},
+         "rng": {"torch": torch.get_rng_state()}, "history": [{"epoch": 1, "loss": 0.5}],
+         "last_eval": {"train_acc": 0.5}, "tuner": {}, "config": {"model": "gcn"},
+         "fingerprint": "f" * 32, "world_size": 1, "mgg_version": "0.1.0"}
+    s.update(over)
+    return s
+
+
+# -- file format ----------------------------------------------------------------------------------
+def test_roundtrip_keeps_last_and_previous(tmp_path):
+    for e in (1, 2, 3):
+        path = write_checkpoint(tmp_path, state(e, tuner={"ps": 8 * e}))
+    assert path == str(tmp_path / LAST)
+    last, prev = read_checkpoint(tmp_path / LAST), read_checkpoint(tmp_path / PREV)
+    assert (last["epoch"], prev["epoch"]) == (3, 2)
+    assert last["tuner"] == {"ps": 24}
+    assert torch.equal(last["model"]["w"], torch.arange(6.0).reshape(2, 3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LAST, PREV])  # no temp files left
+    assert find_checkpoint(tmp_path) == str(tmp_path / LAST)
+    os.unlink(tmp_path / LAST)  # a crash between the two renames: prev is still there
+    assert find_checkpoint(tmp_path) == str(tmp_path / PREV)
+
+
+def test_header_is_readable_json(tmp_path):
+    write_checkpoint(tmp_path, state(7))
+    data = (tmp_path / LAST).read_bytes()
+    assert data.startswith(MAGIC)
+    header = json.loads(data[len(MAGIC):data.index(b"\n", len(MAGIC))])
+    assert header["epoch"] == 7 and len(header["sha256"]) == 64 and header["format"] == 1
+
+
+def _damage(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[-20] ^= 0x40
+    elif how == "truncate-payload":
+        data = data[: len(data) - 100]
+    elif how == "truncate-header":
+        data = data[: len(MAGIC) + 10]
+    elif how == "empty":
+        data = bytearray()
+    elif how == "append":
+        data += b"junk"
+    elif how == "other-file":
+        data = bytearray(b"PK\x03\x04 not a checkpoint")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how,needle", [
+    ("flip", "corrupt: sha256"), ("truncate-payload", "truncated"), ("truncate-header", "header"),
+    ("empty", "bad magic"), ("append", "unexpected bytes"), ("other-file", "not an mgg checkpoint")])
+def test_damaged_file_is_refused(tmp_path, how, needle):
+    write_checkpoint(tmp_path, state())
+    _damage(tmp_path / LAST, how)
+    with pytest.raises(CheckpointError, match=needle) as info:
+        read_checkpoint(tmp_path / LAST)
+    assert str(tmp_path / LAST) in str(info.value)
+
+
+def test_missing_fields_are_refused(tmp_path):
+    s = state()
+    del s["rng"]
+    write_checkpoint(tmp_path, s)
+    with pytest.raises(CheckpointError, match="missing rng"):
+        read_checkpoint(tmp_path / LAST)
+
+
+def test_resolve_resume(tmp_path):
+    assert resolve_resume(None, None) is None
+    assert resolve_resume("auto", str(tmp_path / "none-yet")) is None  # fresh start
+    with pytest.raises(CheckpointError, match="needs --checkpoint-dir"):
+        resolve_resume("auto", None)
+    with pytest.raises(CheckpointError, match="file not found"):
+        resolve_resume(str(tmp_path / "x.mgg"), None)
+    with pytest.raises(CheckpointError, match="holds no"):
+        resolve_resume(str(tmp_path), None)
+    write_checkpoint(tmp_path, state())
+    assert resolve_resume(str(tmp_path), None) == str(tmp_path / LAST)
+    assert resolve_resume("auto", str(tmp_path)) == str(tmp_path / LAST)
+
+
+def test_mismatches_are_named():
+    cfg = asdict(TrainConfig().resolved())
+    s = state(config=cfg, fingerprint="a" * 32, world_size=2)
+    check_compatible(s, "c.mgg", fingerprint="a" * 32, world_size=2, config=cfg)
+    other = dict(cfg, epochs=500, ps=64, backend="gpu", ps_inter=2)  # runtime knobs may change
+    check_compatible(s, "c.mgg", fingerprint="a" * 32, world_size=2, config=other)
+    for kw, needle in [({"fingerprint": "b" * 32}, "graph fingerprint"),
+                       ({"world_size": 4}, "world size 2 in the checkpoint, 4 now"),
+                       ({"config": dict(cfg, hidden=32)}, "hidden=16 in the checkpoint, 32 now"),
+                       ({"config": dict(cfg, model="sage")}, "model='gcn'"),
+                       ({"config": dict(cfg, lr=0.1)}, "lr=")]:
+        args = dict(fingerprint="a" * 32, world_size=2, config=cfg)
+        args.update(kw)
+        with pytest.raises(CheckpointError, match=needle) as info:
+            check_compatible(s, "c.mgg", **args)
+        assert "checkpoint c.mgg: belongs to another run" in str(info.value)
+
+
+# -- resume equivalence (in process) --------------------------------------------------------------
+def losses(res):
+    return np.array([e["loss"] for e in res.epochs])
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.parametrize("model,eval_every", [("gcn", 1), ("gin", 3), ("sage", 2)])
+def test_resume_equals_uninterrupted(tmp_path, karate, model, eval_every):
+    base = TrainConfig(model=model, epochs=10, backend="cpu", progress=False, eval_every=eval_every)
+    straight = train(base, SOLO, karate)
+    first = train(replace(base, epochs=5, checkpoint_dir=str(tmp_path)), SOLO, karate)
+    # the second half with unrelated RNG draws in between: the checkpoint restores them all
+    torch.manual_seed(123), np.random.seed(123), torch.rand(7)
+    second = train(replace(base, checkpoint_dir=str(tmp_path), resume="auto"), SOLO, karate)
+    assert second.resumed_from == str(tmp_path / LAST) and second.start_epoch == 5
+    assert [e["epoch"] for e in second.epochs] == list(range(1, 11))
+    np.testing.assert_allclose(losses(second), losses(straight), rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(losses(first), losses(straight)[:5])
+    assert torch.allclose(flat(second.model), flat(straight.model), rtol=0, atol=1e-6)
+    assert second.test_acc == straight.test_acc and second.val_acc == straight.val_acc
+    # the run's end wrote a checkpoint too; it replaced the epoch-5 one, which became prev
+    assert read_checkpoint(tmp_path / LAST)["epoch"] == 10
+    assert read_checkpoint(tmp_path / PREV)["epoch"] == 5
+
+
+def test_periodic_checkpoints_and_tuner_field(tmp_path, karate):
+    cfg = TrainConfig(epochs=7, backend="cpu", progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    res = train(cfg, SOLO, karate)
+    assert read_checkpoint(tmp_path / LAST)["epoch"] == 7
+    assert read_checkpoint(tmp_path / PREV)["epoch"] == 6
+    s = read_checkpoint(tmp_path / LAST)
+    assert s["tuner"] == {} and s["world_size"] == 1 and s["fingerprint"] == karate.fingerprint()
+    assert s["config"]["hidden"] == 16 and len(s["history"]) == 7 and res.checkpoint == str(tmp_path / LAST)
+    # the tuner's state survives a resume (the tuner fills res.tuner; here we plant one)
+    s["tuner"] = {"best": {"ps": 8, "dist": 2}}
+    write_checkpoint(tmp_path, s)
+    res2 = train(replace(cfg, epochs=8, resume="auto"), SOLO, karate)
+    assert res2.tuner == {"best": {"ps": 8, "dist": 2}}
+    assert read_checkpoint(tmp_path / LAST)["tuner"] == {"best": {"ps": 8, "dist": 2}}
+
+
+def test_resume_refusals(tmp_path, karate):
+    train(TrainConfig(epochs=4, backend="cpu", progress=False, checkpoint_dir=str(tmp_path)), SOLO, karate)
+    ck = str(tmp_path / LAST)
+    with pytest.raises(UserError, match="nothing to train"):
+        train(TrainConfig(epochs=4, backend="cpu", resume=ck), SOLO, karate)
+    with pytest.raises(UserError, match="hidden=16 in the checkpoint, 8 now"):
+        train(TrainConfig(epochs=6, hidden=8, backend="cpu", resume=ck), SOLO, karate)
+    with pytest.raises(UserError, match="graph fingerprint"):
+        train(TrainConfig(dataset="sbm", epochs=6, backend="cpu", resume=ck), SOLO,
+              load_dataset("sbm", scale=0.01))
+    _damage(tmp_path / LAST, "flip")
+    with pytest.raises(UserError, match=f"{ck}: corrupt"):
+        train(TrainConfig(epochs=6, backend="cpu", resume=ck), SOLO, karate)
+
+
+def test_stop_signal_sets_flag_and_restores_handlers():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignal() as stop:
+        assert not stop.requested
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested == signal.SIGTERM and stop.name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+# -- the CLI ---------------------------------------------------------------------------------------
+def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
+    ck = tmp_path / "ck"
+    straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), SOLO, karate)
+    b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT="0:3:sigterm")
+    assert b.returncode == 143, b.stderr
+    assert "SIGTERM received: stopped after epoch 3 of 8" in b.stderr and "--resume auto" in b.stderr
+    assert read_checkpoint(ck / LAST)["epoch"] == 3
+    c = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "--metrics-json",
+                  str(tmp_path / "c.json"))
+    assert c.returncode == 0, c.stderr
+    assert f"resumed from {ck / LAST} after epoch 3" in c.stdout
+    lc = [e["loss"] for e in json.loads((tmp_path / "c.json").read_text())["epochs"]]
+    assert len(lc) == 8
+    np.testing.assert_allclose(lc, losses(straight), rtol=0, atol=1e-6)
+
+
+def test_cli_resume_auto_starts_fresh_and_corrupt_file_is_refused(tmp_path):
+    ck = tmp_path / "ck"
+    r = train_cli("--epochs", "2", "--checkpoint-dir", str(ck), "--resume", "auto")
+    assert r.returncode == 0, r.stderr
+    assert "resumed" not in r.stdout and (ck / LAST).is_file()
+    _damage(ck / LAST, "truncate-payload")
+    r = train_cli("--epochs", "4", "--checkpoint-dir", str(ck), "--resume", "auto")
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"error: cannot resume: checkpoint {ck / LAST}: truncated")
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--resume", "auto"], "--resume auto needs --checkpoint-dir"),
+    (["--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint-dir"),
+    (["--checkpoint-every", "-1", "--checkpoint-dir", "x"], "--checkpoint-every"),
+    (["--watchdog-timeout", "-5"], "--watchdog-timeout"),
+    (["--ps-inter", "0"], "--ps-inter"),
+    (["--ranks-per-node", "0"], "--ranks-per-node"),
+])
+def test_cli_flag_errors(args, needle):
+    r = train_cli(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_bad_fault_hook_value():
+    r = train_cli("--epochs", "1", MGG_FAULT_INJECT="one:two")
+    assert r.returncode == 2 and "MGG_FAULT_INJECT='one:two'" in r.stderr
