@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: tests/mpi under `mpirun -np 2` and `-np 3`, then the single-process suite.
+# The whole test suite: tests/mpi under `mpirun -np 2` and `-np 3`, the simulated-multi-node tests
+# (tests/mpi/test_multinode_mpi.py) under `-np 4`, then the single-process suite.
 #
 # Exits non-zero when any run fails. The single-process pytest runs last, so the final line is
 # its normal summary ("N passed ..."); when a multi-rank run failed, one more summary-style line
@@ -7,7 +8,7 @@
 # single-process one is.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 1
 PY="${PYTHON:-python}"
 
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
@@ -25,13 +26,15 @@ if command -v timeout >/dev/null 2>&1; then
 fi
 
 failed=()
-for np in 2 3; do
-  echo "=== mpirun -np $np: tests/mpi ==="
+# "NP:TESTS": every multi-rank test under 2 and 3 ranks; the simulated 2-nodes-x-2-ranks tests under 4
+for run in "2:tests/mpi" "3:tests/mpi" "4:tests/mpi/test_multinode_mpi.py"; do
+  np="${run%%:*}" what="${run#*:}"
+  echo "=== mpirun -np $np: $what ==="
   ${limit[@]+"${limit[@]}"} "${mpi[@]}" -np "$np" "$PY" -m pytest -q --color=no -p no:cacheprovider \
-    --with-mpi tests/mpi
+    --with-mpi "$what"
   rc=$?
   if [[ $rc != 0 && $rc != 5 ]]; then
-    failed+=("mpirun -np $np (exit $rc)")
+    failed+=("mpirun -np $np $what (exit $rc)")
   fi
 done
 
