@@ -416,16 +416,17 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
                 bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
                                 val=f"{last['val_acc'] or 0:.3f}", refresh=False)
                 bar.update(1)
-            stopping = buf[1] > 0 and epoch < cfg.epochs
-            if ckpt is not None and (ckpt.due(epoch) or stopping or epoch == cfg.epochs):
+            if buf[1] > 0 and epoch < cfg.epochs:  # some rank got SIGTERM: all stop here
+                res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+            if ckpt is not None and (ckpt.due(epoch) or res.stopped or epoch == cfg.epochs):
+                why = res.stopped or ("end" if epoch == cfg.epochs else "periodic")
                 try:
                     res.checkpoint = ckpt.save(lambda: capture_state(
                         epoch, model, opt, gen, history=res.epochs, last_eval=last, tuner=res.tuner,
-                        config=asdict(cfg), fingerprint=fingerprint, world_size=comm.size))
+                        config=asdict(cfg), fingerprint=fingerprint, world_size=comm.size, reason=why))
                 except CheckpointError as e:
                     raise UserError(str(e)) from e
-            if stopping:
-                res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+            if res.stopped:
                 break
         if bar is not None:
             bar.close()

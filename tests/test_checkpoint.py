@@ -171,8 +171,8 @@ def test_resume_equals_uninterrupted(tmp_path, karate, model, eval_every):
 def test_periodic_checkpoints_and_tuner_field(tmp_path, karate):
     cfg = TrainConfig(epochs=7, backend="cpu", progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=3)
     res = train(cfg, SOLO, karate)
-    assert read_checkpoint(tmp_path / LAST)["epoch"] == 7
-    assert read_checkpoint(tmp_path / PREV)["epoch"] == 6
+    assert read_checkpoint(tmp_path / LAST)["epoch"] == 7 and read_checkpoint(tmp_path / LAST)["reason"] == "end"
+    assert read_checkpoint(tmp_path / PREV)["epoch"] == 6 and read_checkpoint(tmp_path / PREV)["reason"] == "periodic"
     s = read_checkpoint(tmp_path / LAST)
     assert s["tuner"] == {} and s["world_size"] == 1 and s["fingerprint"] == karate.fingerprint()
     assert s["config"]["hidden"] == 16 and len(s["history"]) == 7 and res.checkpoint == str(tmp_path / LAST)
@@ -215,7 +215,7 @@ def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT="0:3:sigterm")
     assert b.returncode == 143, b.stderr
     assert "SIGTERM received: stopped after epoch 3 of 8" in b.stderr and "--resume auto" in b.stderr
-    assert read_checkpoint(ck / LAST)["epoch"] == 3
+    assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == "SIGTERM"
     c = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "--metrics-json",
                   str(tmp_path / "c.json"))
     assert c.returncode == 0, c.stderr

@@ -1,0 +1,124 @@
+"""Fault handling of mgg.train under `mpirun -np 2|4` (subprocesses with timeouts).
+
+A failure on one rank -- an exception, a process that exits or is killed (`kill -9`), a rank that
+hangs -- must end the whole job non-zero within 60 s with a message naming the rank; SIGTERM on
+one rank (or to mpirun) stops every rank after a checkpoint, and the resumed run continues the
+uninterrupted loss curve. `MGG_FAULT_INJECT=RANK:EPOCH[:KIND]` is train.py's test hook.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgg.checkpoint import LAST, read_checkpoint
+from mgg.data import load_dataset
+from mgg.runtime import Communicator
+from mgg.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+LIMIT_S = 60
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
+    e.pop("MGG_FAULT_INJECT", None)
+    e.update(extra)
+    return e
+
+
+def mpirun(np_, *args, fault=None, timeout=90):
+    extra = {"MGG_FAULT_INJECT": fault} if fault else {}
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
+                        *args], cwd=ROOT, env=env(**extra), capture_output=True, text=True,
+                       timeout=timeout, errors="replace")
+    r.elapsed = time.monotonic() - t0
+    return r
+
+
+def losses_of(path):
+    return np.array([e["loss"] for e in json.loads(Path(path).read_text())["epochs"]])
+
+
+def test_exception_on_one_rank_aborts_the_job_with_its_message():
+    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "30", fault="1:3:raise")
+    assert r.returncode != 0 and r.elapsed < LIMIT_S
+    assert "mgg.train: rank 1 of 2 failed: RuntimeError: injected fault" in r.stderr, r.stderr
+    assert "watchdog" not in r.stderr  # abort_on_error ended it, not the watchdog
+
+
+@pytest.mark.parametrize("kind", ["kill", "exit"])
+def test_dead_rank_ends_the_job_naming_it(kind):
+    """kill: SIGKILL of rank 1 (as `kill -9`); exit: os._exit without MPI_Finalize."""
+    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "30", fault=f"1:3:{kind}")
+    assert r.returncode != 0 and r.elapsed < LIMIT_S, (r.returncode, r.elapsed)
+    launcher = r.stderr.replace("rank 1 injects", "")  # Open MPI's own report must name rank 1
+    assert re.search(r"rank 1 with PID|@\d+,1\]|watchdog: rank 0", launcher), r.stderr
+
+
+def test_hung_rank_trips_the_watchdog():
+    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "3", fault="1:3:hang")
+    assert r.returncode != 0 and r.elapsed < LIMIT_S
+    assert re.search(r"mgg watchdog: rank 0 waited \d+\.\d s in '\w+' \(timeout 3 s\)", r.stderr), r.stderr
+
+
+def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
+    ck = tmp_path / "ck"
+    r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), fault="1:3:sigterm")
+    assert r.returncode == 143 and r.elapsed < LIMIT_S, r.stderr
+    assert "SIGTERM received: stopped after epoch 3 of 8" in r.stderr
+    s = read_checkpoint(ck / LAST)
+    assert s["epoch"] == 3 and s["world_size"] == 2 and s["reason"] == "SIGTERM"
+    r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "auto",
+               "--metrics-json", str(tmp_path / "resumed.json"))
+    assert r.returncode == 0, r.stderr
+    r = mpirun(2, "--epochs", "8", "--metrics-json", str(tmp_path / "straight.json"))
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(losses_of(tmp_path / "resumed.json"), losses_of(tmp_path / "straight.json"),
+                               rtol=0, atol=1e-6)
+
+
+def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
+    """Open MPI's launcher forwards SIGTERM to the ranks (as Slurm signals every task)."""
+    ck = tmp_path / "ck"
+    cmd = ["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--backend", "cpu", "--dataset", "sbm",
+           "--scale", "0.1", "--epochs", "100000", "--checkpoint-dir", str(ck), "--checkpoint-every", "20"]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not (ck / LAST).exists():
+            assert p.poll() is None and time.monotonic() - t0 < LIMIT_S, "no checkpoint appeared"
+            time.sleep(0.1)
+        os.kill(p.pid, signal.SIGTERM)  # mpirun.sh execs mpirun: this is the launcher
+        p.communicate(timeout=LIMIT_S)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode != 0
+    s = read_checkpoint(ck / LAST)
+    assert s["reason"] == "SIGTERM" and 20 <= s["epoch"] < 100000
+
+
+def test_simulated_two_nodes_cli_matches_one_rank(tmp_path):
+    """`mpirun -np 4 ... --ranks-per-node 2`: 2 nodes x 2 ranks, other-node partitions cut by --ps-inter."""
+    r = mpirun(4, "--dataset", "sbm", "--scale", "0.05", "--epochs", "6", "--ps", "8", "--ps-inter", "2",
+               "--ranks-per-node", "2", "--metrics-json", str(tmp_path / "m.json"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["world_size"] == 4 and doc["config"]["ranks_per_node"] == 2 and doc["config"]["ps_inter"] == 2
+    ref = train(TrainConfig(dataset="sbm", scale=0.05, epochs=6, progress=False, backend="cpu"),
+                Communicator(comm=None), load_dataset("sbm", scale=0.05, seed=0))
+    np.testing.assert_allclose(losses_of(tmp_path / "m.json"), [e["loss"] for e in ref.epochs],
+                               rtol=0, atol=1e-5)
