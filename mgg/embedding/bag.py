@@ -1,0 +1,353 @@
+"""Sharded EmbeddingBag over the symmetric store.
+
+All tables of a `MultiTableEmbeddingBag` live in ONE symmetric array (`TableLayout` gives every
+table its row offset inside each PE's slice; tables narrower than the widest are zero-padded), so a
+batch touching several tables is one exchange:
+
+forward (SPMD, every rank its own batch; no collective):
+    keys = table_offset[t] + indices  ->  unique keys (each row fetched once per batch)
+    own rows: read from my slice; others: one-sided gets from their owners (`get_halo`,
+    all PEs' gets in flight before one flush)
+    pooling: `torch.nn.functional.embedding_bag` over the fetched unique rows with remapped
+    indices -- the same rows in the same bag order, so sum/mean/max, empty bags,
+    per_sample_weights, include_last_offset and the max-mode gradient are torch's own.
+
+backward: the gradient of the fetched rows (one per unique key) is kept on the module;
+`reduce_gradients()` (collective) sends (key, grad) to the owners with one MPI Alltoallv and sums
+duplicates there; the optimizers in `mgg.embedding.optim` apply it to the owner's slice and publish.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..runtime.comm import Communicator, world
+from ..runtime.store import SymmetricStore, make_store
+from .init import INITS, init_rows
+from .sharding import SHARDINGS, TableLayout
+from .validate import MODES, check_bag_input
+
+__all__ = ["TableConfig", "SparseRowGrad", "MultiTableEmbeddingBag", "ShardedEmbeddingBag"]
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One table: name, cardinality, width, pooling mode, sharding."""
+
+    num_embeddings: int
+    embedding_dim: int
+    mode: str = "mean"
+    sharding: str = "range"
+    name: str = ""
+
+    def __post_init__(self):
+        if int(self.num_embeddings) < 1:
+            raise ValueError(f"table {self.name!r}: num_embeddings must be >= 1, got {self.num_embeddings}")
+        if int(self.embedding_dim) < 1:
+            raise ValueError(f"table {self.name!r}: embedding_dim must be >= 1, got {self.embedding_dim}")
+        if self.mode not in MODES:
+            raise ValueError(f"table {self.name!r}: mode must be one of {MODES}, got {self.mode!r}")
+        if self.sharding not in SHARDINGS:
+            raise ValueError(f"table {self.name!r}: sharding must be one of {SHARDINGS}, got {self.sharding!r}")
+
+
+@dataclass
+class SparseRowGrad:
+    """Summed gradient of the rows this rank owns: local rows (unique, sorted) and values [k, Dmax]."""
+
+    rows: np.ndarray
+    values: torch.Tensor
+
+
+class _Fetch(torch.autograd.Function):
+    """Fetched unique rows as an autograd node: backward hands their gradient to the module."""
+
+    @staticmethod
+    def forward(ctx, anchor, module, uniq):  # noqa: ARG004 - anchor only connects the graph
+        ctx.module, ctx.uniq = module, uniq
+        return module._fetch(uniq)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.module._pending.append((ctx.uniq, grad.detach()))
+        return None, None, None
+
+
+class MultiTableEmbeddingBag(torch.nn.Module):
+    """Several EmbeddingBag tables, row-sharded over the ranks in one symmetric array.
+
+    Args:
+        tables: `TableConfig`s (or dicts with their fields).
+        comm: the communicator (default `mgg.runtime.world()`).
+        store: a `SymmetricStore` over `comm` (default `make_store(comm, backend)`).
+        include_last_offset: as in torch.nn.EmbeddingBag (for every table).
+        seed, init: seeded initialization (`mgg.embedding.init`); table t uses seed + t.
+        weights: optional initial values per table instead of `init`: an array-like [N_t, D_t]
+            (numpy memmaps are read only at the rows this rank owns) or a callable
+            rows -> [len(rows), D_t]; None entries fall back to `init`.
+        dtype: table dtype (float32 or float64).
+        backend: "cpu" or "gpu" (only used when `store` is None).
+    """
+
+    def __init__(self, tables: Sequence[TableConfig | dict], comm: Communicator | None = None,
+                 store: SymmetricStore | None = None, *, include_last_offset: bool = False, seed: int = 0,
+                 init: str = "normal", weights: Sequence[Any] | None = None, dtype: torch.dtype = torch.float32,
+                 backend: str = "cpu"):
+        super().__init__()
+        self.tables = [t if isinstance(t, TableConfig) else TableConfig(**t) for t in tables]
+        if not self.tables:
+            raise ValueError("MultiTableEmbeddingBag needs at least one table")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        if weights is not None and len(weights) != len(self.tables):
+            raise ValueError(f"weights: one entry per table ({len(self.tables)}), got {len(weights)}")
+        self.comm = comm if comm is not None else world()
+        self.store = store if store is not None else make_store(self.comm, backend)
+        if self.store.comm.size != self.comm.size:
+            raise ValueError("store and comm have different sizes")
+        self.include_last_offset = bool(include_last_offset)
+        self.dtype = dtype
+        self.rank, self.world_size = self.comm.rank, self.comm.size
+        self.layout = TableLayout(tuple(int(t.num_embeddings) for t in self.tables),
+                                  tuple(t.sharding for t in self.tables), self.world_size)
+        self.dims = np.array([int(t.embedding_dim) for t in self.tables], dtype=np.int64)
+        self.dim = int(self.dims.max())
+        self._pending: list[tuple[np.ndarray, torch.Tensor]] = []
+        self._anchor = torch.zeros((), requires_grad=True)
+        self._gpu = getattr(self.store, "name", "") == "nvshmem"
+        self.array = self.store.allocate(self.layout.rows_per_pe, self.dim, dtype)
+        err = None
+        try:
+            with torch.no_grad():
+                loc = self.array.local
+                for t, cfg in enumerate(self.tables):
+                    rows, lrows = self.layout.owned_rows(t, self.rank)
+                    w = None if weights is None else weights[t]
+                    if w is None:
+                        vals = init_rows(rows, cfg.num_embeddings, cfg.embedding_dim, seed=seed + t, kind=init, dtype=dtype)
+                    else:
+                        vals = self._rows_from(w, rows, cfg)
+                    loc[torch.from_numpy(lrows).to(loc.device), : cfg.embedding_dim] = vals.to(loc.device, dtype)
+        except Exception as e:  # noqa: BLE001 - agreed below so that no rank hangs
+            err = e
+        try:
+            self.comm.check(err)
+        except BaseException:
+            self.array.free()
+            raise
+        self.array.publish()
+
+    @staticmethod
+    def _rows_from(w: Any, rows: np.ndarray, cfg: TableConfig) -> torch.Tensor:
+        if callable(w) and not isinstance(w, (np.ndarray, torch.Tensor)):
+            vals = w(rows)
+        else:
+            shape = tuple(w.shape)
+            if shape != (cfg.num_embeddings, cfg.embedding_dim):
+                raise ValueError(f"table {cfg.name!r}: weights of shape {shape}, expected "
+                                 f"{(cfg.num_embeddings, cfg.embedding_dim)}")
+            if isinstance(w, torch.Tensor):
+                vals = w.detach().cpu()[torch.from_numpy(rows)]
+            elif len(rows) and np.all(np.diff(rows) == 1):
+                vals = np.asarray(w[int(rows[0]): int(rows[-1]) + 1])  # contiguous: one slice of a memmap
+            else:
+                vals = np.asarray(w[rows])
+        vals = torch.as_tensor(np.asarray(vals) if not isinstance(vals, torch.Tensor) else vals)
+        if tuple(vals.shape) != (len(rows), cfg.embedding_dim):
+            raise ValueError(f"table {cfg.name!r}: weight rows of shape {tuple(vals.shape)}, expected {(len(rows), cfg.embedding_dim)}")
+        if not vals.is_floating_point():
+            raise TypeError(f"table {cfg.name!r}: weights must be floating point, got {vals.dtype}")
+        return vals
+
+    # -- lookup ---------------------------------------------------------------------------------
+    @property
+    def num_tables(self) -> int:
+        return len(self.tables)
+
+    def _fetch(self, keys: np.ndarray) -> torch.Tensor:
+        """Rows of unique keys [U, Dmax]: mine read locally, the others by one-sided gets."""
+        _, owner, local = self.layout.locate_keys(keys)
+        if self._gpu:
+            from ..kernels.embedding_gpu import gather_rows
+
+            return gather_rows(self.array, owner, local)
+        mine = owner == self.rank
+        if mine.all():
+            return self.array.local[torch.from_numpy(local)]
+        out = torch.empty((len(keys), self.dim), dtype=self.dtype)
+        if mine.any():
+            out[torch.from_numpy(mine)] = self.array.local[torch.from_numpy(local[mine])]
+        if not mine.all():
+            pos = np.flatnonzero(~mine)
+            ow = owner[pos]
+            order = np.argsort(ow, kind="stable")
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(ow, minlength=self.world_size))]).astype(np.int64)
+            fetched = self.array.get_halo(ptr, local[pos][order])
+            out[torch.from_numpy(pos[order])] = fetched
+        return out
+
+    def read_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:
+        """Current values [len(rows), D_t] of rows of table t (one-sided; not collective)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.tables[t].num_embeddings):
+            raise IndexError(f"read_rows: rows out of range [0, {self.tables[t].num_embeddings})")
+        return self._fetch(self.layout.table_offset[t] + rows)[:, : int(self.dims[t])]
+
+    def forward(self, indices: Sequence[Any], offsets: Sequence[Any] | None = None,
+                per_sample_weights: Sequence[Any] | None = None) -> list[torch.Tensor | None]:
+        """Pooled embeddings of every table ([B_t, D_t]; None where indices[t] is None)."""
+        T = self.num_tables
+        if len(indices) != T:
+            raise ValueError(f"expected indices for {T} tables, got {len(indices)}")
+        offsets = [None] * T if offsets is None else offsets
+        psws = [None] * T if per_sample_weights is None else per_sample_weights
+        if len(offsets) != T or len(psws) != T:
+            raise ValueError(f"offsets and per_sample_weights need one entry per table ({T})")
+        bags, keys = [], []
+        for t, cfg in enumerate(self.tables):
+            if indices[t] is None:
+                bags.append(None)
+                continue
+            b = check_bag_input(indices[t], offsets[t], psws[t], num_embeddings=cfg.num_embeddings, mode=cfg.mode,
+                                include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}")
+            bags.append(b)
+            keys.append(b.indices.numpy() + self.layout.table_offset[t])
+        allkeys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        uniq, inv = np.unique(allkeys, return_inverse=True)
+        inv = torch.from_numpy(inv.reshape(-1).astype(np.int64))
+        if torch.is_grad_enabled() and self.training:
+            rows = _Fetch.apply(self._anchor, self, uniq)
+        else:
+            rows = self._fetch(uniq)
+        outs: list[torch.Tensor | None] = []
+        pos = 0
+        dev = rows.device
+        for t, b in enumerate(bags):
+            if b is None:
+                outs.append(None)
+                continue
+            n = int(b.indices.numel())
+            d = int(self.dims[t])
+            w = rows if d == self.dim else rows[:, :d]
+            psw = None if b.per_sample_weights is None else b.per_sample_weights.to(dev, w.dtype)
+            outs.append(F.embedding_bag(inv[pos: pos + n].to(dev), w, b.offsets.to(dev), mode=self.tables[t].mode,
+                                        per_sample_weights=psw, include_last_offset=True))
+            pos += n
+        return outs
+
+    # -- gradients ------------------------------------------------------------------------------
+    def clear_gradients(self) -> None:
+        self._pending.clear()
+
+    def reduce_gradients(self) -> SparseRowGrad:
+        """Collective: send every pending (key, grad) to its owner; returns my rows' summed gradient."""
+        if self._pending:
+            keys = np.concatenate([k for k, _ in self._pending])
+            grads = torch.cat([g.to("cpu") for _, g in self._pending])
+        else:
+            keys, grads = np.zeros(0, dtype=np.int64), torch.zeros((0, self.dim), dtype=self.dtype)
+        self._pending.clear()
+        uk, inv = np.unique(keys, return_inverse=True)  # coalesce before sending
+        g = torch.zeros((len(uk), self.dim), dtype=self.dtype).index_add_(0, torch.from_numpy(inv.reshape(-1)), grads.to(self.dtype))
+        _, owner, local = self.layout.locate_keys(uk)
+        P = self.world_size
+        if P > 1:
+            from mpi4py import MPI
+
+            order = np.argsort(owner, kind="stable")
+            send_rows = np.ascontiguousarray(local[order])
+            send_g = np.ascontiguousarray(g.numpy()[order])
+            scount = np.bincount(owner, minlength=P).astype(np.int64)
+            rcount = np.empty(P, dtype=np.int64)
+            mpi = self.comm.comm
+            with self.comm.guard("embedding gradient alltoall"):
+                mpi.Alltoall(scount, rcount)
+                sdisp = np.concatenate([[0], np.cumsum(scount)[:-1]])
+                rdisp = np.concatenate([[0], np.cumsum(rcount)[:-1]])
+                recv_rows = np.empty(int(rcount.sum()), dtype=np.int64)
+                mpi.Alltoallv([send_rows, scount, sdisp, MPI.INT64_T], [recv_rows, rcount, rdisp, MPI.INT64_T])
+                npdt = send_g.dtype
+                recv_g = np.empty((int(rcount.sum()), self.dim), dtype=npdt)
+                mt = MPI.DOUBLE if npdt == np.float64 else MPI.FLOAT
+                D = self.dim
+                mpi.Alltoallv([send_g, scount * D, sdisp * D, mt], [recv_g, rcount * D, rdisp * D, mt])
+            rows, rinv = np.unique(recv_rows, return_inverse=True)
+            vals = torch.zeros((len(rows), self.dim), dtype=self.dtype).index_add_(
+                0, torch.from_numpy(rinv.reshape(-1)), torch.from_numpy(recv_g))
+            return SparseRowGrad(rows, vals)
+        order = np.argsort(local, kind="stable")
+        return SparseRowGrad(local[order], g[torch.from_numpy(order)])
+
+    def row_dims(self, local_rows: np.ndarray) -> np.ndarray:
+        """Embedding dim of the table of each of my local rows."""
+        t, _ = self.layout.keys_of_local(self.rank, local_rows)
+        return self.dims[t]
+
+    # -- whole tables (collective; tests, snapshots) ----------------------------------------------
+    def gather_table(self, t: int) -> torch.Tensor:
+        """Collective: the full table t [N_t, D_t] on every rank."""
+        rows, lrows = self.layout.owned_rows(t, self.rank)
+        mine = self.array.local[torch.from_numpy(lrows).to(self.array.local.device), : int(self.dims[t])].cpu()
+        parts = self.comm.allgather((rows, mine.numpy()))
+        out = torch.empty((self.tables[t].num_embeddings, int(self.dims[t])), dtype=self.dtype)
+        for r, v in parts:
+            out[torch.from_numpy(r)] = torch.from_numpy(v)
+        return out
+
+    def gather_gradient(self, grad: SparseRowGrad) -> list[torch.Tensor]:
+        """Collective: dense per-table gradients [N_t, D_t] from every rank's `SparseRowGrad`."""
+        parts = self.comm.allgather((grad.rows, grad.values.cpu().numpy()))
+        out = [torch.zeros((c.num_embeddings, c.embedding_dim), dtype=self.dtype) for c in self.tables]
+        for pe, (rows, vals) in enumerate(parts):
+            tab, grow = self.layout.keys_of_local(pe, rows)
+            for t in range(self.num_tables):
+                m = tab == t
+                if m.any():
+                    out[t][torch.from_numpy(grow[m])] = torch.from_numpy(vals[m, : int(self.dims[t])])
+        return out
+
+    def free(self) -> None:
+        """Collective: release the symmetric array."""
+        if self.array is not None:
+            self.array.free()
+            self.array = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def extra_repr(self) -> str:
+        return f"tables={len(self.tables)}, world={self.world_size}, rows_per_pe={self.layout.rows_per_pe}, dim={self.dim}"
+
+
+class ShardedEmbeddingBag(MultiTableEmbeddingBag):
+    """`torch.nn.EmbeddingBag` with the table row-sharded over the ranks (one table).
+
+    `forward(indices, offsets=None, per_sample_weights=None)` means exactly what it means to
+    torch.nn.EmbeddingBag(num_embeddings, embedding_dim, mode=mode,
+    include_last_offset=include_last_offset); every rank looks up its own batch.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", sharding: str = "range",
+                 comm: Communicator | None = None, store: SymmetricStore | None = None, *,
+                 include_last_offset: bool = False, seed: int = 0, init: str = "normal",
+                 weight: Any = None, dtype: torch.dtype = torch.float32, backend: str = "cpu"):
+        super().__init__([TableConfig(num_embeddings, embedding_dim, mode, sharding)], comm, store,
+                         include_last_offset=include_last_offset, seed=seed, init=init,
+                         weights=None if weight is None else [weight], dtype=dtype, backend=backend)
+        self.num_embeddings, self.embedding_dim, self.mode, self.sharding = num_embeddings, embedding_dim, mode, sharding
+
+    def forward(self, indices, offsets=None, per_sample_weights=None) -> torch.Tensor:  # type: ignore[override]
+        return super().forward([indices], [offsets], [per_sample_weights])[0]
+
+    def weight(self) -> torch.Tensor:
+        """Collective: the full table."""
+        return self.gather_table(0)

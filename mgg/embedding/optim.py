@@ -1,0 +1,69 @@
+"""Sparse optimizers applied at the owning rank (state sharded like the table).
+
+`step()` is collective: it calls `reduce_gradients()` (the Alltoallv of (row, grad) to owners),
+updates the rows this rank owns in its slice of the symmetric array, and publishes the slice.
+
+* `SparseSGD`: w[r] -= lr * g[r] for every row with a gradient (torch.optim.SGD on a sparse
+  gradient, no momentum).
+* `RowWiseAdagrad` (FBGEMM/TorchRec's EXACT_ROWWISE_ADAGRAD): one accumulator per row,
+  s[r] += mean_j g[r, j]^2 over the table's D columns; w[r] -= lr * g[r] / (sqrt(s[r]) + eps).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .bag import MultiTableEmbeddingBag, SparseRowGrad
+
+__all__ = ["SparseSGD", "RowWiseAdagrad"]
+
+
+class _ShardedOptimizer:
+    def __init__(self, module: MultiTableEmbeddingBag, lr: float):
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        self.module, self.lr = module, float(lr)
+
+    def zero_grad(self) -> None:
+        self.module.clear_gradients()
+
+    def step(self) -> SparseRowGrad:
+        """Collective: exchange gradients, update my rows, publish. Returns the applied gradient."""
+        grad = self.module.reduce_gradients()
+        if len(grad.rows):
+            with torch.no_grad():
+                loc = self.module.array.local
+                rows = torch.from_numpy(grad.rows).to(loc.device)
+                self._apply(loc, rows, grad.values.to(loc.device, loc.dtype), grad.rows)
+        self.module.array.publish()
+        return grad
+
+    def _apply(self, loc, rows, g, rows_np) -> None:
+        raise NotImplementedError
+
+
+class SparseSGD(_ShardedOptimizer):
+    """Plain SGD on the rows that received a gradient."""
+
+    def _apply(self, loc, rows, g, rows_np) -> None:
+        loc.index_add_(0, rows, g, alpha=-self.lr)
+
+
+class RowWiseAdagrad(_ShardedOptimizer):
+    """Row-wise Adagrad; `state` holds one accumulator per local row of this rank's slice."""
+
+    def __init__(self, module: MultiTableEmbeddingBag, lr: float = 0.01, eps: float = 1e-10,
+                 initial_accumulator_value: float = 0.0):
+        super().__init__(module, lr)
+        if eps < 0 or initial_accumulator_value < 0:
+            raise ValueError("eps and initial_accumulator_value must be >= 0")
+        self.eps = float(eps)
+        self.state = torch.full((module.layout.rows_per_pe,), float(initial_accumulator_value),
+                                dtype=module.dtype, device=module.array.local.device)
+
+    def _apply(self, loc, rows, g, rows_np) -> None:
+        dims = torch.from_numpy(self.module.row_dims(rows_np).astype(np.float64)).to(g.device, g.dtype)
+        s = self.state.index_select(0, rows) + (g * g).sum(1) / dims
+        self.state.index_copy_(0, rows, s)
+        step = g * (self.lr / (s.sqrt() + self.eps)).unsqueeze(1)
+        loc.index_add_(0, rows, step, alpha=-1.0)

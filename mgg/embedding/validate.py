@@ -1,0 +1,111 @@
+"""Checks of EmbeddingBag inputs, with messages that say what is wrong.
+
+Valid inputs mean exactly what they mean to `torch.nn.EmbeddingBag`: 1-D `indices` with 1-D
+`offsets` starting at 0 (non-decreasing, each <= len(indices)), or 2-D `indices` [B, L] with no
+offsets (B bags of L); `include_last_offset=True` makes offsets[-1] the end of the last bag;
+`per_sample_weights` (float, same shape as indices) only with mode "sum".
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["MODES", "BagInput", "check_bag_input"]
+
+MODES = ("sum", "mean", "max")
+
+
+class BagInput:
+    """Validated, flattened input of one table: indices int64 [n], offsets int64 [B + 1] (include_last_offset form)."""
+
+    __slots__ = ("indices", "offsets", "per_sample_weights", "num_bags")
+
+    def __init__(self, indices, offsets, per_sample_weights, num_bags):
+        self.indices, self.offsets, self.per_sample_weights, self.num_bags = indices, offsets, per_sample_weights, num_bags
+
+
+def _as_tensor(x, what: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            raise TypeError(f"{what}: object arrays are not accepted")
+        return torch.from_numpy(np.ascontiguousarray(x))
+    if isinstance(x, (list, tuple)):
+        try:
+            arr = np.asarray(x)
+        except ValueError as e:
+            raise ValueError(f"{what}: ragged or malformed list ({e})") from None
+        if arr.dtype == object or arr.dtype.kind not in "biuf":
+            raise TypeError(f"{what}: expected numbers, got {arr.dtype}")
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        return torch.from_numpy(arr)
+    raise TypeError(f"{what}: expected a tensor, array or list, got {type(x).__name__}")
+
+
+def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int, mode: str,
+                    include_last_offset: bool, what: str = "EmbeddingBag") -> BagInput:
+    """Validate one table's input; returns flat int64 indices and offsets [B + 1] (the last = end of the last bag)."""
+    if mode not in MODES:
+        raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
+    idx = _as_tensor(indices, f"{what}: indices")
+    if idx.dtype in (torch.bool,) or idx.is_floating_point() or idx.is_complex():
+        raise TypeError(f"{what}: indices must be an integer tensor, got {idx.dtype}")
+    if offsets is None:
+        if idx.dim() != 2:
+            raise ValueError(f"{what}: without offsets, indices must be 2-D [bags, bag_size]; got {idx.dim()}-D")
+        b, l = idx.shape
+        off = torch.arange(b, dtype=torch.int64) * l
+        include_last_offset = False
+        idx = idx.reshape(-1)
+        if per_sample_weights is not None:
+            psw = _as_tensor(per_sample_weights, f"{what}: per_sample_weights")
+            if psw.shape != (b, l):
+                raise ValueError(f"{what}: per_sample_weights must have the shape of indices {(b, l)}, got {tuple(psw.shape)}")
+            per_sample_weights = psw.reshape(-1)
+    else:
+        if idx.dim() != 1:
+            raise ValueError(f"{what}: with offsets, indices must be 1-D; got {idx.dim()}-D")
+        off = _as_tensor(offsets, f"{what}: offsets")
+        if off.dtype == torch.bool or off.is_floating_point() or off.is_complex():
+            raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
+        if off.dim() != 1:
+            raise ValueError(f"{what}: offsets must be 1-D; got {off.dim()}-D")
+    idx = idx.to(torch.int64).cpu()
+    off = off.to(torch.int64).cpu()
+    n = int(idx.numel())
+    if include_last_offset and off.numel() == 0:
+        raise ValueError(f"{what}: include_last_offset=True needs at least one offset")
+    if off.numel():
+        if int(off[0]) != 0:
+            raise ValueError(f"{what}: offsets must start at 0, got offsets[0]={int(off[0])}")
+        if off.numel() > 1 and bool((off[1:] < off[:-1]).any()):
+            i = int(torch.nonzero(off[1:] < off[:-1])[0, 0]) + 1
+            raise ValueError(f"{what}: offsets must be non-decreasing; offsets[{i}]={int(off[i])} < offsets[{i-1}]={int(off[i-1])}")
+        if int(off[-1]) > n:
+            raise ValueError(f"{what}: offsets[-1]={int(off[-1])} exceeds len(indices)={n}")
+    if n:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= num_embeddings:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{what}: index {bad} out of range [0, {num_embeddings})")
+    psw = None
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise ValueError(f"{what}: per_sample_weights are only supported with mode='sum', got mode={mode!r}")
+        psw = _as_tensor(per_sample_weights, f"{what}: per_sample_weights")
+        if not psw.is_floating_point():
+            raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
+        if psw.dim() != 1 or psw.numel() != n:
+            raise ValueError(f"{what}: per_sample_weights must be 1-D with len(indices)={n} entries, got shape {tuple(psw.shape)}")
+    if include_last_offset and int(off[-1]) < n:
+        # indices after the last offset belong to no bag; dropping them keeps their gradient 0
+        # (torch 2.x leaves it uninitialized there when per_sample_weights are given)
+        end = int(off[-1])
+        idx = idx[:end]
+        psw = None if psw is None else psw[:end]
+        n = end
+    if not include_last_offset:  # normalize: offsets always end with the end of the last bag
+        off = torch.cat([off, torch.tensor([n], dtype=torch.int64)])
+    return BagInput(idx, off, psw, int(off.numel()) - 1)

@@ -1,0 +1,198 @@
+"""ShardedEmbeddingBag on one process: torch.nn.EmbeddingBag equivalence, gradients, optimizers, errors."""
+import numpy as np
+import pytest
+import torch
+
+from mgg.embedding import (MultiTableEmbeddingBag, RowWiseAdagrad, ShardedEmbeddingBag, SparseSGD, TableConfig,
+                           TableLayout, init_rows, init_table)
+from mgg.runtime import world
+
+N, D = 300, 6
+
+
+@pytest.fixture(scope="module")
+def comm():
+    return world(use_mpi=False) if world().size == 1 else world()
+
+
+def batch(seed, n=60, bags=9, empty=True, n_rows=N):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, n_rows, (n,), generator=g)
+    cuts = torch.sort(torch.randint(0, n + 1, (bags - 1,), generator=g)).values
+    off = torch.cat([torch.tensor([0]), cuts])
+    if empty:
+        off[2] = off[3] = off[1]  # consecutive empty bags
+    return idx, off
+
+
+def reference(mode, ilo=False, seed=0, init="normal"):
+    w = init_table(N, D, seed=seed, kind=init)
+    return torch.nn.EmbeddingBag.from_pretrained(w, freeze=False, mode=mode, include_last_offset=ilo)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("ilo", [False, True])
+@pytest.mark.parametrize("psw", [False, True])
+def test_forward_backward_equal_torch(comm, mode, ilo, psw):
+    if psw and mode != "sum":
+        pytest.skip("per_sample_weights only with sum")
+    emb = ShardedEmbeddingBag(N, D, mode, comm=comm, include_last_offset=ilo, seed=5)
+    ref = reference(mode, ilo, seed=5)
+    idx, off = batch(1)
+    if ilo:
+        off = torch.cat([off, torch.tensor([len(idx) - 3])])  # indices after the last offset are ignored
+    w = torch.rand(len(idx), requires_grad=True) if psw else None
+    w2 = w.detach().clone().requires_grad_(True) if psw else None
+    out = emb(idx, off, w)
+    end = int(off[-1]) if ilo else len(idx)  # torch leaves the gradient of ignored trailing indices uninitialized
+    rout = ref(idx[:end], off, None if w2 is None else w2[:end])
+    assert torch.equal(out, rout)
+    assert (out[2] == 0).all()  # empty bag -> zeros
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (rout * g).sum().backward()
+    dense = emb.gather_gradient(emb.reduce_gradients())[0]
+    torch.testing.assert_close(dense, ref.weight.grad, rtol=0, atol=1e-6)
+    if psw:
+        torch.testing.assert_close(w.grad, w2.grad)
+    emb.free()
+
+
+def test_2d_input_and_numpy_and_eval(comm):
+    emb = ShardedEmbeddingBag(N, D, "sum", comm=comm, seed=2)
+    ref = reference("sum", seed=2)
+    x = torch.randint(0, N, (7, 4))
+    assert torch.equal(emb(x), ref(x))
+    idx, off = batch(3)
+    assert torch.equal(emb(idx.numpy(), off.numpy()), ref(idx, off))
+    assert torch.equal(emb(idx.tolist(), off.tolist()), ref(idx, off))
+    emb.eval()
+    with torch.no_grad():
+        assert torch.equal(emb(idx, off), ref(idx, off))
+    assert not emb._pending
+    emb.free()
+
+
+def test_init_is_layout_independent():
+    full = init_table(200_000, 3, seed=9)  # several init blocks
+    rows = np.array([199_999, 5, 70_000, 65_536, 65_535, 5])
+    assert torch.equal(init_rows(rows, 200_000, 3, seed=9), full[rows])
+    u = init_table(1000, 4, seed=1, kind="uniform")
+    assert u.abs().max() <= np.sqrt(1 / 1000)
+    assert not torch.equal(init_table(10, 2, seed=1), init_table(10, 2, seed=2))
+
+
+def test_layout_roundtrip():
+    lay = TableLayout((10, 7, 1), ("range", "hash", "range"), 3)
+    for pe in range(3):
+        for t in range(3):
+            rows, local = lay.owned_rows(t, pe)
+            own, loc2 = lay.locate(t, rows)
+            assert (own == pe).all() and (loc2 == local).all()
+            tab, back = lay.keys_of_local(pe, local)
+            assert (tab == t).all() and (back == rows).all()
+    owned = np.concatenate([lay.owned_rows(1, pe)[0] for pe in range(3)])
+    assert sorted(owned) == list(range(7))
+    assert lay.rows_per_pe == 4 + 3 + 1
+
+
+def _ref_rowwise_adagrad(w, s, g, lr, eps):
+    touched = (g != 0).any(1)
+    s = s.clone()
+    s[touched] += (g[touched] ** 2).mean(1)
+    w = w.clone()
+    w[touched] -= lr * g[touched] / (s[touched].sqrt() + eps).unsqueeze(1)
+    return w, s
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adagrad"])
+def test_optimizers_equal_reference(comm, opt):
+    emb = ShardedEmbeddingBag(N, D, "mean", comm=comm, seed=4)
+    w = init_table(N, D, seed=4)
+    s = torch.zeros(N)
+    o = SparseSGD(emb, lr=0.5) if opt == "sgd" else RowWiseAdagrad(emb, lr=0.3, eps=1e-8)
+    for step in range(3):
+        idx, off = batch(10 + step)
+        ref = torch.nn.EmbeddingBag.from_pretrained(w.clone(), freeze=False, mode="mean")
+        target = torch.randn(len(off), D)
+        ((emb(idx, off) - target) ** 2).sum().backward()
+        ((ref(idx, off) - target) ** 2).sum().backward()
+        o.step()
+        g = ref.weight.grad
+        if opt == "sgd":
+            w = w - 0.5 * g
+        else:
+            w, s = _ref_rowwise_adagrad(w, s, g, 0.3, 1e-8)
+        torch.testing.assert_close(emb.weight(), w, rtol=1e-6, atol=1e-6)
+    emb.free()
+
+
+def test_multitable_equals_separate_tables(comm):
+    cfgs = [TableConfig(50, 4, "sum", "range", "a"), TableConfig(80, 6, "max", "hash", "b"),
+            TableConfig(20, 6, "mean", "range", "c")]
+    m = MultiTableEmbeddingBag(cfgs, comm, seed=7)
+    refs = [torch.nn.EmbeddingBag.from_pretrained(init_table(c.num_embeddings, c.embedding_dim, seed=7 + t), freeze=False,
+                                                  mode=c.mode) for t, c in enumerate(cfgs)]
+    ins = [batch(20 + t, n_rows=c.num_embeddings) for t, c in enumerate(cfgs)]
+    outs = m([i for i, _ in ins], [o for _, o in ins])
+    loss = sum(o.square().sum() for o in outs)
+    loss.backward()
+    sum(r(i, o).square().sum() for r, (i, o) in zip(refs, ins)).backward()
+    grads = m.gather_gradient(m.reduce_gradients())
+    for t, r in enumerate(refs):
+        assert torch.equal(outs[t], r(*ins[t]))
+        torch.testing.assert_close(grads[t], r.weight.grad, rtol=0, atol=1e-6)
+    assert m([None, ins[1][0], None], [None, ins[1][1], None])[0] is None
+    m.free()
+
+
+def test_weights_from_array(comm):
+    w = np.random.default_rng(0).standard_normal((40, 3)).astype(np.float32)
+    emb = ShardedEmbeddingBag(40, 3, "sum", "hash", comm=comm, weight=w)
+    assert np.array_equal(emb.weight().numpy(), w)
+    with pytest.raises(ValueError, match="shape"):
+        ShardedEmbeddingBag(41, 3, comm=comm, weight=w)
+    emb.free()
+
+
+@pytest.mark.parametrize("args,exc,msg", [
+    ((torch.tensor([0, 300]), torch.tensor([0])), IndexError, "out of range"),
+    ((torch.tensor([0, -1]), torch.tensor([0])), IndexError, "out of range"),
+    ((torch.tensor([0, 1, 2]), torch.tensor([1, 2])), ValueError, "start at 0"),
+    ((torch.tensor([0, 1, 2]), torch.tensor([0, 2, 1])), ValueError, "non-decreasing"),
+    ((torch.tensor([0, 1, 2]), torch.tensor([0, 4])), ValueError, "exceeds len"),
+    ((torch.tensor([0.0, 1.0]), torch.tensor([0])), TypeError, "integer"),
+    ((torch.tensor([0, 1]), torch.tensor([0.0])), TypeError, "integer"),
+    ((torch.tensor([[0, 1]]), torch.tensor([0])), ValueError, "1-D"),
+    ((torch.tensor([0, 1]), None), ValueError, "2-D"),
+    ((torch.tensor([0, 1]), torch.tensor([0]), torch.ones(3)), ValueError, "per_sample_weights"),
+    ((torch.tensor([0, 1]), torch.tensor([0]), torch.ones(2, dtype=torch.int64)), TypeError, "floating"),
+    (([0, [1, 2]], [0]), ValueError, "ragged"),
+    ((["a"], [0]), TypeError, "numbers"),
+])
+def test_bad_inputs_raise_clear_errors(comm, args, exc, msg):
+    emb = ShardedEmbeddingBag(N, D, "sum", comm=comm)
+    with pytest.raises(exc, match=msg):
+        emb(*args)
+    emb.free()
+
+
+def test_bad_config(comm):
+    with pytest.raises(ValueError, match="per_sample_weights are only supported"):
+        e = ShardedEmbeddingBag(N, D, "mean", comm=comm)
+        try:
+            e(torch.tensor([1]), torch.tensor([0]), torch.ones(1))
+        finally:
+            e.free()
+    with pytest.raises(ValueError, match="mode"):
+        ShardedEmbeddingBag(N, D, "median", comm=comm)
+    with pytest.raises(ValueError, match="sharding"):
+        ShardedEmbeddingBag(N, D, "sum", "round", comm=comm)
+    with pytest.raises(ValueError, match="num_embeddings"):
+        ShardedEmbeddingBag(0, D, comm=comm)
+    with pytest.raises(ValueError, match="lr"):
+        e = ShardedEmbeddingBag(N, D, comm=comm)
+        try:
+            SparseSGD(e, lr=0)
+        finally:
+            e.free()
