@@ -158,7 +158,7 @@ class MultiTableEmbeddingBag(torch.nn.Module):
                 vals = np.asarray(w[int(rows[0]): int(rows[-1]) + 1])  # contiguous: one slice of a memmap
             else:
                 vals = np.asarray(w[rows])
-        vals = torch.as_tensor(np.asarray(vals) if not isinstance(vals, torch.Tensor) else vals)
+        vals = vals if isinstance(vals, torch.Tensor) else torch.from_numpy(np.array(vals))  # a copy: memmaps are read-only
         if tuple(vals.shape) != (len(rows), cfg.embedding_dim):
             raise ValueError(f"table {cfg.name!r}: weight rows of shape {tuple(vals.shape)}, expected {(len(rows), cfg.embedding_dim)}")
         if not vals.is_floating_point():
