@@ -1,0 +1,284 @@
+"""The lookup service end to end: `mpirun -np 2 python -m mgg.serve` on a loopback port."""
+import concurrent.futures as cf
+import http.client
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mgg.embedding.client import EmbeddingClient, ServiceError
+from mgg.embedding.io import save_safetensors
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+
+
+def mpirun(np_: int) -> list[str]:
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx", "-x", "PYTHONPATH",
+           "-x", "OMP_NUM_THREADS", "-np", str(np_)]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    return cmd
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = ROOT + (":" + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e["OMPI_MCA_osc"] = "^ucx"
+    e.pop("MGG_SERVE_TOKEN", None)
+    return e
+
+
+class Service:
+    def __init__(self, tables_json, *extra, np_=2):
+        self.proc = subprocess.Popen(mpirun(np_) + [sys.executable, "-m", "mgg.serve", "--tables", str(tables_json),
+                                                    "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+        deadline = time.time() + 60
+        while True:
+            line = self.proc.stdout.readline()
+            m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+            if not line and self.proc.poll() is not None or time.time() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"service did not start: {self.proc.stderr.read()[-3000:]}")
+        self.host, self.port = self.url[7:].split(":")
+
+    def raw(self, method, path, body=b"", headers=None):
+        c = http.client.HTTPConnection(self.host, int(self.port), timeout=30)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    def wait(self, timeout=30):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tables")
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((1000, 8)).astype(np.float32)
+    B = rng.standard_normal((77, 4)).astype(np.float32)
+    C = rng.standard_normal((50, 3)).astype(np.float64)
+    np.save(d / "a.npy", A)
+    save_safetensors(str(d / "b.safetensors"), {"weight": B})
+    np.save(d / "c.npy", C)
+    (d / "tables.json").write_text(json.dumps({"tables": [
+        {"name": "a", "path": "a.npy", "mode": "sum", "sharding": "range"},
+        {"name": "b", "path": "b.safetensors", "mode": "max", "sharding": "hash"},
+        {"name": "c", "path": "c.npy", "mode": "mean", "sharding": "hash"}]}))
+    return d, {"a": A, "b": B, "c": C.astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def svc(tables):
+    d, _ = tables
+    s = Service(d / "tables.json", "--max-body-bytes", "200000", "--snapshot-dir", str(d / "snaps"))
+    yield s
+    if s.proc.poll() is None:
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait()
+
+
+def ref_bag(W, idx, off, mode, psw=None):
+    idx, off = np.asarray(idx), np.asarray(off)
+    ends = list(off[1:]) + [len(idx)]
+    out = np.zeros((len(off), W.shape[1]), dtype=np.float64)
+    for i, (a, b) in enumerate(zip(off, ends)):
+        if b > a:
+            rows = W[idx[a:b]].astype(np.float64)
+            if psw is not None:
+                rows = rows * np.asarray(psw[a:b])[:, None]
+            out[i] = {"sum": rows.sum(0), "mean": rows.mean(0), "max": rows.max(0)}[mode]
+    return out
+
+
+def test_lookups_match_numpy(svc, tables):
+    _, W = tables
+    c = EmbeddingClient(svc.url)
+    h = c.health()
+    assert h["status"] == "ok" and h["world_size"] == 2 and set(h["tables"]) == {"a", "b", "c"}
+    rng = np.random.default_rng(1)
+    for name, mode in (("a", "sum"), ("b", "max"), ("c", "mean")):
+        n = W[name].shape[0]
+        idx = rng.integers(0, n, 40)
+        off = np.array([0, 5, 5, 17, 39])
+        for binary in (True, False):
+            got = c.lookup(name, idx, off, binary=binary)
+            np.testing.assert_allclose(got, ref_bag(W[name], idx, off, mode), rtol=1e-5, atol=1e-6)
+    psw = rng.random(40)
+    np.testing.assert_allclose(c.lookup("a", idx % 1000, off, psw), ref_bag(W["a"], idx % 1000, off, "sum", psw),
+                               rtol=1e-5, atol=1e-5)
+
+
+BAD_JSON = [
+    ({"table": "nope", "indices": [1], "offsets": [0]}, 404, "unknown table"),
+    ({"table": "a", "indices": [1000], "offsets": [0]}, 422, "out of range"),
+    ({"table": "a", "indices": [-1], "offsets": [0]}, 422, "out of range"),
+    ({"table": "a", "indices": [1, 2], "offsets": [1]}, 400, "start at 0"),
+    ({"table": "a", "indices": [1, 2, 3], "offsets": [0, 2, 1]}, 400, "non-decreasing"),
+    ({"table": "a", "indices": [1, 2], "offsets": [0, 3]}, 400, "exceeds"),
+    ({"table": "a", "indices": [1.5], "offsets": [0]}, 400, "integers"),
+    ({"table": "a", "indices": ["1"], "offsets": [0]}, 400, "integers"),
+    ({"table": "a", "indices": [True], "offsets": [0]}, 400, "integers"),
+    ({"table": "a", "indices": [[1], [2, 3]], "offsets": [0]}, 400, "integers"),
+    ({"table": "a", "indices": [1], "offsets": [0], "per_sample_weights": [1, 2]}, 400, "per_sample_weights"),
+    ({"table": "b", "indices": [1], "offsets": [0], "per_sample_weights": [1.0]}, 400, "mode='sum'"),
+    ({"table": "a", "indices": [1]}, 400, "required"),
+    ({"table": 3, "indices": [1], "offsets": [0]}, 400, "string"),
+    ({"table": "a", "indices": [1], "offsets": [0], "extra": 1}, 400, "unknown fields"),
+    ([1, 2], 400, "object"),
+]
+
+
+@pytest.mark.parametrize("doc,status,msg", BAD_JSON)
+def test_bad_json_requests_get_4xx(svc, doc, status, msg):
+    st, body = svc.raw("POST", "/v1/lookup", json.dumps(doc).encode(), {"Content-Type": "application/json"})
+    assert st == status and msg in json.loads(body)["error"]
+
+
+def npz(**arrays):
+    b = io.BytesIO()
+    np.savez(b, **arrays)
+    return b.getvalue()
+
+
+def test_other_bad_requests_and_service_stays_up(svc, tables):
+    cases = [
+        (("POST", "/v1/lookup", b"{not json"), 400, "malformed JSON"),
+        (("POST", "/v1/lookup", b'{"table": "a", "indices": [NaN], "offsets": [0]}'), 400, "malformed JSON"),
+        (("POST", "/v1/lookup", b"x" * 200001), 413, "max-body-bytes"),
+        (("POST", "/v1/lookup/npy?table=a", b"PK\x03\x04garbage"), 400, "malformed npz"),
+        (("POST", "/v1/lookup/npy?table=a", npz(indices=np.array([0.5]), offsets=np.array([0]))), 400, "integers"),
+        (("POST", "/v1/lookup/npy?table=a", npz(indices=np.array([1]))), 400, "required"),
+        (("POST", "/v1/lookup/npy?table=zz", npz(indices=np.array([1]), offsets=np.array([0]))), 404, "unknown table"),
+        (("POST", "/v1/lookup/npy", npz(indices=np.array([1]), offsets=np.array([0]))), 400, "string"),
+        (("GET", "/v1/nothing", b""), 404, "no endpoint"),
+        (("GET", "/v1/lookup", b""), 405, "no endpoint"),
+        (("POST", "/v1/snapshot", b'{"name": "../evil"}'), 400, "snapshot name"),
+    ]
+    for (method, path, body), status, msg in cases:
+        st, data = svc.raw(method, path, body)
+        assert st == status, (path, st, data)
+        assert msg in json.loads(data)["error"]
+    z = io.BytesIO()  # a zip that expands far beyond the body limit
+    import zipfile
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as f:
+        f.writestr("indices.npy", b"\0" * 10_000_000)
+    st, data = svc.raw("POST", "/v1/lookup/npy?table=a", z.getvalue())
+    assert st == 413
+    c = EmbeddingClient(svc.url)
+    assert c.health()["status"] == "ok"
+    np.testing.assert_allclose(c.lookup("a", [3], [0]), tables[1]["a"][[3]])
+    with pytest.raises(ServiceError) as e:
+        c.lookup("a", [5000], [0])
+    assert e.value.status == 422
+
+
+def test_concurrent_requests_batched_and_correct(svc, tables):
+    _, W = tables
+    c = EmbeddingClient(svc.url)
+    before = c.metrics()
+
+    def one(i):
+        rng = np.random.default_rng(100 + i)
+        name = "abc"[i % 3]
+        mode = {"a": "sum", "b": "max", "c": "mean"}[name]
+        idx = rng.integers(0, W[name].shape[0], 12)
+        off = np.array([0, 4, 4, 9])
+        return np.allclose(c.lookup(name, idx, off, binary=bool(i % 2)), ref_bag(W[name], idx, off, mode),
+                           rtol=1e-5, atol=1e-6)
+
+    with cf.ThreadPoolExecutor(16) as ex:
+        assert all(ex.map(one, range(240)))
+    m = c.metrics()
+    assert m["requests"]["POST /v1/lookup/npy"] - before["requests"].get("POST /v1/lookup/npy", 0) == 120
+    assert m["requests"]["POST /v1/lookup"] - before["requests"].get("POST /v1/lookup", 0) == 120
+    assert m["batched_requests"] - before["batched_requests"] == 240
+    assert m["batches"] - before["batches"] < 240  # concurrent requests shared lookups
+    assert m["errors_total"] == before["errors_total"]
+    assert m["lookup_latency_ms"]["p50"] <= m["lookup_latency_ms"]["p99"]
+
+
+def test_snapshot_is_atomic_and_reloadable(svc, tables):
+    d, W = tables
+    c = EmbeddingClient(svc.url)
+    res = c.snapshot("s1")
+    snap = d / "snaps" / "s1"
+    assert res["path"] == str(snap / "tables.json")
+    assert sorted(os.listdir(snap)) == ["a.npy", "b.npy", "c.npy", "tables.json"]  # no temp files left
+    for k in W:
+        assert np.array_equal(np.load(snap / f"{k}.npy"), W[k])
+    s2 = Service(snap / "tables.json", np_=3)
+    try:
+        c2 = EmbeddingClient(s2.url)
+        assert c2.health()["world_size"] == 3
+        np.testing.assert_allclose(c2.lookup("b", [1, 76, 5], [0, 2]), ref_bag(W["b"], [1, 76, 5], [0, 2], "max"))
+        c2.shutdown()
+        assert s2.wait() == 0
+    finally:
+        if s2.proc.poll() is None:
+            s2.proc.kill()
+
+
+def test_token_and_sigterm_shutdown(tables):
+    d, W = tables
+    s = Service(d / "tables.json", "--auth-token", "s3cret")
+    try:
+        st, body = s.raw("POST", "/v1/lookup", json.dumps({"table": "a", "indices": [1], "offsets": [0]}).encode())
+        assert st == 401
+        assert s.raw("GET", "/v1/health")[0] == 200
+        with pytest.raises(ServiceError) as e:
+            EmbeddingClient(s.url, token="wrong").metrics()
+        assert e.value.status == 401
+        c = EmbeddingClient(s.url, token="s3cret")
+        np.testing.assert_allclose(c.lookup("a", [7], [0]), W["a"][[7]])
+        assert s.raw("POST", "/v1/shutdown", b"{}")[0] == 401
+        os.kill(c.health()["pid"], signal.SIGTERM)  # SIGTERM on rank 0: every rank stops, exit 0
+        assert s.wait(30) == 0
+        assert "stopped" in s.proc.stdout.read()
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+
+
+def test_shutdown_endpoint_exits_zero(svc):
+    c = EmbeddingClient(svc.url)
+    assert c.shutdown()["status"] == "stopping"
+    assert svc.wait(30) == 0
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--host", "0.0.0.0"], "without --allow-remote"),
+    (["--host", "0.0.0.0", "--allow-remote"], "without a token"),
+])
+def test_refuses_remote_bind_without_token(tables, extra, msg):
+    d, _ = tables
+    r = subprocess.run([sys.executable, "-m", "mgg.serve", "--tables", str(d / "tables.json"), *extra],
+                       capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and msg in r.stderr
+
+
+def test_bad_tables_file_is_refused(tmp_path):
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "missing.npy"}]))
+    r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
+                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+    assert r.returncode != 0 and "file not found" in r.stderr
