@@ -15,9 +15,12 @@ def infer_num_nodes(num_nodes, src, dst, x=None, y=None, masks=(), source: str =
         if n.size != 1 or n.dtype.kind not in "iu":
             raise GraphFormatError(source, "num_nodes", f"must be one integer, got {num_nodes!r}")
         return int(n.reshape(()))
-    for a in (x, y, *masks):
+    for field, a in (("x", x), ("y", y), *zip(("train_mask", "val_mask", "test_mask"), masks)):
         if a is not None:
-            return int(np.asarray(a).shape[0])
+            a = np.asarray(a)
+            if a.ndim == 0:
+                raise GraphFormatError(source, field, f"must have one entry per node, got a scalar {a!r}")
+            return int(a.shape[0])
     hi = -1
     for a in (src, dst):
         if len(a):
