@@ -521,10 +521,32 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     return res
 
 
+def _exit_together(code) -> None:
+    """Exit with `code` after every rank got here (a bad flag is bad on all of them): without the
+    barrier the launcher would kill the other ranks before they print the error."""
+    sys.stderr.flush()
+    launched = any(os.environ.get(k, "1") != "1" for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                                            "SLURM_NTASKS"))
+    if launched:
+        try:
+            os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+            from mpi4py import MPI
+
+            MPI.COMM_WORLD.Barrier()
+        except ImportError:
+            pass
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors and
     128 + signal number (143 for SIGTERM) when a signal stopped the run after a checkpoint."""
-    cfg = parse_args(argv)
+    try:
+        cfg = parse_args(argv)
+    except SystemExit as e:  # argparse printed the error (or --help) on this rank
+        if e.code not in (0, None):
+            _exit_together(e.code)
+        raise
     # Open MPI 5's UCX one-sided component prints an error and falls back on hosts without UCX
     # transports; the RDMA/shared-memory components serve the CPU path.
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
