@@ -120,8 +120,8 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         self.dim = int(self.dims.max())
         self._pending: list[tuple[np.ndarray, torch.Tensor]] = []
         self._anchor = torch.zeros((), requires_grad=True)
-        self._gpu = getattr(self.store, "name", "") == "nvshmem"
         self.array = self.store.allocate(self.layout.rows_per_pe, self.dim, dtype)
+        self._gpu = self.array.local.is_cuda  # NVSHMEM store: rows come through the CUDA kernels
         err = None
         try:
             with torch.no_grad():
@@ -218,6 +218,8 @@ class MultiTableEmbeddingBag(torch.nn.Module):
                                 include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}")
             bags.append(b)
             keys.append(b.indices.numpy() + self.layout.table_offset[t])
+        if self._gpu and not (torch.is_grad_enabled() and self.training):
+            return self._forward_fused(bags)
         allkeys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         uniq, inv = np.unique(allkeys, return_inverse=True)
         inv = torch.from_numpy(inv.reshape(-1).astype(np.int64))
@@ -239,6 +241,21 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             outs.append(F.embedding_bag(inv[pos: pos + n].to(dev), w, b.offsets.to(dev), mode=self.tables[t].mode,
                                         per_sample_weights=psw, include_last_offset=True))
             pos += n
+        return outs
+
+    def _forward_fused(self, bags) -> list[torch.Tensor | None]:
+        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu). GPU-untested."""
+        from ..kernels.embedding_gpu import embedding_bag_fused
+
+        outs: list[torch.Tensor | None] = []
+        for t, b in enumerate(bags):
+            if b is None:
+                outs.append(None)
+                continue
+            owner, local = self.layout.locate(t, b.indices.numpy())
+            psw = None if b.per_sample_weights is None else b.per_sample_weights.float().numpy()
+            out = embedding_bag_fused(self.array, owner, local, b.offsets.numpy(), psw, self.tables[t].mode)
+            outs.append(out[:, : int(self.dims[t])])
         return outs
 
     # -- gradients ------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""Launcher of mgg/kernels/embedding_bag.cu (NVSHMEM embedding-bag kernels). GPU-UNTESTED.
+
+Compile-checked with nvcc 13 for sm_90 against nvidia-nvshmem-cu13 3.4.5 headers; not yet run on a
+device. Follows the verified recipe (docs/embedding.md, "GPU path"): nvcc -rdc + device link
+against libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per
+node: the cache file is written to a temp name and os.replace'd, so concurrent ranks at worst
+build twice), loaded with cupy.RawModule, then `nvshmem.bindings.cumodule_init` before the first
+launch. Tensors are passed to cupy zero-copy through __cuda_array_interface__ on torch's
+current stream.
+
+`gather_rows(array, owner, local)` -> [U, D] rows (training path);
+`embedding_bag_fused(array, owner, local, offsets, psw, mode)` -> [B, D] pooled (inference).
+`array` is a SymmetricArray of the NVSHMEM store: `array.local` is a contiguous CUDA tensor at
+the symmetric address of this PE's slice.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+import torch
+
+__all__ = ["build", "gather_rows", "embedding_bag_fused", "MODES"]
+
+MODES = {"sum": 0, "mean": 1, "max": 2}
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "embedding_bag.cu")
+_LOCK = threading.Lock()
+_MOD = None
+
+
+def _nvshmem_root() -> str:
+    env = os.environ.get("NVSHMEM_HOME")
+    if env:
+        return env
+    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+
+    return list(nvn.__path__)[0]
+
+
+def _arch() -> str:
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm_{major}{minor}"
+    return os.environ.get("MGG_CUDA_ARCH", "sm_90")
+
+
+def build(arch: str | None = None, cache_dir: str | None = None) -> str:
+    """Compile embedding_bag.cu to a cubin (cached); returns its path."""
+    arch = arch or _arch()
+    with open(_SRC, "rb") as f:
+        src = f.read()
+    root = _nvshmem_root()
+    key = hashlib.sha256(src + arch.encode() + root.encode()).hexdigest()[:16]
+    cache_dir = cache_dir or os.environ.get("MGG_KERNEL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "mgg", "kernels"))
+    os.makedirs(cache_dir, exist_ok=True)
+    out = os.path.join(cache_dir, f"embedding_bag-{arch}-{key}.cubin")
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        obj, cub = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.cubin")
+        for cmd in (["nvcc", f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", f"-I{root}/include", "-c", _SRC, "-o", obj],
+                    ["nvcc", f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", cub]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(f"building embedding_bag.cu failed: {' '.join(cmd[:4])} ...\n{(r.stderr or r.stdout)[-2000:]}")
+        os.replace(cub, out)
+    return out
+
+
+def _module():
+    global _MOD
+    with _LOCK:
+        if _MOD is None:
+            import cupy
+            import nvshmem.bindings as nb
+
+            mod = cupy.RawModule(path=build())
+            status = nb.cumodule_init(int(mod.module.ptr))
+            if status != 0:
+                raise RuntimeError(f"nvshmem cumodule_init failed with status {status}")
+            _MOD = (mod, mod.get_function("emb_gather_rows"), mod.get_function("emb_bag_fused"))
+        return _MOD
+
+
+def _cp(t: torch.Tensor):
+    import cupy
+
+    return cupy.asarray(t)
+
+
+def _grid(n_warps: int, threads: int = 256) -> tuple[tuple[int], tuple[int]]:
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    blocks = max(1, min((n_warps * 32 + threads - 1) // threads, sms * 8))
+    return (blocks,), (threads,)
+
+
+def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
+    """Rows (owner[i], local[i]) of the symmetric table -> [U, D] on this GPU."""
+    import cupy
+
+    table = array.local
+    if table.dtype != torch.float32 or not table.is_contiguous():
+        raise TypeError("gather_rows: the table must be a contiguous float32 CUDA tensor")
+    dev = table.device
+    n, D = len(owner), table.shape[1]
+    out = torch.empty((n, D), dtype=torch.float32, device=dev)
+    if n == 0:
+        return out
+    ow = torch.from_numpy(np.ascontiguousarray(owner, dtype=np.int32)).to(dev, non_blocking=True)
+    lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev, non_blocking=True)
+    _, k_gather, _ = _module()
+    grid, block = _grid(n)
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream):
+        k_gather(grid, block, (_cp(out), _cp(table), _cp(ow), _cp(lo), np.int64(n), np.int32(D)))
+    return out
+
+
+def embedding_bag_fused(array, owner: np.ndarray, local: np.ndarray, offsets: np.ndarray,
+                        per_sample_weights: np.ndarray | None, mode: str) -> torch.Tensor:
+    """Pooled bags [B, D]: offsets are [B + 1] (include_last_offset form), owner/local per index."""
+    import cupy
+
+    table = array.local
+    dev, D = table.device, table.shape[1]
+    B = len(offsets) - 1
+    out = torch.empty((B, D), dtype=torch.float32, device=dev)
+    if B <= 0:
+        return out
+    ow = torch.from_numpy(np.ascontiguousarray(owner, dtype=np.int32)).to(dev)
+    lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev)
+    off = torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)).to(dev)
+    psw = None if per_sample_weights is None else torch.from_numpy(np.ascontiguousarray(per_sample_weights, dtype=np.float32)).to(dev)
+    _, _, k_bag = _module()
+    grid, block = _grid(B)
+    smem = (block[0] // 32) * D * 4
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream):
+        k_bag(grid, block, (_cp(out), _cp(table), _cp(ow), _cp(lo), _cp(off),
+                            _cp(psw) if psw is not None else np.uint64(0), np.int64(B), np.int32(D),
+                            np.int32(MODES[mode])), shared_mem=smem)
+    return out
