@@ -12,7 +12,9 @@
 # (NVLS) off for NVSHMEM and NCCL; Open MPI's UCX one-sided component off (the CPU path uses
 # osc rdma/sm); --allow-run-as-root when root. The repository root is put on PYTHONPATH, so it
 # also works from a checkout that is not pip-installed.
-# Environment: MPIRUN (mpirun binary), PYTHON (interpreter), MGG_MPIRUN_ARGS (extra mpirun args).
+# Environment: MPIRUN (mpirun binary), PYTHON (interpreter), MGG_MPIRUN_ARGS (extra mpirun args);
+# NVSHMEM_BOOTSTRAP, NVSHMEM_SYMMETRIC_SIZE, NVSHMEM_REMOTE_TRANSPORT, MGG_RANKS_PER_NODE and
+# MGG_FAULT_INJECT reach every rank when set. Inside a Slurm allocation use launch/srun.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,6 +57,14 @@ fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 OMPI_MCA_osc="^ucx"
 mpi_args+=(-x PYTHONPATH -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE -x OMPI_MCA_osc)
+# passed to every rank when set (docs/multinode.md): NVSHMEM sizing/transport, node grouping, the
+# fault-injection test hook
+for v in NVSHMEM_BOOTSTRAP NVSHMEM_SYMMETRIC_SIZE NVSHMEM_REMOTE_TRANSPORT MGG_RANKS_PER_NODE MGG_FAULT_INJECT; do
+  if [[ -n "${!v:-}" ]]; then
+    export "${v?}"
+    mpi_args+=(-x "$v")
+  fi
+done
 if [[ $cpu == 1 && -z "${OMP_NUM_THREADS:-}" ]]; then
   cores="$(nproc 2>/dev/null || echo 1)"
   threads=$(( cores / np ))

@@ -122,3 +122,40 @@ def test_simulated_two_nodes_cli_matches_one_rank(tmp_path):
                 Communicator(comm=None), load_dataset("sbm", scale=0.05, seed=0))
     np.testing.assert_allclose(losses_of(tmp_path / "m.json"), [e["loss"] for e in ref.epochs],
                                rtol=0, atol=1e-5)
+
+
+# -- launch scripts -------------------------------------------------------------------------------
+SCRIPTS = ["launch/mpirun.sh", "launch/srun.sh", "launch/slurm.sbatch"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_launch_script_syntax(script):
+    assert subprocess.run(["bash", "-n", str(ROOT / script)]).returncode == 0
+    if shutil.which("shellcheck"):
+        r = subprocess.run(["shellcheck", str(ROOT / script)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout
+
+
+def test_srun_wrapper_command_lines():
+    def dry(*args, **slurm):
+        e = env(SLURM_JOB_ID="7", **slurm)
+        for k in ("MGG_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK",
+                  "NVSHMEM_DISABLE_NVLS", "NVSHMEM_BOOTSTRAP"):
+            if k not in slurm:
+                e.pop(k, None)
+        r = subprocess.run(["bash", str(ROOT / "launch" / "srun.sh"), "--dry-run", *args], env=e,
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+    out = dry("--", "--epochs", "3", SLURM_JOB_NUM_NODES="2", SLURM_GPUS_ON_NODE="4", SLURM_CPUS_PER_TASK="8")
+    assert ("srun --mpi=pmix --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --kill-on-bad-exit=1 "
+            "--export=ALL --gpus-per-task=1 --gpu-bind=none python -m mgg.train --epochs 3") in out
+    out = dry("--launcher", "mpirun", "--module", "mgg.doctor", SLURM_JOB_NUM_NODES="2",
+              SLURM_GPUS_PER_NODE="h100:4", NVSHMEM_SYMMETRIC_SIZE="8G")
+    assert "mpirun -np 8 --map-by ppr:4:node" in out and "-x NVSHMEM_BOOTSTRAP" in out
+    assert "-x NVSHMEM_DISABLE_NVLS" in out and "-x NVSHMEM_SYMMETRIC_SIZE" in out and "mgg.doctor" in out
+    out = dry(SLURM_NNODES="2", SLURM_NTASKS_PER_NODE="3(x2)", MGG_GPUS_PER_NODE="0")
+    assert "2 node(s) x 3 rank(s) (CPU path)" in out and "--gpus-per-task" not in out
+    r = subprocess.run(["bash", str(ROOT / "launch" / "srun.sh")], env={k: v for k, v in env().items()
+                       if not k.startswith("SLURM_")}, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "not inside a Slurm allocation" in r.stderr
