@@ -1,4 +1,4 @@
-"""Whole-graph node classification models: GCN, GIN, SAGE.
+"""Whole-graph node classification models: GCN, GIN, SAGE, GAT.
 
 Every model maps float32 [n_local, in_dim] features to float32 [n_local, out_dim] logits for this
 rank's nodes; `forward(x, dg, generator)` takes the DistGraph and the dropout generator (see
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .conv import GCNConv, GINConv, SAGEConv
+from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .functional import global_dropout
 
-__all__ = ["GNN", "GCN", "GIN", "SAGE", "ModelDefaults", "MODEL_DEFAULTS", "MODELS", "build_model"]
+__all__ = ["GNN", "GCN", "GIN", "SAGE", "GAT", "ModelDefaults", "MODEL_DEFAULTS", "MODELS", "build_model"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ MODEL_DEFAULTS: dict[str, ModelDefaults] = {
     "gcn": ModelDefaults(hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
     "gin": ModelDefaults(hidden=64, layers=5, dropout=0.5, lr=0.01, weight_decay=0.0),
     "sage": ModelDefaults(hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+    # GAT paper (transductive): 8 heads x 8 hidden per head, input dropout 0.6, lr 0.005
+    "gat": ModelDefaults(hidden=8, layers=2, dropout=0.6, lr=0.005, weight_decay=5e-4),
 }
 
 
@@ -92,12 +94,42 @@ class SAGE(GNN):
         super().__init__([SAGEConv(a, b) for a, b in _dims(in_dim, hidden, out_dim, layers)], dropout)
 
 
-MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gin": GIN, "sage": SAGE}
+class GAT(GNN):
+    """GAT (Velickovic et al.; default: 2 layers, 8 heads x 8 hidden, ELU, dropout 0.6).
+
+    `hidden` is the width per head: hidden layers output heads * hidden (heads concatenated); the
+    last layer has `out_heads` heads, averaged. Attention dropout (`att_dropout`, the paper's 0.6)
+    defaults to 0 here: its mask is drawn per rank, so P ranks would not reproduce a 1-rank run.
+    """
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.6,
+                 heads: int = 8, out_heads: int = 1, att_dropout: float = 0.0):
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
+        convs, width = [], in_dim
+        for _ in range(layers - 1):
+            convs.append(GATConv(width, hidden, heads=heads, dropout=att_dropout))
+            width = heads * hidden
+        convs.append(GATConv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
+        super().__init__(convs, dropout)
+
+    def forward(self, x: torch.Tensor, dg, generator: torch.Generator | None = None) -> torch.Tensor:
+        """As GNN.forward, with ELU between layers (the GAT paper's activation)."""
+        last = len(self.convs) - 1
+        for i, conv in enumerate(self.convs):
+            x = global_dropout(x, self.dropout, dg, generator, self.training)
+            x = conv(x, dg)
+            if i < last:
+                x = torch.nn.functional.elu(x)
+        return x
+
+
+MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gin": GIN, "sage": SAGE, "gat": GAT}
 
 
 def build_model(name: str, in_dim: int, hidden: int | None, out_dim: int, layers: int | None = None,
                 dropout: float | None = None) -> GNN:
-    """The model `name` ("gcn" | "gin" | "sage"); None hyperparameters take `MODEL_DEFAULTS`."""
+    """The model `name` ("gcn" | "gin" | "sage" | "gat"); None hyperparameters take `MODEL_DEFAULTS`."""
     key = name.lower()
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")

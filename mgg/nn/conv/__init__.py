@@ -1,6 +1,7 @@
 """Graph convolution layers over a DistGraph (one file per layer, as in PyG's nn/conv)."""
+from .gat_conv import GATConv
 from .gcn_conv import GCNConv
 from .gin_conv import GINConv
 from .sage_conv import SAGEConv
 
-__all__ = ["GCNConv", "GINConv", "SAGEConv"]
+__all__ = ["GATConv", "GCNConv", "GINConv", "SAGEConv"]

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from ..functional import aggregate
+from .gat_conv import fused_mean
 
 __all__ = ["SAGEConv"]
 
@@ -16,13 +17,19 @@ class SAGEConv(nn.Module):
     linear, so when `out_channels < in_channels` the projection runs before it:
     mean(x) W^T + b == mean(x W^T) + b (also for isolated nodes, where both give b).
 
+    `fused=True` runs the mean through the fused, degree-adaptive executor of GATConv
+    (mgg.kernels.adaptive, mode "mean": one halo exchange forward, scatter_halo_add backward)
+    instead of the plan aggregation with the transposed plan; the result is the same.
+
     Shapes:
         input float32 [n_local, in_channels] -> output float32 [n_local, out_channels].
     """
 
-    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, root_weight: bool = True):
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, root_weight: bool = True,
+                 fused: bool = False):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
+        self.fused = bool(fused)
         self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
         self.reset_parameters()
@@ -32,13 +39,16 @@ class SAGEConv(nn.Module):
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
 
+    def _mean(self, x: torch.Tensor, dg) -> torch.Tensor:
+        return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean")
+
     def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
         if self.out_channels < self.in_channels:
-            out = aggregate(x @ self.lin_l.weight.t(), dg, "mean")
+            out = self._mean(x @ self.lin_l.weight.t(), dg)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(aggregate(x, dg, "mean"))
+            out = self.lin_l(self._mean(x, dg))
         if self.lin_r is not None:
             out = out + self.lin_r(x)
         return out

@@ -1,0 +1,270 @@
+"""GAT and the fused aggregation path on one process (mgg.nn.conv.gat_conv, mgg.kernels.gat_cpu,
+mgg.kernels.adaptive, mgg.runtime.halo).
+
+Ground truth: a dense float64 masked softmax over each target's in-edges (multiplicity matrix:
+duplicate edges count, the graph's self loops are replaced by exactly one when add_self_loops),
+multi-head, concat and mean, differentiated by torch autograd. The helpers are reused by
+tests/mpi/test_gat_mpi.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mgg.kernels.adaptive import (NODE_CENTRIC_MIN_AVG_DEGREE, DegreeStats, choose_strategy,
+                                  degree_stats, fused_aggregation)
+from mgg.kernels.gat_cpu import FusedCPUExecutor
+from mgg.kernels.reference import aggregation_matrix
+from mgg.nn import GATConv, SAGEConv, aggregate, build_model
+from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
+from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime.halo import gather_halo, scatter_halo_add
+from tests.graphs import random_csr
+
+
+def multiplicity(indptr: np.ndarray, indices: np.ndarray, add_self_loops: bool) -> torch.Tensor:
+    n = len(indptr) - 1
+    tgt = np.repeat(np.arange(n), np.diff(indptr))
+    a = np.zeros((n, n))
+    np.add.at(a, (tgt, np.asarray(indices)), 1.0)
+    if add_self_loops:
+        np.fill_diagonal(a, 1.0)  # graph's own self loops replaced by exactly one
+    return torch.from_numpy(a)
+
+
+def dense_attention(A: torch.Tensor, h: torch.Tensor, att_src, att_dst, attention: str = "additive",
+                    negative_slope: float = 0.2) -> torch.Tensor:
+    """h [N, heads, C] float64 -> out [N, heads, C]: per row i, softmax over edges j (with multiplicity)."""
+    if attention == "additive":
+        s = (h * att_src).sum(-1)  # [N, H]
+        d = (h * att_dst).sum(-1)
+        z = d.unsqueeze(1) + s.unsqueeze(0)  # [N(i), N(j), H]
+        e = torch.nn.functional.leaky_relu(z, negative_slope)
+    else:
+        e = torch.einsum("ihc,jhc->ijh", h, h) / math.sqrt(h.shape[-1])
+    mask = (A > 0).unsqueeze(-1)
+    e = e.masked_fill(~mask, -math.inf)
+    m = e.amax(dim=1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w = torch.exp(e - m) * A.unsqueeze(-1)
+    den = w.sum(dim=1, keepdim=True)
+    alpha = w / torch.where(den > 0, den, torch.ones_like(den))
+    return torch.einsum("ijh,jhc->ihc", alpha, h)
+
+
+def dense_gat_layer(conv, x: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """The GATConv `conv` evaluated densely in float64 with its own parameters."""
+    W = conv.lin.weight.double()
+    h = (x.double() @ W.t()).view(-1, conv.heads, conv.out_channels)
+    asrc = None if conv.att_src is None else conv.att_src.double()
+    adst = None if conv.att_dst is None else conv.att_dst.double()
+    out = dense_attention(A, h, asrc, adst, conv.attention, conv.negative_slope)
+    out = out.reshape(-1, conv.heads * conv.out_channels) if conv.concat else out.mean(1)
+    if conv.bias is not None:
+        out = out + conv.bias.double()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def make_dg(n=40, e=200, seed=0, ps=4):
+    indptr, indices = random_csr(n, e, seed=seed)
+    dg = DistGraph(indptr, indices, Communicator(comm=None), RuntimeConfig(ps=ps, dist=2, wpb=2, backend="cpu"))
+    return dg, indptr, indices
+
+
+CASES = [(h, c, sl, att) for att in ("additive", "dot") for h in (1, 3) for c in (True, False)
+         for sl in (True, False)]
+
+
+@pytest.mark.parametrize("heads,concat,self_loops,attention", CASES)
+@pytest.mark.parametrize("strategy", ["node", "edge"])
+def test_gatconv_matches_dense_reference(heads, concat, self_loops, attention, strategy):
+    dg, indptr, indices = make_dg(seed=heads + 2 * concat + 4 * self_loops)
+    torch.manual_seed(0)
+    conv = GATConv(7, 5, heads=heads, concat=concat, add_self_loops=self_loops, attention=attention,
+                   strategy=strategy)
+    with torch.no_grad():
+        if conv.bias is not None:
+            conv.bias.normal_()
+    x = torch.randn(dg.n_local, 7, requires_grad=True)
+    out = conv(x, dg)
+    g = torch.randn_like(out)
+    out.backward(g)
+    grads = [x.grad] + [p.grad for p in conv.parameters()]
+
+    A = multiplicity(indptr, indices, self_loops)
+    xr = x.detach().double().requires_grad_(True)
+    ref = dense_gat_layer(conv, xr, A)
+    ref_grads = torch.autograd.grad(ref, [xr] + [p for p in conv.parameters()], g.double())
+    assert (out.double() - ref).abs().max() < 1e-5
+    for a, b in zip(grads, ref_grads):
+        assert (a.double() - b).abs().max() < 1e-5 * max(1.0, b.abs().max().item())
+    assert fused_aggregation(dg, attention, self_loops, 0.2, strategy).strategy == strategy
+
+
+def test_isolated_nodes_without_self_loops_give_bias():
+    indptr = np.array([0, 0, 1, 1, 3], dtype=np.int64)  # node 0, 2 isolated; 3 <- {0, 0} duplicate
+    indices = np.array([3, 0, 0], dtype=np.int64)
+    dg = DistGraph(indptr, indices, Communicator(comm=None), RuntimeConfig(backend="cpu"))
+    conv = GATConv(2, 3, heads=2, add_self_loops=False)
+    with torch.no_grad():
+        conv.bias.fill_(0.5)
+    x = torch.randn(4, 2)
+    out = conv(x, dg)
+    assert torch.equal(out[0], torch.full((6,), 0.5)) and torch.equal(out[2], torch.full((6,), 0.5))
+    # node 3 attends only to node 0 (twice): alpha = 1/2 per copy -> out = W x_0 + b
+    assert torch.allclose(out[3], conv.lin(x[0]) + 0.5, atol=1e-6)
+    assert torch.allclose(out[1], conv.lin(x[3]) + 0.5, atol=1e-6)
+
+
+def test_float64_gradcheck_attention_aggregate():
+    dg, _, _ = make_dg(n=12, e=40, seed=5, ps=2)
+    n, H, C = dg.n_local, 2, 3
+    for attention in ("additive", "dot"):
+        for strategy in ("node", "edge"):
+            feat = torch.randn(n, H, C, dtype=torch.float64, requires_grad=True)
+            src = torch.randn(n, H, dtype=torch.float64, requires_grad=True)
+            dst = torch.randn(n, H, dtype=torch.float64, requires_grad=True)
+            if attention == "additive":
+                f = lambda a, b, c: attention_aggregate(a, b, c, dg, "additive", 0.2, True, strategy=strategy)
+                inputs = (feat, src, dst)
+            else:
+                f = lambda a: attention_aggregate(a, None, a, dg, "dot", strategy=strategy)
+                inputs = (feat,)
+            assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6)
+
+
+def test_float64_gradcheck_gatconv_parameters_and_dropout():
+    dg, _, _ = make_dg(n=10, e=30, seed=7, ps=2)
+    conv = GATConv(3, 2, heads=2, dropout=0.3).double()
+    conv.generator = torch.Generator()
+    x = torch.randn(dg.n_local, 3, dtype=torch.float64, requires_grad=True)
+    params = [x] + list(conv.parameters())
+
+    def f(*ps):
+        conv.generator.manual_seed(1234)  # the same attention-dropout mask on every evaluation
+        with torch.no_grad():
+            for p, v in zip(conv.parameters(), ps[1:]):
+                p.copy_(v)
+        # differentiate w.r.t. the parameters through functional substitution
+        return torch.func.functional_call(conv, dict(zip([k for k, _ in conv.named_parameters()], ps[1:])),
+                                          (ps[0], dg))
+
+    assert torch.autograd.gradcheck(f, tuple(p.detach().clone().requires_grad_(True) for p in params),
+                                    eps=1e-6, atol=1e-6)
+    conv.eval()  # no dropout in eval: deterministic
+    assert torch.equal(conv(x, dg), conv(x, dg))
+
+
+def test_node_centric_equals_edge_centric_with_chunking():
+    dg, indptr, indices = make_dg(n=300, e=4000, seed=11)
+    plan = dg.plan("sum")
+    n, H, C = plan.n_local, 4, 8
+    g = torch.Generator().manual_seed(0)
+    feat = torch.randn(n, H, C, generator=g)
+    src, dst = torch.randn(n, H, generator=g), torch.randn(n, H, generator=g)
+    gout = torch.randn(n, H, C, generator=g)
+    results = {}
+    for strategy in ("node", "edge"):
+        for chunk in (97, 1 << 16):  # several chunks, and one
+            ex = FusedCPUExecutor(plan, "additive", True, strategy, 0.2, chunk_edges=chunk)
+            assert len(ex.edges.chunks) > (1 if chunk == 97 else 0)
+            out, m, den, keep = ex.forward(feat, src, dst)
+            grads = ex.backward(gout, out, m, den, keep, feat, src, dst)
+            results[(strategy, chunk)] = (out, *grads)
+    base = results[("edge", 1 << 16)]
+    for key, res in results.items():
+        for a, b in zip(res, base):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), key
+
+
+def test_fused_mean_matches_aggregate_and_sage_option():
+    dg, indptr, indices = make_dg(n=50, e=300, seed=2)
+    for strategy in ("node", "edge"):
+        x = torch.randn(dg.n_local, 6, dtype=torch.float64, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_(True)
+        a, b = fused_mean(x, dg, strategy), aggregate(x2, dg, "mean")
+        gout = torch.randn_like(a)
+        a.backward(gout)
+        b.backward(gout)
+        W = torch.from_numpy(aggregation_matrix(indptr, indices, "mean").toarray())
+        assert torch.allclose(a, W @ x.detach(), atol=1e-12) and torch.allclose(x.grad, W.T @ gout, atol=1e-12)
+        assert torch.allclose(a, b, atol=1e-6) and torch.allclose(x.grad, x2.grad, atol=1e-6)
+    torch.manual_seed(3)
+    for cin, cout in ((8, 4), (4, 8)):
+        ref = SAGEConv(cin, cout)
+        fused = SAGEConv(cin, cout, fused=True)
+        fused.load_state_dict(ref.state_dict())
+        x = torch.randn(dg.n_local, cin)
+        assert torch.allclose(ref(x, dg), fused(x, dg), atol=1e-6)
+
+
+def test_halo_primitives_single_process():
+    dg, _, _ = make_dg(n=20, e=60)
+    x = torch.randn(dg.n_local, 5)
+    halo = gather_halo(dg, x)
+    assert halo.shape == (0, 5)
+    back = scatter_halo_add(dg, halo)
+    assert back.shape == (20, 5) and not back.any()
+    with pytest.raises(ValueError):
+        gather_halo(dg, torch.randn(3, 5))
+    with pytest.raises(ValueError):
+        scatter_halo_add(dg, torch.randn(2, 5))
+
+
+def test_strategy_choice_rule(monkeypatch):
+    monkeypatch.delenv("MGG_GAT_STRATEGY", raising=False)
+    low = DegreeStats(100, 400, 4.0, 9, 0.0)
+    high = DegreeStats(100, 100 * 500, 500.0, 900, 0.0)
+    skewed = DegreeStats(100, 5000, 50.0, 50 * 1000, 0.0)
+    assert choose_strategy(low).strategy == "edge"
+    assert choose_strategy(high).strategy == "node"
+    assert choose_strategy(skewed).strategy == "edge"
+    assert choose_strategy(DegreeStats(1, 32, NODE_CENTRIC_MIN_AVG_DEGREE, 32, 0.0)).strategy == "node"
+    assert choose_strategy(low, force="node").reason == "forced"
+    monkeypatch.setenv("MGG_GAT_STRATEGY", "node")
+    assert choose_strategy(low).strategy == "node"
+    monkeypatch.setenv("MGG_GAT_STRATEGY", "bogus")
+    with pytest.raises(ValueError):
+        choose_strategy(low)
+    monkeypatch.delenv("MGG_GAT_STRATEGY")
+    dg, indptr, _ = make_dg(n=30, e=90)
+    st = degree_stats(dg.plan("sum"))
+    assert st.edges == indptr[-1] and st.max_degree == np.diff(indptr).max()
+    fa = fused_aggregation(dg, "additive")
+    assert fa.strategy == "edge" and "avg degree" in fa.choice.reason  # ~3 edges per node
+    assert fused_aggregation(dg, "additive") is fa  # cached per DistGraph
+
+
+def test_gat_model_trains():
+    dg, _, _ = make_dg(n=60, e=400, seed=4)
+    torch.manual_seed(0)
+    model = build_model("gat", 10, None, 3, dropout=0.0)
+    assert len(model.convs) == 2 and model.convs[0].heads == 8 and model.convs[0].out_channels == 8
+    x = torch.randn(dg.n_local, 10)
+    y = torch.randint(0, 3, (dg.n_local,))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    gen = torch.Generator()
+    losses = []
+    for step in range(15):
+        gen.manual_seed(step)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x, dg, gen), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert math.isfinite(losses[-1]) and losses[-1] < losses[0]
+
+
+def test_empty_graph():
+    indptr = np.zeros(4, dtype=np.int64)
+    dg = DistGraph(indptr, np.zeros(0, np.int64), Communicator(comm=None), RuntimeConfig(backend="cpu"))
+    for sl in (True, False):
+        conv = GATConv(2, 2, heads=2, add_self_loops=sl)
+        x = torch.randn(3, 2, requires_grad=True)
+        out = conv(x, dg)
+        out.sum().backward()
+        assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
