@@ -82,9 +82,11 @@ def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
     r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "auto",
                "--metrics-json", str(tmp_path / "resumed.json"))
     assert r.returncode == 0, r.stderr
-    r = mpirun(2, "--epochs", "8", "--metrics-json", str(tmp_path / "straight.json"))
-    assert r.returncode == 0, r.stderr
-    np.testing.assert_allclose(losses_of(tmp_path / "resumed.json"), losses_of(tmp_path / "straight.json"),
+    # the uninterrupted run: 2 ranks reproduce 1 rank (in process here, to save a launch) to float
+    # rounding; tests/mpi/test_multinode_mpi.py compares P-rank resume with P-rank straight to 1e-6
+    straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), Communicator(comm=None),
+                     load_dataset("default"))
+    np.testing.assert_allclose(losses_of(tmp_path / "resumed.json"), [e["loss"] for e in straight.epochs],
                                rtol=0, atol=1e-6)
 
 
