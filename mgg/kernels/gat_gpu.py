@@ -2,8 +2,9 @@
 
 The kernels compile (nvcc 13.0, sm_90, -rdc, device-linked against libnvshmem_device.a of
 nvidia-nvshmem-cu13 3.4.5) but have not run on a device yet. The build follows the verified
-recipe of /work/shared/notes/gpu-recipe.md (as mgg/kernels/embedding_gpu.py does; there is no
-shared build helper in mgg/kernels yet): nvcc -rdc -c, nvcc -dlink -cubin, cached on disk by
+recipe of /work/shared/notes/gpu-recipe.md: mgg.kernels.build.load_module("gat_fused") when that
+shared helper is importable, else `build()` here (as mgg/kernels/embedding_gpu.py does):
+nvcc -rdc -c, nvcc -dlink -cubin, cached on disk by
 source hash + arch + NVSHMEM root (written to a temp name and os.replace'd), loaded with
 cupy.RawModule and registered with `nvshmem.bindings.cumodule_init` before the first launch.
 
@@ -90,16 +91,25 @@ def build(arch: str | None = None, cache_dir: str | None = None, nvshmem_root: s
 
 
 def _module() -> dict:
+    """The kernels, through mgg.kernels.build.load_module (the shared build/cache helper with a
+    per-node file lock) when it exists, else this module's own cached build."""
     global _MOD
     with _LOCK:
         if _MOD is None:
-            import cupy
-            import nvshmem.bindings as nb
+            try:
+                from .build import load_module
+            except ImportError:
+                load_module = None
+            if load_module is not None:
+                mod = load_module("gat_fused")
+            else:
+                import cupy
+                import nvshmem.bindings as nb
 
-            mod = cupy.RawModule(path=build())
-            status = nb.cumodule_init(int(mod.module.ptr))
-            if status != 0:
-                raise RuntimeError(f"nvshmem cumodule_init failed with status {status}")
+                mod = cupy.RawModule(path=build())
+                status = nb.cumodule_init(int(mod.module.ptr))
+                if status not in (0, None):
+                    raise RuntimeError(f"nvshmem cumodule_init failed with status {status}")
             _MOD = {k: mod.get_function(k) for k in _KERNELS}
         return _MOD
 
