@@ -63,3 +63,18 @@ def test_bad_shapes_and_kinds():
             dg.aggregate(torch.zeros(20, 2), "max")
     with pytest.raises(ValueError, match="backend"):
         RuntimeConfig(backend="tpu")
+
+
+def test_reweighted_plans_equal_freshly_built_ones():
+    indptr, indices = random_csr(150, 1200, seed=21)
+    cfg = RuntimeConfig(3, 2, 2, backend="cpu")
+    for transposed in (False, True):
+        with DistGraph(indptr, indices, Communicator(), cfg) as a:
+            a.plan("sum", transposed)
+            derived = {k: a.plan(k, transposed) for k in ("mean", "gcn")}
+        for kind, p in derived.items():
+            with DistGraph(indptr, indices, Communicator(), cfg) as b:
+                q = b.plan(kind, transposed)
+            for f in ("local_weight", "remote_weight", "self_weight"):
+                assert np.allclose(getattr(p, f), getattr(q, f), rtol=1e-6), (kind, transposed, f)
+            assert p.has_self == q.has_self

@@ -5,6 +5,7 @@ kind, forward and transposed), and runs aggregations through the executor of its
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, asdict
 from typing import Any
 
@@ -137,19 +138,46 @@ class DistGraph:
         return arr[self.lo: self.hi]
 
     def plan(self, kind: str, transposed: bool = False) -> AggregationPlan:
-        """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward)."""
+        """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward).
+
+        The structure (split, partitions, halo) does not depend on the kind: the first plan of a
+        direction is built, the others only recompute the weights in plan order.
+        """
         check_kind(kind)
         key = (kind, transposed)
         if key not in self._plans:
-            rows = self._bwd if transposed else self._fwd
-            if transposed:  # entry (row j, col i) carries w(j -> i)
-                w = pair_weights(kind, self.deg_in, rows.indices, rows.row_ids)
+            same_dir = [p for (k, t), p in self._plans.items() if t == transposed]
+            if same_dir:
+                self._plans[key] = self._reweighted(same_dir[0], kind, transposed)
             else:
-                w = pair_weights(kind, self.deg_in, rows.row_ids, rows.indices)
-            d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
-            self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank,
-                                          self.params, self.node_of_pe)
+                rows = self._bwd if transposed else self._fwd
+                if transposed:  # entry (row j, col i) carries w(j -> i)
+                    w = pair_weights(kind, self.deg_in, rows.indices, rows.row_ids)
+                else:
+                    w = pair_weights(kind, self.deg_in, rows.row_ids, rows.indices)
+                d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
+                self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank,
+                                              self.params, self.node_of_pe)
         return self._plans[key]
+
+    def _reweighted(self, base: AggregationPlan, kind: str, transposed: bool) -> AggregationPlan:
+        """`base` with the weights of `kind`: each plan entry is (row node, other endpoint)."""
+        def weights(indptr: np.ndarray, other: np.ndarray) -> np.ndarray:
+            row = self.lo + np.repeat(np.arange(self.n_local, dtype=np.int64), np.diff(indptr))
+            return (pair_weights(kind, self.deg_in, other, row) if transposed
+                    else pair_weights(kind, self.deg_in, row, other))
+
+        remote_src = self.bounds[base.remote_pe] + base.remote_row
+        d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
+        return dataclasses.replace(
+            base, local_weight=weights(base.local_indptr, base.local_indices + self.lo),
+            remote_weight=weights(base.remote_indptr, remote_src),
+            self_weight=np.zeros(self.n_local, np.float32) if d is None else d, has_self=d is not None)
+
+    def set_variant(self, variant: str) -> None:
+        """Switch the GPU kernel variant (executors are rebuilt lazily)."""
+        self.config.variant = variant
+        self._executors.clear()
 
     def set_params(self, params: PlanParams) -> None:
         """Re-cut every plan for new (ps, dist, wpb); the local/remote split is kept."""
