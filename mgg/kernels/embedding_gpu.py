@@ -3,8 +3,7 @@
 Compile-checked with nvcc 13 for sm_90 against nvidia-nvshmem-cu13 3.4.5 headers; not yet run on a
 device. Follows the verified recipe (docs/embedding.md, "GPU path"): nvcc -rdc + device link
 against libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per
-node: the cache file is written to a temp name and os.replace'd, so concurrent ranks at worst
-build twice), loaded with cupy.RawModule, then `nvshmem.bindings.cumodule_init` before the first
+node under a file lock; see mgg.kernels.build), loaded with cupy.RawModule, then `nvshmem.bindings.cumodule_init` before the first
 launch. Tensors are passed to cupy zero-copy through __cuda_array_interface__ on torch's
 current stream.
 
@@ -15,10 +14,6 @@ the symmetric address of this PE's slice.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import tempfile
 import threading
 
 import numpy as np
@@ -27,61 +22,24 @@ import torch
 __all__ = ["build", "gather_rows", "embedding_bag_fused", "MODES"]
 
 MODES = {"sum": 0, "mean": 1, "max": 2}
-_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "embedding_bag.cu")
 _LOCK = threading.Lock()
 _MOD = None
 
 
-def _nvshmem_root() -> str:
-    env = os.environ.get("NVSHMEM_HOME")
-    if env:
-        return env
-    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+def build() -> str:
+    """Compile embedding_bag.cu to a cubin (cached, see mgg.kernels.build); returns its path."""
+    from .build import build_cubin
 
-    return list(nvn.__path__)[0]
-
-
-def _arch() -> str:
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return f"sm_{major}{minor}"
-    return os.environ.get("MGG_CUDA_ARCH", "sm_90")
-
-
-def build(arch: str | None = None, cache_dir: str | None = None) -> str:
-    """Compile embedding_bag.cu to a cubin (cached); returns its path."""
-    arch = arch or _arch()
-    with open(_SRC, "rb") as f:
-        src = f.read()
-    root = _nvshmem_root()
-    key = hashlib.sha256(src + arch.encode() + root.encode()).hexdigest()[:16]
-    cache_dir = cache_dir or os.environ.get("MGG_KERNEL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "mgg", "kernels"))
-    os.makedirs(cache_dir, exist_ok=True)
-    out = os.path.join(cache_dir, f"embedding_bag-{arch}-{key}.cubin")
-    if os.path.exists(out):
-        return out
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        obj, cub = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.cubin")
-        for cmd in (["nvcc", f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", f"-I{root}/include", "-c", _SRC, "-o", obj],
-                    ["nvcc", f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", cub]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode:
-                raise RuntimeError(f"building embedding_bag.cu failed: {' '.join(cmd[:4])} ...\n{(r.stderr or r.stdout)[-2000:]}")
-        os.replace(cub, out)
-    return out
+    return build_cubin("embedding_bag").path
 
 
 def _module():
     global _MOD
     with _LOCK:
         if _MOD is None:
-            import cupy
-            import nvshmem.bindings as nb
+            from .build import load_module
 
-            mod = cupy.RawModule(path=build())
-            status = nb.cumodule_init(int(mod.module.ptr))
-            if status != 0:
-                raise RuntimeError(f"nvshmem cumodule_init failed with status {status}")
+            mod = load_module("embedding_bag")
             _MOD = (mod, mod.get_function("emb_gather_rows"), mod.get_function("emb_bag_fused"))
         return _MOD
 

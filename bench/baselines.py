@@ -1,0 +1,106 @@
+"""Baselines measured beside mgg in bench/fullgraph.py.
+
+`NcclHaloGraph` is baseline (a), the comm-then-compute design MGG argues against: before every
+aggregation each rank receives, with one NCCL all-to-all, every remote row it needs (the plan's
+halo), then multiplies a local CSR matrix [n_local, n_local + H] by [x; halo] with torch sparse.
+The backward runs the transposed matrix and a reverse all-to-all that returns the halo rows'
+gradients to their owners. It offers the `aggregate(x, kind, transposed)` interface of DistGraph,
+so the same mgg.nn models run on it unchanged.
+
+`csr_gcn_matrix` builds the single-GPU torch sparse CSR matrix of baseline (c).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape, device) -> torch.Tensor:
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    crow = np.zeros(shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
+    return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols.astype(np.int64)),
+                                   torch.from_numpy(vals.astype(np.float32)), size=shape).to(device)
+
+
+class NcclHaloGraph:
+    """Baseline (a) over a DistGraph's plans (same partition, same weights)."""
+
+    def __init__(self, dg, kinds=("gcn", "sum")):
+        self.dg, self.comm = dg, dg.comm
+        self.device, self.n_local, self.lo, self.hi = dg.device, dg.n_local, dg.lo, dg.hi
+        self.world_size, self.rank = dg.world_size, dg.rank
+        P = self.world_size
+        self._mats: dict = {}
+        self._ex: dict = {}
+        for kind in kinds:
+            for transposed in (False, True):
+                self._build(kind, transposed)
+
+    def local(self, arr):
+        return arr[self.lo: self.hi]
+
+    def _build(self, kind: str, transposed: bool) -> None:
+        p = self.dg.plan(kind, transposed)
+        n, H, P = p.n_local, p.halo_size, p.world_size
+        tl = np.repeat(np.arange(n), np.diff(p.local_indptr))
+        tr = np.repeat(np.arange(n), np.diff(p.remote_indptr))
+        rows = np.concatenate([tl, tr, np.arange(n)])
+        cols = np.concatenate([p.local_indices, n + p.remote_slot, np.arange(n)])
+        vals = np.concatenate([p.local_weight, p.remote_weight, p.self_weight])
+        A = _csr(rows, cols, vals, (n, n + H), self.device)
+        # what every PE needs from me: exchange the halo requests once (host MPI)
+        want = [p.halo_row[p.halo_ptr[q]: p.halo_ptr[q + 1]] for q in range(P)]
+        asked = self.comm.comm.alltoall(want) if self.comm.comm is not None else want
+        send_rows = torch.from_numpy(np.concatenate(asked).astype(np.int64)).to(self.device)
+        self._mats[(kind, transposed)] = A
+        self._ex[(kind, transposed)] = (send_rows, [len(a) for a in asked], list(np.diff(p.halo_ptr)))
+
+    def _exchange(self, x: torch.Tensor, key) -> torch.Tensor:
+        send_rows, send_counts, recv_counts = self._ex[key]
+        send = x.index_select(0, send_rows)
+        recv = torch.empty((sum(recv_counts), x.shape[1]), dtype=x.dtype, device=x.device)
+        tdist.all_to_all_single(recv, send, output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return recv
+
+    def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
+        """W x (or W^T x) = A [x; halo(x)], halo by an NCCL all-to-all of the rows each PE needs."""
+        key = (kind, transposed)
+        if key not in self._mats:
+            self._build(kind, transposed)
+        halo = self._exchange(x, key)
+        return torch.sparse.mm(self._mats[key], torch.cat([x, halo], 0))
+
+
+def csr_matrix_of(graph, kind: str, device) -> torch.Tensor:
+    """The whole-graph N x N aggregation matrix (weights + self term) as torch sparse CSR."""
+    from mgg.kernels.reference import aggregation_matrix
+
+    m = aggregation_matrix(graph.indptr, graph.indices, kind).tocsr()
+    return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
+                                   torch.from_numpy(m.indices.astype(np.int64)),
+                                   torch.from_numpy(m.data.astype(np.float32)), size=m.shape).to(device)
+
+
+class SingleGpuGraph:
+    """Baseline (c): the whole graph on one GPU, aggregation = torch sparse CSR SpMM."""
+
+    def __init__(self, graph, device, kinds=("gcn", "sum")):
+        from types import SimpleNamespace
+
+        self.device, self.n_local, self.lo, self.hi = device, graph.num_nodes, 0, graph.num_nodes
+        self.comm = SimpleNamespace(size=1, rank=0)
+        self.world_size, self.rank = 1, 0
+        self._m = {}
+        for kind in kinds:
+            A = csr_matrix_of(graph, kind, device)
+            self._m[(kind, False)] = A
+            self._m[(kind, True)] = A.t().to_sparse_csr()
+
+    def local(self, arr):
+        return arr
+
+    def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
+        return torch.sparse.mm(self._m[(kind, transposed)], x)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call: install the carried wheels, run the GPU tests (P = 1 and P = all GPUs) and the
+# full-graph benchmark (P = 1 and P = all GPUs); logs under $OUT, a short table last.
+#   bench/device_check.sh [tests|bench|all] [extra bench/fullgraph.py args...]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+what="${1:-all}"; shift || true
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export MGG_KERNEL_CACHE=/tmp/mgg-kernels PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="/tmp/site:$PWD"
+OUT="${OUT:-/tmp/mgg-out}"; mkdir -p "$OUT"
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+MPI=(mpirun --allow-run-as-root --bind-to none -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE
+     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x MGG_KERNEL_CACHE -x PYTHONUNBUFFERED -x OMP_NUM_THREADS)
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+rc=0
+if [[ "$what" == tests || "$what" == all ]]; then
+  t=$(date +%s)
+  python3 -c "from mgg.kernels.build import build_cubin; b = build_cubin('aggregate'); print('kernel build:', b)" 2>&1 | tee "$OUT/build.log"
+  python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/gpu-tests-P1.log" | tail -3
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  if [[ $NGPU -gt 1 ]]; then
+    "${MPI[@]}" -np "$NGPU" python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/gpu-tests-P$NGPU.log" | tail -6
+    [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  fi
+  echo "tests took $(( $(date +%s) - t )) s (rc=$rc)"
+fi
+if [[ "$what" == bench || "$what" == all ]]; then
+  for P in 1 $NGPU; do
+    [[ $P == 1 || $P -gt 1 ]] || continue
+    "${MPI[@]}" -np "$P" python3 bench/fullgraph.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench-P$P.log" | grep -v "^ *agg " | tail -4
+    [[ $P == "$NGPU" ]] && break
+  done
+  python3 bench/fullgraph.py --summarize "$OUT"/fullgraph-*.json 2>&1 | tee "$OUT/table.txt"
+fi
+exit $rc

@@ -1,0 +1,167 @@
+"""Build, cache and load the CUDA C kernels that call NVSHMEM device functions.
+
+Path (docs/kernels.md has the evidence): NVRTC through cuda.core is tried first when
+`MGG_KERNEL_BUILD=nvrtc` asks for it; the default is nvcc, which compiles the source as relocatable
+device code (`-rdc=true`) and device-links it against NVSHMEM's static device library
+`libnvshmem_device.a` (from the nvidia-nvshmem-cu13 wheel) into a cubin. The cubin is cached on
+disk, keyed by a hash of the source, the target architecture and the NVSHMEM library, so each node
+builds once: the first rank takes a file lock and builds, the others wait on the lock and load
+the cached file. `load_module` opens the cubin with CuPy and registers it with NVSHMEM
+(`cumodule_init`) before any launch.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["KernelBuild", "build_cubin", "load_module", "nvshmem_root", "cache_dir", "cuda_arch"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_MODULES: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class KernelBuild:
+    """Where a cubin came from: path, how it was built, how long the build took (0 if cached)."""
+
+    path: str
+    method: str
+    seconds: float
+    cached: bool
+
+
+def nvshmem_root() -> str:
+    """The NVSHMEM install (headers in include/, device library in lib/)."""
+    env = os.environ.get("NVSHMEM_HOME")
+    if env:
+        return env
+    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+
+    return list(nvn.__path__)[0]
+
+
+def cache_dir() -> str:
+    d = os.environ.get("MGG_KERNEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mgg", "kernels")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def cuda_arch() -> str:
+    """sm_XY of the current device (MGG_CUDA_ARCH overrides; sm_90 without a GPU)."""
+    if os.environ.get("MGG_CUDA_ARCH"):
+        return os.environ["MGG_CUDA_ARCH"]
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except ImportError:
+        pass
+    return "sm_90"
+
+
+def _run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{(r.stderr or r.stdout)[-3000:]}")
+
+
+def _build_nvcc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
+    obj = os.path.join(tmp, "k.o")
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    _run([nvcc, f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", "-lineinfo", f"-I{root}/include",
+          "-c", src, "-o", obj])
+    _run([nvcc, f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", out])
+
+
+def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
+    """NVRTC (relocatable cubin) + nvJitLink against libnvshmem_device.a, through cuda.core."""
+    try:
+        from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+    except ImportError:
+        from cuda.core.experimental import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+    cuda_inc = [p for p in (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include"),)
+                if os.path.isdir(p)]
+    with open(src) as f:
+        code = f.read()
+    opts = ProgramOptions(arch=arch, relocatable_device_code=True, std="c++17",
+                          include_path=[os.path.join(root, "include")] + cuda_inc)
+    obj = Program(code, code_type="c++", options=opts).compile("cubin")
+    lib = ObjectCode.from_library(os.path.join(root, "lib", "libnvshmem_device.a"))
+    linked = Linker(obj, lib, options=LinkerOptions(arch=arch)).link("cubin")
+    with open(out, "wb") as f:
+        f.write(bytes(linked.code))
+
+
+def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
+    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is."""
+    arch = arch or cuda_arch()
+    src = os.path.join(_HERE, f"{name}.cu")
+    root = nvshmem_root()
+    with open(src, "rb") as f:
+        text = f.read()
+    lib = os.path.join(root, "lib", "libnvshmem_device.a")
+    libsig = f"{os.path.getsize(lib)}:{int(os.path.getmtime(lib))}" if os.path.exists(lib) else root
+    key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
+    d = cache_dir()
+    out = os.path.join(d, f"{name}-{arch}-{key}.cubin")
+    meta = out + ".json"
+    with open(os.path.join(d, f"{name}-{arch}-{key}.lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)  # one builder per node; the others wait, then hit the cache
+        try:
+            if os.path.exists(out):
+                m = json.load(open(meta)) if os.path.exists(meta) else {"method": "unknown"}
+                return KernelBuild(out, m.get("method", "unknown"), 0.0, True)
+            want = os.environ.get("MGG_KERNEL_BUILD", "nvcc")
+            methods = {"nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
+                       "auto": [_build_nvrtc, _build_nvcc]}.get(want)
+            if methods is None:
+                raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
+            errors = []
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory(dir=d) as tmp:
+                part = os.path.join(tmp, "k.cubin")
+                for fn in methods:
+                    try:
+                        fn(src, part, arch, root, tmp)
+                        method = fn.__name__.replace("_build_", "")
+                        break
+                    except Exception as e:  # noqa: BLE001 - recorded, next method tried
+                        errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
+                else:
+                    raise RuntimeError(f"building {name}.cu for {arch} failed:\n" + "\n".join(errors))
+                secs = time.perf_counter() - t0
+                with open(meta + ".tmp", "w") as f:
+                    json.dump({"method": method, "seconds": secs, "arch": arch, "errors": errors}, f)
+                os.replace(part, out)
+                os.replace(meta + ".tmp", meta)
+            return KernelBuild(out, method, secs, False)
+        finally:
+            fcntl.flock(lk, fcntl.LOCK_UN)
+
+
+def load_module(name: str):
+    """The CuPy RawModule of mgg/kernels/<name>.cu, built (cached) and NVSHMEM-initialised once."""
+    with _LOCK:
+        if name not in _MODULES:
+            import cupy
+            import nvshmem.bindings as nb
+
+            b = build_cubin(name)
+            mod = cupy.RawModule(path=b.path)
+            status = nb.cumodule_init(int(mod.module.ptr))
+            if status not in (0, None):
+                raise RuntimeError(f"nvshmem cumodule_init({name}) failed with status {status}")
+            mod.mgg_build = b
+            _MODULES[name] = mod
+        return _MODULES[name]

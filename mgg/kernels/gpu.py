@@ -1,0 +1,241 @@
+"""GPU executor of an AggregationPlan: launchers for mgg/kernels/aggregate.cu.
+
+`GPUExecutor(plan, store, variant)` uploads the plan once into private device memory and, per
+call, writes x into the PE's symmetric slice, publishes it (NVSHMEM barrier on the stream), runs
+the variant's kernels and releases the slice. Variants:
+
+  pipelined        §5.1 interleaved kernel: per warp, async (nbi) gets of a remote partition's rows
+                   into shared memory overlap the aggregation of a local partition; atomics combine
+                   partitions of a node
+  pipelined_2pass  the same, partial sums per partition to a buffer, then a combine kernel
+  ptr              interleaved, remote rows read in place over NVLink through nvshmem_ptr
+  halo             each unique remote row fetched once into a private buffer, then the local kernel
+                   over the remote partitions
+  nonpipelined     baseline (b): local and remote partitions on different warps
+  paper            kernel 1 (local) + kernel 2 (remote, §5.2 shared-memory layout, blocking get)
+  paper_nbi        kernel 1 + kernel 2 with get_nbi + quiet
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..runtime.plan import AggregationPlan
+
+__all__ = ["GPUExecutor", "VARIANTS", "halo_gather", "kernel_smem_bytes", "vectors_per_lane"]
+
+VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper", "paper_nbi")
+_VPL = (1, 2, 4, 8)
+
+
+def vectors_per_lane(dim_padded: int) -> int:
+    """float4 columns per lane for rows of dim_padded floats (template parameter of the kernels)."""
+    d4 = dim_padded // 4
+    lanes = 1
+    while lanes < d4 and lanes < 32:
+        lanes <<= 1
+    need = -(-d4 // lanes)
+    for v in _VPL:
+        if v >= need:
+            return v
+    raise ValueError(f"embedding width {dim_padded} is above the kernels' limit of {32 * 4 * _VPL[-1]}")
+
+
+def kernel_smem_bytes(variant: str, ps: int, wpb: int, dim_padded: int) -> int:
+    """Dynamic shared memory per block of a variant.
+
+    `paper` / `paper_nbi` use Eq. 1 exactly (ps ids + partial sums + one remote row per warp).
+    The staged kernels (`pipelined*`, `nonpipelined`) keep a whole remote partition in flight:
+    ps rows per warp, i.e. Eq. 1 with the remote buffer grown from D to ps * D floats (partial sums
+    live in registers). `ptr` and `halo` need none.
+    """
+    if variant in ("paper", "paper_nbi"):
+        return ps * wpb * 4 + 2 * wpb * dim_padded * 4
+    if variant in ("pipelined", "pipelined_2pass", "nonpipelined"):
+        return wpb * ps * dim_padded * 4
+    return 0
+
+
+def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(device)
+
+
+def _p(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def _stream():
+    import cupy
+
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
+def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
+    """int64 [n + 1]: the partitions of target t are [ptr[t], ptr[t+1]) (parts sorted by target)."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    if len(parts):
+        np.cumsum(np.bincount(parts[:, 0], minlength=n), out=ptr[1:])
+    return ptr
+
+
+def halo_gather(sym, pe: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+    """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] (kernel mgg_halo_gather)."""
+    from .build import load_module
+
+    dev = sym.padded.device
+    k, dp = len(rows), sym.dim_padded
+    out = torch.empty((k, dp), dtype=torch.float32, device=dev)
+    if k:
+        fn = load_module("aggregate").get_function("mgg_halo_gather")
+        hp, hr = _dev(pe, np.int32, dev), _dev(rows, np.int32, dev)
+        with _stream():
+            fn((min(-(-k // 8), 65535),), (256,), (np.int64(k), _p(hp), _p(hr), np.uint64(sym.data_ptr),
+                                                 np.int32(dp // 4), _p(out)))
+    return out[:, : sym.dim]
+
+
+class GPUExecutor:
+    """Runs `out = W x + diag * x` for one plan on this rank's GPU.
+
+    Attributes:
+        poison: when True, every output / partial / halo buffer is NaN-filled before the kernels
+            run (tests use it to prove every element is written).
+    """
+
+    def __init__(self, plan: AggregationPlan, store, variant: str = "pipelined"):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown GPU kernel variant {variant!r}; expected one of {VARIANTS}")
+        self.plan, self.store, self.variant = plan, store, variant
+        self.poison = False
+        dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
+        p = plan
+        self.ps_max = max(p.ps, p.ps_inter or p.ps)
+        self.lparts = _dev(p.local_parts, np.int64, dev)
+        self.lsrc = _dev(p.local_indices, np.int32, dev)
+        self.lwt = _dev(p.local_weight, np.float32, dev)
+        self.rparts = _dev(p.remote_parts, np.int64, dev)
+        self.rpe = _dev(p.remote_pe, np.int32, dev)
+        self.rrow = _dev(p.remote_row, np.int32, dev)
+        self.rwt = _dev(p.remote_weight, np.float32, dev)
+        self.warps = _dev(p.warps, np.int64, dev)
+        self.self_weight = _dev(p.self_weight, np.float32, dev).unsqueeze(1) if p.has_self else None
+        if variant == "halo":
+            self.hpe = _dev(p.halo_pe(), np.int32, dev)
+            self.hrow = _dev(p.halo_row, np.int32, dev)
+            self.rslot = _dev(p.remote_slot, np.int32, dev)
+        if variant == "pipelined_2pass":
+            self.lptr = _dev(_part_ptr(p.local_parts, p.n_local), np.int64, dev)
+            self.rptr = _dev(_part_ptr(p.remote_parts, p.n_local), np.int64, dev)
+        from .build import load_module
+
+        self.module = load_module("aggregate")
+        props = torch.cuda.get_device_properties(dev)
+        self.num_sms = props.multi_processor_count
+        self.smem_limit = int(getattr(props, "shared_memory_per_block_optin", 227 * 1024))
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _fn(self, name: str, smem: int):
+        fn = self.module.get_function(name)
+        if smem > self.smem_limit:
+            raise ValueError(f"{self.variant}: {smem} bytes of shared memory per block exceed the "
+                             f"device limit {self.smem_limit} (ps={self.plan.ps}, wpb={self.plan.wpb})")
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        return fn
+
+    def _grid(self, warps: int, wpb: int) -> tuple[tuple[int], tuple[int]]:
+        return (max(1, min(-(-warps // wpb), 2**31 - 1)),), (32 * wpb,)
+
+    def _fill(self, shape) -> torch.Tensor:
+        if self.poison:
+            return torch.full(shape, float("nan"), dtype=torch.float32, device=self.device)
+        return torch.empty(shape, dtype=torch.float32, device=self.device)
+
+    def _local(self, out, nparts, parts, src, wt, table_ptr, d4, v, part_out=None):
+        if nparts == 0:
+            return
+        wpb = self.plan.wpb
+        warps = min(nparts, self.num_sms * 64)
+        fn = self._fn(f"mgg_local_v{v}", 0)
+        grid, block = self._grid(warps, wpb)
+        fn(grid, block, (np.int64(nparts), _p(parts), _p(src), _p(wt), table_ptr, np.int32(d4), _p(out),
+                         _p(part_out), np.int32(part_out is None)))
+
+    # -- one aggregation ----------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor, sym) -> torch.Tensor:
+        """x: float32 [n_local, D] on this GPU; sym: the NVSHMEM SymmetricArray of width D.
+
+        Collective. Returns float32 [n_local, D].
+        """
+        p = self.plan
+        n, dim = p.n_local, int(x.shape[1])
+        dp = sym.dim_padded
+        d4 = dp // 4
+        v = vectors_per_lane(dp)
+        L, R = len(p.local_parts), len(p.remote_parts)
+        symp = np.uint64(sym.data_ptr)
+        sym.write(x)
+        sym.publish()
+        with _stream():
+            if self.variant == "pipelined_2pass":
+                out = self._fill((n, dp))
+            else:
+                out = self._fill((n, dp))
+                out.zero_()
+            if self.variant in ("pipelined", "ptr"):
+                mode = 0 if self.variant == "pipelined" else 1
+                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                fn = self._fn(f"mgg_pipelined_v{v}", smem)
+                if p.num_warps:
+                    fn((p.num_blocks,), (32 * p.wpb,), (
+                        np.int64(p.num_warps), _p(self.warps), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
+                        _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp, np.int32(d4),
+                        np.int32(self.ps_max), _p(out), np.uint64(0), np.uint64(0), np.int32(1), np.int32(mode)),
+                       shared_mem=smem)
+            elif self.variant == "pipelined_2pass":
+                lpo, rpo = self._fill((max(L, 1), dp)), self._fill((max(R, 1), dp))
+                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                fn = self._fn(f"mgg_pipelined_v{v}", smem)
+                if p.num_warps:
+                    fn((p.num_blocks,), (32 * p.wpb,), (
+                        np.int64(p.num_warps), _p(self.warps), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
+                        _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp, np.int32(d4),
+                        np.int32(self.ps_max), _p(out), _p(lpo), _p(rpo), np.int32(0), np.int32(0)),
+                       shared_mem=smem)
+                comb = self._fn("mgg_combine", 0)
+                grid, block = self._grid(min(n, self.num_sms * 64), 8)
+                if n:
+                    comb(grid, block, (np.int64(n), _p(self.lptr), _p(self.rptr), _p(lpo), _p(rpo),
+                                       np.int32(d4), _p(out)))
+            elif self.variant == "nonpipelined":
+                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                fn = self._fn(f"mgg_split_v{v}", smem)
+                if L + R:
+                    grid, block = self._grid(L + R, p.wpb)
+                    fn(grid, block, (np.int64(L), np.int64(R), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
+                                     _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp,
+                                     np.int32(d4), np.int32(self.ps_max), _p(out)), shared_mem=smem)
+            elif self.variant == "halo":
+                h = p.halo_size
+                halo = self._fill((max(h, 1), dp))
+                if h:
+                    g = self._fn("mgg_halo_gather", 0)
+                    grid, block = self._grid(min(h, self.num_sms * 64), 8)
+                    g(grid, block, (np.int64(h), _p(self.hpe), _p(self.hrow), symp, np.int32(d4), _p(halo)))
+                self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)
+                self._local(out, R, self.rparts, self.rslot, self.rwt, _p(halo), d4, v)
+            else:  # paper / paper_nbi: kernel 1 then kernel 2
+                self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)
+                if R:
+                    smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                    fn = self._fn("mgg_remote_get", smem)
+                    grid, block = self._grid(min(R, self.num_sms * 64), p.wpb)
+                    fn(grid, block, (np.int64(R), _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt),
+                                     symp, np.int32(d4), np.int32(self.ps_max), _p(out),
+                                     np.int32(self.variant == "paper_nbi")), shared_mem=smem)
+        sym.release()
+        res = out[:, :dim]
+        if self.self_weight is not None:
+            res = res + self.self_weight * x
+        return res.contiguous()

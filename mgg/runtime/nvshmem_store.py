@@ -1,0 +1,169 @@
+"""The NVSHMEM backend of SymmetricStore (GPU).
+
+NVSHMEM is initialised from the MPI communicator through nvshmem4py, on the GPU chosen by the
+node-local rank. Every symmetric array is one NVSHMEM allocation of [rows_per_pe, Dp] float32 per
+PE, Dp = D rounded up to a multiple of 4 so that each row starts on a 16-byte boundary (the
+kernels read rows as float4); `local` is the [rows_per_pe, D] view. `publish` and `release` are
+NVSHMEM barriers on the current CUDA stream, so they order the kernels before and after them
+without a host synchronisation.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+import numpy as np
+import torch
+
+from .comm import Communicator
+from .store import SymmetricArray, SymmetricStore
+
+__all__ = ["NvshmemStore", "padded_dim"]
+
+
+def padded_dim(dim: int) -> int:
+    """Row length in floats with 16-byte aligned rows."""
+    return max(4, (dim + 3) // 4 * 4)
+
+
+class _StreamRef:
+    """A CUDA stream handle in the `__cuda_stream__` protocol that nvshmem4py accepts."""
+
+    def __init__(self, stream: torch.cuda.Stream):
+        self._ptr = int(stream.cuda_stream)
+
+    def __cuda_stream__(self):
+        return (0, self._ptr)
+
+
+class _NvshmemArray(SymmetricArray):
+    def __init__(self, store: "NvshmemStore", rows_per_pe: int, dim: int, dtype: torch.dtype):
+        import nvshmem.core as nvshmem
+
+        if dtype != torch.float32:
+            raise TypeError(f"NvshmemStore: only float32 arrays are supported, got {dtype}")
+        self.store, self.rows_per_pe, self.dim, self.dtype = store, rows_per_pe, dim, dtype
+        self.dim_padded = padded_dim(dim)
+        self.padded = nvshmem.tensor((max(1, rows_per_pe), self.dim_padded), dtype=torch.float32)
+        self.padded.zero_()
+        torch.cuda.current_stream().synchronize()
+        store.comm.barrier()
+
+    @property
+    def local(self) -> torch.Tensor:
+        return self.padded[: self.rows_per_pe, : self.dim]
+
+    @property
+    def data_ptr(self) -> int:
+        """The symmetric address of this PE's slice (the same offset on every PE)."""
+        return int(self.padded.data_ptr())
+
+    def _barrier(self) -> None:
+        import nvshmem.core as nvshmem
+
+        nvshmem.barrier_all(stream=_StreamRef(torch.cuda.current_stream()))
+
+    def publish(self) -> None:
+        self._barrier()
+
+    def release(self) -> None:
+        self._barrier()
+
+    def get_halo(self, halo_ptr: np.ndarray, halo_row: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        from ..kernels.gpu import halo_gather
+
+        pe = np.repeat(np.arange(len(halo_ptr) - 1, dtype=np.int32), np.diff(halo_ptr))
+        rows = halo_gather(self, pe, np.asarray(halo_row))
+        if out is None:
+            return rows
+        out.copy_(rows)
+        return out
+
+    def get_rows(self, pe: int, rows: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.rows_per_pe):
+            raise IndexError(f"get_rows: row ids out of [0, {self.rows_per_pe}) for PE {pe}")
+        return self.get_halo(np.r_[np.zeros(pe + 1, np.int64), len(rows)], rows, out)
+
+    def free(self) -> None:
+        import nvshmem.core as nvshmem
+
+        if self.padded is None:
+            return
+        torch.cuda.current_stream().synchronize()
+        self.store.comm.barrier()
+        nvshmem.free_tensor(self.padded)
+        self.padded = None
+        self.store._live -= 1
+
+
+class NvshmemStore(SymmetricStore):
+    """Symmetric memory in NVSHMEM, one PE per MPI rank and GPU.
+
+    NVSHMEM is initialised once per process: `NvshmemStore(comm)` returns the process's store
+    (it is the store context of the brief), and finalises it at exit, after every array was freed.
+    """
+
+    name = "nvshmem"
+    _instance: "NvshmemStore | None" = None
+    _guard = threading.Lock()
+
+    def __new__(cls, comm: Communicator):
+        with cls._guard:
+            if cls._instance is None:
+                inst = super().__new__(cls)
+                inst._init(comm)
+                cls._instance = inst
+                atexit.register(inst.finalize)
+            elif cls._instance.comm.size != comm.size:
+                raise RuntimeError("NvshmemStore: NVSHMEM is already initialised over another communicator")
+            return cls._instance
+
+    def __init__(self, comm: Communicator):
+        pass
+
+    def _init(self, comm: Communicator) -> None:
+        import nvshmem.core as nvshmem
+        from mpi4py import MPI
+
+        try:
+            from cuda.core import Device
+        except ImportError:  # older cuda.core
+            from cuda.core.experimental import Device
+
+        self.comm = comm
+        ngpu = torch.cuda.device_count()
+        if ngpu == 0:
+            raise RuntimeError("NvshmemStore: no CUDA device visible")
+        self.device_index = comm.local_rank % ngpu
+        torch.cuda.set_device(self.device_index)
+        dev = Device(self.device_index)
+        dev.set_current()
+        os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+        os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", "8G")
+        mpi_comm = comm.comm if comm.comm is not None else MPI.COMM_SELF
+        nvshmem.init(device=dev, mpi_comm=mpi_comm, initializer_method="mpi")
+        self._live = 0
+        self._closed = False
+
+    def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
+        arr = _NvshmemArray(self, rows_per_pe, dim, dtype)
+        self._live += 1
+        return arr
+
+    def close(self) -> None:
+        """Arrays are freed by their owners; NVSHMEM itself stays up until `finalize` (at exit)."""
+
+    def finalize(self) -> None:
+        import nvshmem.core as nvshmem
+
+        if self._closed:
+            return
+        self._closed = True
+        if self._live:  # leaked arrays: NVSHMEM frees them in finalize
+            import sys
+
+            sys.stderr.write(f"mgg: {self._live} NVSHMEM arrays were not freed before exit\n")
+        torch.cuda.synchronize()
+        nvshmem.finalize()
