@@ -26,6 +26,7 @@ __all__ = ["KernelBuild", "build_cubin", "load_module", "nvshmem_root", "cache_d
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MODULES: dict[str, object] = {}
+
 _LOCK = threading.Lock()
 
 
@@ -37,6 +38,9 @@ class KernelBuild:
     method: str
     seconds: float
     cached: bool
+
+
+BUILDS: dict[str, KernelBuild] = {}  # how each loaded module was built (for reports)
 
 
 def nvshmem_root() -> str:
@@ -162,6 +166,6 @@ def load_module(name: str):
             status = nb.cumodule_init(int(mod.module.ptr))
             if status not in (0, None):
                 raise RuntimeError(f"nvshmem cumodule_init({name}) failed with status {status}")
-            mod.mgg_build = b
+            BUILDS[name] = b
             _MODULES[name] = mod
         return _MODULES[name]
