@@ -27,10 +27,8 @@ if [[ "$what" == tests || "$what" == all ]]; then
   echo "tests took $(( $(date +%s) - t )) s (rc=$rc)"
 fi
 if [[ "$what" == bench || "$what" == all ]]; then
-  for P in 1 $NGPU; do
-    [[ $P == 1 || $P -gt 1 ]] || continue
+  for P in ${BENCH_P:-1 $NGPU}; do   # BENCH_P="1" or "2" splits the benchmark over calls
     "${MPI[@]}" -np "$P" python3 bench/fullgraph.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench-P$P.log" | grep -v "^ *agg " | tail -4
-    [[ $P == "$NGPU" ]] && break
   done
   python3 bench/fullgraph.py --summarize "$OUT"/fullgraph-*.json 2>&1 | tee "$OUT/table.txt"
 fi

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MODELS = {"gcn": dict(hidden=16, layers=2, kind="gcn"), "gin": dict(hidden=64, layers=5, kind="sum")}
-VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined")
+VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper")
 
 
 def log(comm, *a):
@@ -241,8 +241,11 @@ def run(args) -> None:
         for kind in ("gcn", "sum"):
             dg.plan(kind), dg.plan(kind, True)
         dg.num_nodes = g.num_nodes
+        from mgg.kernels.gpu import choose_variant
+
         log(comm, f"== {name} scale {sc}: N={g.num_nodes} E={g.num_edges} F={g.x.shape[1]}; plans "
-                  f"{time.perf_counter() - t:.1f} s; rank0 {dg.plan('gcn').stats()}")
+                  f"{time.perf_counter() - t:.1f} s; rank0 {dg.plan('gcn').stats()}; "
+                  f"auto variant: {choose_variant(dg.plan('gcn'))}")
         for mname in args.models.split(","):
             m = MODELS[mname]
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,

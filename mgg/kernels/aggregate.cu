@@ -20,7 +20,7 @@
 //                        row is fetched with nvshmemx_float_get_warp (blocking) or _nbi + quiet
 //   mgg_pipelined        §5.1 / Fig. 6(b): warp w owns local partitions [lb, le) and remote
 //                        partitions [rb, re) (dist of each); for each pair it issues the remote
-//                        rows as _nbi gets into its shared-memory stage, aggregates the local
+//                        rows as _nbi gets (one row per lane) into its shared-memory stage, aggregates the local
 //                        partition meanwhile, waits (quiet) and aggregates the staged rows.
 //                        REMOTE_MODE 1 = direct loads through nvshmem_ptr instead of gets.
 //   mgg_split            baseline (b): the same work with local and remote partitions mapped to
@@ -186,10 +186,12 @@ template <int VPL>
 __device__ __forceinline__ void issue_remote(long long q, const long long* __restrict__ parts,
                                              const int* __restrict__ rpe, const int* __restrict__ rrow,
                                              const float* sym, int D4, float* stage) {
+  // one row per lane: up to 32 rows of the partition in flight at once (a warp-collective get
+  // per row would serialise them)
   long long s = parts[3 * q + 1], e = parts[3 * q + 2];
   const int Dp = 4 * D4;
-  for (long long j = s; j < e; ++j)
-    nvshmemx_float_get_nbi_warp(stage + (j - s) * Dp, sym + (long long)rrow[j] * Dp, Dp, rpe[j]);
+  for (long long j = s + (threadIdx.x & 31); j < e; j += 32)
+    nvshmem_float_get_nbi(stage + (j - s) * Dp, sym + (long long)rrow[j] * Dp, Dp, rpe[j]);
 }
 
 template <int VPL, bool ATOMIC>

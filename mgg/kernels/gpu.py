@@ -22,9 +22,20 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 
-__all__ = ["GPUExecutor", "VARIANTS", "halo_gather", "kernel_smem_bytes", "vectors_per_lane"]
+__all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "kernel_smem_bytes", "vectors_per_lane"]
 
 VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper", "paper_nbi")
+#: a remote row repeated this often (remote entries per unique remote row) makes fetching each
+#: unique row once (halo) cheaper than per-edge remote reads; measured in docs/kernels.md
+HALO_MIN_REUSE = 1.5
+
+
+def choose_variant(plan: AggregationPlan) -> str:
+    """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr)."""
+    if plan.num_remote_edges == 0:
+        return "pipelined"
+    reuse = plan.num_remote_edges / max(1, plan.halo_size)
+    return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
 _VPL = (1, 2, 4, 8)
 
 
@@ -103,6 +114,8 @@ class GPUExecutor:
     """
 
     def __init__(self, plan: AggregationPlan, store, variant: str = "pipelined"):
+        if variant == "auto":
+            variant = choose_variant(plan)
         if variant not in VARIANTS:
             raise ValueError(f"unknown GPU kernel variant {variant!r}; expected one of {VARIANTS}")
         self.plan, self.store, self.variant = plan, store, variant

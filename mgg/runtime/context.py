@@ -31,7 +31,7 @@ class RuntimeConfig:
     dist: int = 4
     wpb: int = 4
     backend: str = "auto"
-    variant: str = "pipelined"
+    variant: str = "auto"
     ps_inter: int | None = None  # ps of remote partitions on other nodes (None: same as ps)
 
     def __post_init__(self) -> None:

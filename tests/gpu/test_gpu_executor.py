@@ -37,7 +37,7 @@ def _run(indptr, indices, x, kind, transposed, variant, ps, dist, wpb):
     return outs, lo, hi, remote
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS + ("auto",))
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_variants_match_reference(variant, kind, transposed):
