@@ -198,7 +198,8 @@ class GPUExecutor:
                 out.zero_()
             if self.variant in ("pipelined", "ptr"):
                 mode = 0 if self.variant == "pipelined" else 1
-                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                # no remote partition, no stage: keeps occupancy up for wide rows
+                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if R else 0
                 fn = self._fn(f"mgg_pipelined_v{v}", smem)
                 if p.num_warps:
                     fn((p.num_blocks,), (32 * p.wpb,), (
@@ -208,7 +209,7 @@ class GPUExecutor:
                        shared_mem=smem)
             elif self.variant == "pipelined_2pass":
                 lpo, rpo = self._fill((max(L, 1), dp)), self._fill((max(R, 1), dp))
-                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if R else 0
                 fn = self._fn(f"mgg_pipelined_v{v}", smem)
                 if p.num_warps:
                     fn((p.num_blocks,), (32 * p.wpb,), (
