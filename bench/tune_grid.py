@@ -120,9 +120,10 @@ def main(argv=None) -> int:
                     "date": datetime.datetime.now().isoformat(timespec="seconds"),
                     "command": " ".join(sys.argv)}
     if comm.rank == 0:
-        out = args.out or os.path.join(
-            ROOT, "bench", "results",
-            f"tune-grid-{args.graph}-P{comm.size}-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
+        name = f"tune-grid-{args.graph}-P{comm.size}-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+        out = args.out or os.path.join(ROOT, "bench", "results")
+        if os.path.isdir(out):  # a folder: the file gets its standard name inside it
+            out = os.path.join(out, name)
         atomic_write_json(out, log)
         best = tuner.best
         line = f"tuner: {tuner.search_iterations} measurements ({iters} iterations incl. warmup), pick {best.label()}"
