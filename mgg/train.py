@@ -4,6 +4,9 @@ Every rank loads the same dataset, builds its part of the `DistGraph`, holds a r
 model and trains on its own node range; gradients are summed over ranks after each backward and
 the loss is normalised by the *global* number of training nodes, so P ranks follow the 1-rank
 run (dropout masks are drawn for the whole graph from an identically seeded generator).
+
+`--tune` lets the runtime tuner (docs/tuner.md) pick ps/dist/wpb and the GPU kernel variant from
+the aggregation time of the first training iterations; the answer is cached for the next run.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import signal
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
@@ -24,7 +28,13 @@ __all__ = ["TrainConfig", "TrainResult", "UserError", "parse_args", "prepare_gra
            "run", "write_metrics", "main"]
 
 MODEL_NAMES = ("gcn", "gin", "sage")
+MODEL_KINDS = {"gcn": "gcn", "gin": "sum", "sage": "mean"}  # the aggregation kind of each model
 BACKENDS = ("auto", "cpu", "gpu")
+#: GPU kernel variants (mgg.kernels.gpu.VARIANTS, not imported here: it pulls in torch) + "auto"
+VARIANTS = ("auto", "pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper", "paper_nbi")
+TUNED_VARIANTS = ("pipelined", "ptr", "halo")  # what --tune compares on the GPU with --variant auto
+KNOB_DEFAULTS = {"ps": 16, "dist": 4, "wpb": 4}  # --ps/--dist/--wpb when not given
+DEFAULT_TUNE_CACHE = "~/.cache/mgg/tuning.json"
 
 
 class UserError(Exception):
@@ -45,10 +55,14 @@ class TrainConfig:
     weight_decay: float | None = None
     dropout: float | None = None
     seed: int = 0
-    ps: int = 16
-    dist: int = 4
-    wpb: int = 4
+    ps: int | None = None                # None: KNOB_DEFAULTS, or tuned with --tune (given: pinned)
+    dist: int | None = None
+    wpb: int | None = None
     backend: str = "auto"
+    variant: str = "auto"                # GPU kernel variant (the CPU ignores it)
+    tune: bool = False                   # runtime tuner (docs/tuner.md)
+    tune_cache: str | None = None        # None: DEFAULT_TUNE_CACHE; "" or "none": no cache
+    tune_log: str | None = None          # tuning log for `python -m mgg.tune --report`
     metrics_json: str | None = None
     eval_every: int = 1
     progress: bool = True
@@ -69,6 +83,14 @@ class TrainConfig:
                        lr=pick(self.lr, d.lr), weight_decay=pick(self.weight_decay, d.weight_decay),
                        dropout=pick(self.dropout, d.dropout))
 
+    def knobs(self) -> dict[str, int]:
+        """ps, dist, wpb in effect before any tuning (the given values or KNOB_DEFAULTS)."""
+        return {k: KNOB_DEFAULTS[k] if getattr(self, k) is None else getattr(self, k) for k in KNOB_DEFAULTS}
+
+    def pinned(self) -> dict[str, int]:
+        """The knobs the user gave explicitly (with --tune these are not searched)."""
+        return {k: getattr(self, k) for k in KNOB_DEFAULTS if getattr(self, k) is not None}
+
 
 @dataclass
 class TrainResult:
@@ -88,6 +110,7 @@ class TrainResult:
     start_epoch: int = 0               # epochs done before this run (from the checkpoint)
     checkpoint: str | None = None      # last checkpoint written
     tuner: dict = field(default_factory=dict)  # tuner state, saved in and restored from checkpoints
+    tuning: dict = field(default_factory=dict)  # the configuration used and the tuner's summary
 
 
 # -- argument parsing ---------------------------------------------------------------------------
@@ -134,13 +157,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="L2 weight decay (5e-4 for gcn/sage, 0 for gin)")
     p.add_argument("--dropout", type=_float_in(0.0, 1.0, False, True, "in [0, 1)"), default=None)
     p.add_argument("--seed", type=_int_in(0), default=0)
-    p.add_argument("--ps", type=_int_in(1, 1024), default=16, help="neighbor partition size [1, 1024]")
-    p.add_argument("--dist", type=_int_in(1, 16), default=4, help="interleave distance [1, 16]")
-    p.add_argument("--wpb", type=_int_in(1, 32), default=4, help="warps per block [1, 32]")
+    p.add_argument("--ps", type=_int_in(1, 1024), default=None,
+                   help="neighbor partition size [1, 1024] (default 16; with --tune: pins ps)")
+    p.add_argument("--dist", type=_int_in(1, 16), default=None,
+                   help="interleave distance [1, 16] (default 4; with --tune: pins dist)")
+    p.add_argument("--wpb", type=_int_in(1, 32), default=None,
+                   help="warps per block [1, 32] (default 4; with --tune: pins wpb)")
     p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--variant", choices=VARIANTS, default="auto",
+                   help="GPU kernel variant (docs/kernels.md; the CPU ignores it). With --tune: "
+                   "'auto' lets the tuner compare pipelined, ptr and halo; any other pins it")
     p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
     p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    t = p.add_argument_group("runtime tuner (docs/tuner.md)")
+    t.add_argument("--tune", action="store_true",
+                   help="search ps/dist/wpb (and the GPU kernel variant) over the first training "
+                   "iterations, timing their aggregations; --ps/--dist/--wpb/--variant given "
+                   "explicitly stay fixed")
+    t.add_argument("--tune-cache", default=None, metavar="PATH",
+                   help=f"tuning cache (default {DEFAULT_TUNE_CACHE}; 'none': no cache): a run whose "
+                   "graph, ranks, width, device and kernels are cached starts at the cached best "
+                   "with zero search iterations")
+    t.add_argument("--tune-log", default=None, metavar="PATH",
+                   help="write the tuning log here (rank 0), for python -m mgg.tune --report PATH")
     g = p.add_argument_group("multi-node and reliability (docs/multinode.md)")
     g.add_argument("--ps-inter", type=_int_in(1, 1024), default=None,
                    help="partition size of remote neighbors on other nodes [1, 1024] (default: --ps)")
@@ -169,6 +209,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         parser.error("--resume auto needs --checkpoint-dir")
     if ns.checkpoint_every and not ns.checkpoint_dir:
         parser.error("--checkpoint-every needs --checkpoint-dir")
+    for flag in ("tune_cache", "tune_log"):
+        if getattr(ns, flag) is not None and not ns.tune:
+            parser.error(f"--{flag.replace('_', '-')} needs --tune")
     return TrainConfig(**vars(ns))
 
 
@@ -322,6 +365,69 @@ def _resume_state(cfg: TrainConfig, comm, graph: Any):
     return found
 
 
+def _start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict | None):
+    """The runtime tuner of a --tune run and the timer of its aggregations (None, None without
+    --tune). Collective. `state`: the tuner state of the checkpoint resumed from."""
+    if not cfg.tune:
+        return None, None
+    from .checkpoint import graph_fingerprint
+    from .runtime import RankError
+    from .runtime.tuner import AggregationTimer, AggregationTuner, SearchSpace
+
+    if dg.backend != "gpu":
+        variants = ("pipelined",)  # the CPU executor has one kernel
+    else:
+        variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
+    pins = cfg.pinned()
+    space = SearchSpace(**{f"{k}_values": (v,) for k, v in pins.items()}, variants=variants,
+                        tune_ps_inter=False if cfg.ps_inter is not None else None)
+    extra = ",".join(f"{k}={v}" for k, v in {**pins, "ps_inter": cfg.ps_inter}.items() if v is not None)
+    cache = os.path.expanduser(cfg.tune_cache or DEFAULT_TUNE_CACHE)
+    tuner = err = None
+    try:
+        tuner = AggregationTuner.for_distgraph(
+            dg, dim=width, kinds=(MODEL_KINDS[cfg.model],), fingerprint=graph_fingerprint(graph),
+            cache_path=None if cfg.tune_cache in ("", "none") else cache, extra=extra, space=space,
+            variants=variants, log_path=cfg.tune_log)
+    except ValueError as e:  # no feasible configuration (e.g. pinned knobs that do not fit)
+        err = e
+    if tuner is not None and state and state.get("enabled"):
+        try:
+            tuner.load_state_dict(state)  # replays the checkpoint's trials
+        except ValueError as e:
+            err = ValueError(f"the checkpoint's tuner state belongs to another search (other "
+                             f"--ps/--dist/--wpb/--variant/--ps-inter?): {e}")
+    try:
+        comm.check(err)
+    except (ValueError, RankError) as e:
+        raise UserError(f"--tune: {e}") from e
+    return tuner, AggregationTimer(dg)
+
+
+@contextmanager
+def _untimed(timer):
+    """Aggregations inside are not counted by the tuner's timer (the eval forward)."""
+    if timer is not None:
+        timer.paused = True
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.paused = False
+
+
+def _tuning_summary(dg, tuner) -> dict:
+    """What the metrics JSON and the final line report: the configuration in effect and, with
+    --tune, the tuner's summary (its best, search iterations, cache hit)."""
+    p = dg.params
+    doc = {"enabled": tuner is not None,
+           "config": {"ps": p.ps, "dist": p.dist, "wpb": p.wpb, "ps_inter": p.ps_inter,
+                      "variant": dg.config.variant}}
+    if tuner is not None:
+        doc.update(tuner.summary(), iterations=tuner.iterations)
+    return doc
+
+
 def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
           verbose: bool = False, stop=None) -> TrainResult:
     """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks.
@@ -343,7 +449,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    rcfg = RuntimeConfig(ps=cfg.ps, dist=cfg.dist, wpb=cfg.wpb, backend=cfg.backend, ps_inter=cfg.ps_inter)
+    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
     saved_rpn = comm.ranks_per_node
     if cfg.ranks_per_node:
         comm.ranks_per_node = cfg.ranks_per_node  # node-aware plans see the simulated nodes
@@ -352,6 +458,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
     finally:
         comm.ranks_per_node = saved_rpn
     closing = False  # dg.close() is collective: only when every rank gets there
+    timer = None
     try:
         dev = dg.device
         x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
@@ -376,6 +483,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
             res.start_epoch = start = int(state["epoch"])
             last, res.epochs, res.tuner = (dict(state["last_eval"]), list(state["history"]),
                                            dict(state["tuner"]))
+        tuner, timer = _start_tuner(cfg, dg, comm, graph, max(prep.x.shape[1], cfg.hidden), res.tuner)
         ckpt = Checkpointer(cfg.checkpoint_dir, cfg.checkpoint_every, comm) if cfg.checkpoint_dir else None
         fingerprint = graph_fingerprint(graph) if ckpt else ""
         times: list[float] = []
@@ -397,12 +505,15 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
             comm.barrier()
             ms = (time.perf_counter() - t0) * 1e3
             times.append(ms)
+            if tuner is not None:  # this iteration's aggregation time; the next config applies
+                tuner.step(timer.lap())  # collective (max over ranks) while searching
+                res.tuner = tuner.state_dict()
             # [loss, stop flag, correct/total per mask]: one all-reduce agrees on all of them
             stats = [float(loss.item()), float(bool(stop is not None and stop.requested))]
             do_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs
             if do_eval:
                 model.eval()
-                with torch.no_grad():
+                with torch.no_grad(), _untimed(timer):
                     stats += _counts(model(x, dg, None), y, masks)
             buf = comm.allreduce_(np.asarray(stats, dtype=np.float64))
             rec = {"epoch": epoch, "loss": float(buf[0]), "train_acc": last["train_acc"],
@@ -433,12 +544,17 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
         res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
         res.final_loss = res.epochs[-1]["loss"]
         res.median_epoch_ms = float(statistics.median(times))
+        res.tuning = _tuning_summary(dg, tuner)
+        if tuner is not None and cfg.tune_log and comm.rank == 0:
+            tuner.write_log(cfg.tune_log)  # also when the search did not finish, or was cached
         closing = True
         return res
     except UserError:  # agreed on by every rank
         closing = True
         raise
     finally:
+        if timer is not None:
+            timer.close()
         if closing:  # after any other error the peers may be elsewhere: closing would hang
             dg.close()
 
@@ -474,6 +590,7 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         "final_loss": res.final_loss,
         "median_epoch_ms": res.median_epoch_ms,
         "epochs": res.epochs,
+        "tuner": res.tuning,
         "config": asdict(cfg),
         "version": __version__,
     }
@@ -518,7 +635,21 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
               f"epochs={r.epochs}")
         print(f"train_acc={res.train_acc:.4f} val_acc={res.val_acc:.4f} test_acc={res.test_acc:.4f}")
         print(f"final_loss={res.final_loss:.6f} median_epoch_ms={res.median_epoch_ms:.3f}", flush=True)
+        print(_tuning_line(res.tuning), flush=True)
     return res
+
+
+def _tuning_line(t: dict) -> str:
+    """`config: ps=.. dist=.. wpb=.. variant=..` plus, with --tune, how it was found."""
+    c = t["config"]
+    line = f"ps={c['ps']} dist={c['dist']} wpb={c['wpb']}"
+    if c.get("ps_inter") is not None:
+        line += f" ps_inter={c['ps_inter']}"
+    line += f" variant={c['variant']}"
+    if not t.get("enabled"):
+        return f"config: {line} (fixed)"
+    state = "from cache" if t["from_cache"] else ("done" if t["done"] else "still searching")
+    return f"tuner: {line} search_iterations={t['search_iterations']} ({state})"
 
 
 def _exit_together(code) -> None:

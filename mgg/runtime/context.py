@@ -2,10 +2,17 @@
 
 It owns the communicator, the symmetric store, the node ranges, and the plans (per aggregation
 kind, forward and transposed), and runs aggregations through the executor of its backend.
+
+The runtime tuner switches configurations (ps, dist, wpb, kernel variant) between iterations
+through `set_config`: the partition cuts of the last few ps values stay in a `PlanCache`, and the
+executors of the last few configurations stay built (on the GPU: their plans stay uploaded), so
+switching back to a configuration costs neither a re-cut nor an upload. `release_unused` frees
+both once the tuner has settled.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass, field, asdict
 from typing import Any
 
@@ -16,6 +23,7 @@ from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .store import SymmetricArray, SymmetricStore, make_store
+from .tuning.plancache import PlanCache
 from .weights import check_kind, diag_weights, pair_weights
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
@@ -76,6 +84,9 @@ class DistGraph:
     Every rank passes the same global graph; rank r keeps only what its range [lo, hi) needs.
     """
 
+    PLAN_CACHE = 3      # ps values whose partition cuts are kept (PlanCache capacity)
+    EXECUTOR_CACHE = 3  # configurations (params, variant) whose executors are kept
+
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, comm: Communicator,
                  config: RuntimeConfig | None = None, store: SymmetricStore | None = None):
         self.comm = comm
@@ -94,8 +105,10 @@ class DistGraph:
         self._fwd = self._forward_rows(indptr, indices)
         self._bwd = self._transposed_rows(indptr, indices)
         self.params = self.config.params
-        self._plans: dict[tuple[str, bool], AggregationPlan] = {}
-        self._executors: dict[tuple[str, bool], Any] = {}
+        self._plans: dict[tuple[str, bool], AggregationPlan] = {}  # for self.params
+        self.plan_cache = PlanCache(self.PLAN_CACHE)
+        # LRU: (params, variant) -> {(kind, transposed): executor}
+        self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
         self.device = torch.device("cpu")
         if self.backend == "gpu":
@@ -175,31 +188,60 @@ class DistGraph:
             self_weight=np.zeros(self.n_local, np.float32) if d is None else d, has_self=d is not None)
 
     def set_variant(self, variant: str) -> None:
-        """Switch the GPU kernel variant (executors are rebuilt lazily)."""
-        self.config.variant = variant
-        self._executors.clear()
+        """Switch the GPU kernel variant (executors are built lazily, or reused from the LRU)."""
+        self.set_config(self.params, variant)
 
     def set_params(self, params: PlanParams) -> None:
-        """Re-cut every plan for new (ps, dist, wpb); the local/remote split is kept."""
+        """Re-cut every plan for new (ps, dist, wpb); the local/remote split is kept, and the cuts
+        of the last `PLAN_CACHE` ps values are reused instead of recomputed."""
         if params == self.params:
             return
+        self.plan_cache.keep(self._plans)  # the current cut, for a later switch back
+        self._plans = self.plan_cache.apply(self._plans, params)
         self.params = params
-        self._plans = {k: p.with_params(params) for k, p in self._plans.items()}
+
+    def set_config(self, params: PlanParams, variant: str | None = None) -> None:
+        """Plan knobs and GPU kernel variant at once (the runtime tuner's setter).
+
+        Takes effect at the next `aggregate`; executors of recent configurations are reused.
+        """
+        if variant is not None:
+            self.config.variant = variant
+        self.set_params(params)
+
+    def release_unused(self) -> None:
+        """Free the cached cuts and the executors of every configuration but the current one."""
+        key = self._config_key()
+        current = self._executors.get(key)
         self._executors.clear()
+        if current is not None:
+            self._executors[key] = current
+        self.plan_cache.clear()
+
+    def _config_key(self) -> tuple[PlanParams, str]:
+        # the CPU executor ignores the variant: one entry per params
+        return self.params, (self.config.variant if self.backend == "gpu" else "")
 
     def executor(self, kind: str, transposed: bool = False):
+        """The executor of `kind` for the current configuration (built once, kept in an LRU of
+        `EXECUTOR_CACHE` configurations)."""
+        cfg = self._config_key()
+        per = self._executors.setdefault(cfg, {})
+        self._executors.move_to_end(cfg)
+        while len(self._executors) > self.EXECUTOR_CACHE:
+            self._executors.popitem(last=False)  # its device arrays go with the last reference
         key = (kind, transposed)
-        if key not in self._executors:
+        if key not in per:
             plan = self.plan(kind, transposed)
             if self.backend == "gpu":
                 from ..kernels.gpu import GPUExecutor
 
-                self._executors[key] = GPUExecutor(plan, self.store, variant=self.config.variant)
+                per[key] = GPUExecutor(plan, self.store, variant=self.config.variant)
             else:
                 from ..kernels.cpu import CPUExecutor
 
-                self._executors[key] = CPUExecutor(plan)
-        return self._executors[key]
+                per[key] = CPUExecutor(plan)
+        return per[key]
 
     def symmetric(self, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         """The symmetric [rows_per_pe, dim] buffer for embeddings of width `dim` (allocated once)."""
@@ -230,6 +272,7 @@ class DistGraph:
             arr.free()
         self._arrays.clear()
         self._executors.clear()
+        self.plan_cache.clear()
         self.store.close()
 
     def __enter__(self) -> "DistGraph":

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from .cache import LOG_FORMAT, TuneKey, TuningCache, VERSION, atomic_write_json, kernel_version
 from .model import DeviceLimits, PruneRules, TuneConfig, Workload, estimate
-from .plancache import DistGraphApplier, PlanCache
+from .plancache import DistGraphApplier
 from .search import CrossIterationSearch, SearchSpace, Trial
 
 __all__ = ["AggregationTuner", "AggregationTimer", "distgraph_workload"]
@@ -121,7 +121,7 @@ class AggregationTuner:
                       extra: str = "", comm: Any = None, limits: DeviceLimits | None = None,
                       space: SearchSpace | None = None, **kw: Any) -> "AggregationTuner":
         """A tuner for a DistGraph: limits of dg's device, its plans' workload (max over ranks),
-        a DistGraphApplier with a PlanCache, and the cache key (fingerprint, P, dim, device,
+        a DistGraphApplier (dg keeps the per-ps cuts and recent executors), and the cache key (fingerprint, P, dim, device,
         kernel_version(), extra + kinds + variants)."""
         comm = comm if comm is not None else getattr(dg, "comm", None)
         if limits is None:
@@ -139,7 +139,7 @@ class AggregationTuner:
                           kernel_version(), "|".join(filter(None, [extra, "kinds=" + ",".join(kinds),
                                                                    "variants=" + ",".join(vs)])))
         wl = distgraph_workload(dg, kinds, space, comm)
-        return cls(DistGraphApplier(dg, PlanCache()), dim, limits, space=space, workload=wl,
+        return cls(DistGraphApplier(dg), dim, limits, space=space, workload=wl,
                    cache_path=cache_path, key=key, comm=comm, **kw)
 
     def _new_search(self) -> None:
@@ -228,6 +228,9 @@ class AggregationTuner:
         best = self.search.best
         self._best = best
         self._switch(best)
+        release = getattr(self.apply, "release", None)
+        if release is not None:  # free the cuts and executors of the other configurations
+            release()
         log.info("tuner: done after %d measurements: %s (%.3f ms)", len(self.search.trials),
                  best.label(), self.search.latency(best))
         if not self._rank0():

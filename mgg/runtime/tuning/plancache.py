@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Hashable, Mapping
 
 import numpy as np
 
@@ -39,6 +39,16 @@ class PlanCache:
     def ps_values(self) -> list[tuple[int, int]]:
         """The cached (ps, ps_inter) values, least recently used first."""
         return list(self._cuts)
+
+    def clear(self) -> None:
+        """Forget every cut."""
+        self._cuts.clear()
+
+    def keep(self, plans: Mapping[Hashable, AggregationPlan]) -> None:
+        """Remember the cuts `plans` already have (before their owner moves to another ps)."""
+        for key, p in plans.items():
+            ck = (int(p.ps), int(p.ps_inter or p.ps))
+            self._remember(ck, key, (p.local_parts, p.remote_parts, p.remote_part_inter))
 
     def _remember(self, ck: tuple[int, int], key: Hashable, cut: _Cut) -> None:
         self._cuts.setdefault(ck, {})[key] = cut
@@ -80,40 +90,35 @@ class PlanCache:
 
 
 class DistGraphApplier:
-    """Applies a TuneConfig to a DistGraph: plan knobs and kernel variant.
+    """Applies a TuneConfig to a DistGraph: plan knobs and kernel variant, through
+    `DistGraph.set_config` (the DistGraph keeps the per-ps cuts and recent executors).
 
-    With a DistGraph that has `set_config(params, variant)` (the change proposed in
-    docs/tuner.md) that is all it calls. Until then it uses the public `set_params` and, for the
-    per-ps plan cache and the variant, DistGraph's `_plans` / `_executors` dicts directly (the
-    same operations `set_params` performs).
+    Args:
+        dg: the DistGraph (anything with `set_config(params, variant)`).
+        plan_cache: installed as `dg.plan_cache` (e.g. another capacity); None keeps dg's own.
 
     `TuneConfig.ps_inter` None keeps the DistGraph's own ps_inter setting (--ps-inter).
     """
 
     def __init__(self, dg: Any, plan_cache: PlanCache | None = None):
         self.dg = dg
-        self.plan_cache = plan_cache if plan_cache is not None else PlanCache()
+        if plan_cache is not None:
+            dg.plan_cache = plan_cache
         self.user_ps_inter = getattr(getattr(dg, "config", None), "ps_inter", None)
+
+    @property
+    def plan_cache(self) -> PlanCache | None:
+        return getattr(self.dg, "plan_cache", None)
 
     def params_for(self, cfg: Any) -> PlanParams:
         pi = self.user_ps_inter if cfg.ps_inter is None else cfg.ps_inter
         return PlanParams(int(cfg.ps), int(cfg.dist), int(cfg.wpb), pi)
 
     def __call__(self, cfg: Any) -> None:
-        dg = self.dg
-        params = self.params_for(cfg)
-        setter: Callable | None = getattr(dg, "set_config", None)
-        if setter is not None:
-            setter(params, variant=cfg.variant)
-            return
-        variant_changed = dg.config.variant != cfg.variant
-        dg.config.variant = cfg.variant
-        if params != dg.params:
-            if hasattr(dg, "_plans") and hasattr(dg, "_executors"):
-                dg._plans = self.plan_cache.apply(dg._plans, params)
-                dg.params = params
-                dg._executors.clear()
-            else:
-                dg.set_params(params)
-        if variant_changed and hasattr(dg, "_executors"):
-            dg._executors.clear()
+        self.dg.set_config(self.params_for(cfg), variant=cfg.variant)
+
+    def release(self) -> None:
+        """The search is over: free the cuts and executors of the other configurations."""
+        release = getattr(self.dg, "release_unused", None)
+        if release is not None:
+            release()
