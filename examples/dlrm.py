@@ -102,7 +102,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     emb = MultiTableEmbeddingBag([TableConfig(n, args.dim, "sum", args.sharding, f"C{t + 1}") for t, n in enumerate(cards)],
                                  comm, make_store(comm, args.backend), seed=args.seed, init="uniform")
-    bot_mlp, top_mlp = mlp(bot), mlp(top)  # same seed on every rank: replicated weights
+    dev = torch.device("cuda", torch.cuda.current_device()) if args.backend == "gpu" else torch.device("cpu")
+    bot_mlp, top_mlp = mlp(bot).to(dev), mlp(top).to(dev)  # same seed on every rank: replicated weights
     dense_params = list(bot_mlp.parameters()) + list(top_mlp.parameters())
     opt = torch.optim.SGD(dense_params, lr=args.lr)
     emb_opt = RowWiseAdagrad(emb, lr=args.emb_lr)
@@ -118,14 +119,16 @@ def main(argv=None) -> int:
     for step in range(1, args.steps + 1):
         ts = time.perf_counter()
         dense, ids, y = make_batch(rng, cards, B, args.zipf, w_dense)
+        dense, y = dense.to(dev), y.to(dev)
         x = bot_mlp(dense)
         embs = emb([torch.from_numpy(i) for i in ids], [offsets] * 26)
         logit = top_mlp(interact(x, embs)).squeeze(1)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y, reduction="sum") / (B * P)
         opt.zero_grad()
         loss.backward()
-        flat = torch.cat([q.grad.reshape(-1) for q in dense_params])
+        flat = torch.cat([q.grad.reshape(-1) for q in dense_params]).cpu()
         comm.allreduce_(flat.numpy())
+        flat = flat.to(dev)
         pos = 0
         for q in dense_params:
             q.grad.copy_(flat[pos: pos + q.numel()].view_as(q))
