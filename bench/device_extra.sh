@@ -3,14 +3,7 @@
 # embedding-lookup benchmark (GPU, P = all GPUs) and the tuner-vs-grid run. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export MGG_KERNEL_CACHE=/tmp/mgg-kernels PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD"
-OUT="${OUT:-/tmp/mgg-out}"; mkdir -p "$OUT"
-NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
-MPI=(mpirun --allow-run-as-root --bind-to none -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE
-     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x MGG_KERNEL_CACHE -x PYTHONUNBUFFERED -x OMP_NUM_THREADS)
+source bench/device_env.sh
 echo "== NVRTC + nvJitLink build probe"
 MGG_KERNEL_BUILD=nvrtc MGG_KERNEL_CACHE=/tmp/kc-nvrtc timeout 180 python3 -c "
 from mgg.kernels.build import build_cubin

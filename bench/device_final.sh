@@ -3,14 +3,9 @@
 # on the GPU, and the DLRM example on the GPU. Each stage time-boxed; logs under $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export MGG_KERNEL_CACHE=/tmp/mgg-kernels PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8 CI=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD"
-OUT="${OUT:-/tmp/mgg-out}"; mkdir -p "$OUT"
-NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
-MPI=(mpirun --allow-run-as-root --bind-to none -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE
-     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x MGG_KERNEL_CACHE -x PYTHONUNBUFFERED -x OMP_NUM_THREADS -x CI)
+source bench/device_env.sh
+export CI=1
+MPI+=(-x CI)
 echo "== tuner vs grid, products-like, P=$NGPU"
 timeout 150 "${MPI[@]}" -np "$NGPU" python3 bench/tune_grid.py --graph products-like --scale 1 --dim 16 \
   --variants pipelined --out "$OUT" 2>&1 | tee "$OUT/tune-grid-products.log" | grep -v "^grid [0-9]" | tail -4

@@ -11,7 +11,6 @@ the aggregation time of the first training iterations; the answer is cached for 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -596,14 +595,9 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
     }
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
-    doc = _json_safe(doc)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    from .atomic import atomic_write_json
+
+    atomic_write_json(path, _json_safe(doc), indent=2)
 
 
 def run(cfg: TrainConfig, comm) -> TrainResult:

@@ -161,7 +161,6 @@ def plot_log(log: dict, out: str) -> None:
 
     early = [r for r in trials if r.get("phase") in ("ps", "dist")]
     late = [r for r in trials if int(r["ps"]) == bkey[0] and r.get("phase") not in ("ps", "dist")]
-    start_wpb = [r for r in trials if r.get("phase") == "dist"]
     if not early and trials:
         early = trials[:1]
     im = panel(axes[0], ps_v, dist_v, lambda x, y: at(x, y, wpb0),

@@ -306,5 +306,6 @@ def test_edge_kernel_split_slots_match_a_simulation():
 def test_gat_kernels_compile(tmp_path):
     from mgg.kernels.gat_gpu import build
 
-    path = build("sm_90", cache_dir=str(tmp_path))
+    os.environ["MGG_KERNEL_CACHE"] = str(tmp_path)
+    path = build("sm_90")
     assert os.path.getsize(path) > 0

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 import zlib
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ._build import graph_from_edges, infer_num_nodes
 from .graph import Graph
 from .validate import GraphFormatError, validate_graph
@@ -66,25 +66,6 @@ def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | 
     missing = "edge_index" if "indptr" not in arrays and "indices" not in arrays else (
         "indices" if "indptr" in arrays else "indptr")
     raise GraphFormatError(path, missing, f"missing; the archive needs 'edge_index' or 'indptr'+'indices' (found keys {sorted(arrays)})")
-
-
-def atomic_write(path: str | os.PathLike, write) -> None:
-    """Call ``write(fileobj)`` on a temporary file beside ``path``, then ``os.replace`` it."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def save_npz(graph: Graph, path: str | os.PathLike, compressed: bool = False) -> None:

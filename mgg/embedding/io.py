@@ -10,12 +10,12 @@ import json
 import os
 import re
 import struct
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_path, atomic_write, atomic_write_json
 from .sharding import SHARDINGS
 from .validate import MODES
 
@@ -170,44 +170,24 @@ def save_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
         pos += len(blobs[-1])
     h = json.dumps(header).encode()
     h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
+    def write(f) -> None:
         f.write(struct.pack("<Q", len(h)) + h)
         for b in blobs:
             f.write(b)
 
-
-def _tmp_in(dirname: str, suffix: str) -> str:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=dirname)
-    os.close(fd)
-    return tmp
+    atomic_write(path, write)
 
 
 def write_npy_atomic(path: str, shape: tuple[int, int], dtype, fill) -> None:
     """Create `path` atomically: `fill(memmap)` writes a temp .npy in the same folder, then os.replace."""
-    tmp = _tmp_in(os.path.dirname(os.path.abspath(path)), ".npy")
-    try:
+    def make(tmp: str) -> None:
         mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
         fill(mm)
         mm.flush()
         del mm
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_path(path, make)
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
-    tmp = _tmp_in(os.path.dirname(os.path.abspath(path)), ".json")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_json(path, obj)

@@ -2,11 +2,9 @@
 
 The kernels compile (nvcc 13.0, sm_90, -rdc, device-linked against libnvshmem_device.a of
 nvidia-nvshmem-cu13 3.4.5) but have not run on a device yet. The build follows the verified
-recipe of /work/shared/notes/gpu-recipe.md: mgg.kernels.build.load_module("gat_fused") when that
-shared helper is importable, else `build()` here (as mgg/kernels/embedding_gpu.py does):
-nvcc -rdc -c, nvcc -dlink -cubin, cached on disk by
-source hash + arch + NVSHMEM root (written to a temp name and os.replace'd), loaded with
-cupy.RawModule and registered with `nvshmem.bindings.cumodule_init` before the first launch.
+recipe of /work/shared/notes/gpu-recipe.md through mgg.kernels.build (nvcc -rdc, device link
+against libnvshmem_device.a, cubin cached by source hash + arch, loaded with cupy.RawModule and
+registered with NVSHMEM before the first launch).
 
 `GATGPUExecutor` has the interface of mgg.kernels.adaptive.FusedAggregation's CPU branch:
 forward(feat, src_score, dst, dropout, generator) -> (out, saved) and backward(...) -> local
@@ -24,11 +22,7 @@ mgg.runtime.halo.scatter_halo_add.
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import subprocess
-import tempfile
 import threading
 
 import numpy as np
@@ -38,7 +32,6 @@ from ..runtime.plan import AggregationPlan
 
 __all__ = ["build", "GATGPUExecutor", "KMAX_COLUMNS", "MAX_HEADS", "EDGES_PER_WARP"]
 
-_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gat_fused.cu")
 _LOCK = threading.Lock()
 _MOD = None
 KMAX_COLUMNS = 256      # H * C <= 32 lanes * MGG_KMAX
@@ -50,66 +43,21 @@ _KERNELS = ("gat_fwd_node", "gat_bwd_node", "gat_gather_halo", "gat_fwd_edge", "
             "gat_bwd_edge")
 
 
-def _nvshmem_root() -> str:
-    env = os.environ.get("NVSHMEM_HOME")
-    if env:
-        return env
-    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+def build(arch: str | None = None) -> str:
+    """Compile gat_fused.cu to a cubin (cached by mgg.kernels.build); returns its path."""
+    from .build import build_cubin
 
-    return list(nvn.__path__)[0]
-
-
-def _arch() -> str:
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return f"sm_{major}{minor}"
-    return os.environ.get("MGG_CUDA_ARCH", "sm_90")
-
-
-def build(arch: str | None = None, cache_dir: str | None = None, nvshmem_root: str | None = None) -> str:
-    """Compile gat_fused.cu to a cubin (cached by source hash + arch + NVSHMEM root); its path."""
-    arch = arch or _arch()
-    root = nvshmem_root or _nvshmem_root()
-    with open(_SRC, "rb") as f:
-        src = f.read()
-    key = hashlib.sha256(src + arch.encode() + root.encode()).hexdigest()[:16]
-    cache_dir = cache_dir or os.environ.get("MGG_KERNEL_CACHE",
-                                            os.path.join(os.path.expanduser("~"), ".cache", "mgg", "kernels"))
-    os.makedirs(cache_dir, exist_ok=True)
-    out = os.path.join(cache_dir, f"gat_fused-{arch}-{key}.cubin")
-    if os.path.exists(out):
-        return out
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        obj, cub = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.cubin")
-        for cmd in (["nvcc", f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", f"-I{root}/include", "-c", _SRC, "-o", obj],
-                    ["nvcc", f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", cub]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode:
-                raise RuntimeError(f"building gat_fused.cu failed: {' '.join(cmd[:4])} ...\n{(r.stderr or r.stdout)[-2000:]}")
-        os.replace(cub, out)
-    return out
+    return build_cubin("gat_fused", arch).path
 
 
 def _module() -> dict:
-    """The kernels, through mgg.kernels.build.load_module (the shared build/cache helper with a
-    per-node file lock) when it exists, else this module's own cached build."""
+    """The kernels of gat_fused.cu (built, cached and NVSHMEM-initialised by mgg.kernels.build)."""
     global _MOD
     with _LOCK:
         if _MOD is None:
-            try:
-                from .build import load_module
-            except ImportError:
-                load_module = None
-            if load_module is not None:
-                mod = load_module("gat_fused")
-            else:
-                import cupy
-                import nvshmem.bindings as nb
+            from .build import load_module
 
-                mod = cupy.RawModule(path=build())
-                status = nb.cumodule_init(int(mod.module.ptr))
-                if status not in (0, None):
-                    raise RuntimeError(f"nvshmem cumodule_init failed with status {status}")
+            mod = load_module("gat_fused")
             _MOD = {k: mod.get_function(k) for k in _KERNELS}
         return _MOD
 

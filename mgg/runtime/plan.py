@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..atomic import atomic_write
 from .partition import owner_of
 
 __all__ = ["AggregationPlan", "build_plan", "cut_partitions", "cut_segments", "cut_remote",
@@ -216,18 +216,8 @@ class AggregationPlan:
     # -- serialisation ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         """Write the plan as .npz atomically (temp file in the same folder, then rename)."""
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
         arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".plan-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, lambda fh: np.savez(fh, **arrays))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "AggregationPlan":

@@ -28,11 +28,10 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from ...atomic import atomic_write_json
 from .model import TuneConfig
 
 __all__ = ["TuneKey", "CacheEntry", "TuningCache", "atomic_write_json", "kernel_version",
@@ -100,26 +99,6 @@ class CacheEntry:
     def from_dict(cls, d: dict) -> "CacheEntry":
         return cls(TuneKey.from_dict(d["key"]), TuneConfig.from_dict(d["best"]),
                    float(d["latency_ms"]), int(d["trials"]), str(d.get("updated", "")))
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then os.replace (readers see the old
-    or the new file, never a torn one)."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _set_aside(path: str, why: str) -> str:

@@ -15,9 +15,8 @@ Nothing here hard-codes a GPU: `DeviceLimits.from_device()` reads the limits fro
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
