@@ -25,3 +25,15 @@ def random_csr(num_nodes: int, num_edges: int, seed: int, self_loops: int = 10, 
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
     return indptr, src[order].astype(np.int64)
+
+
+_DATASETS: dict = {}
+
+
+def cached_dataset(name: str):
+    """mgg.data.load_dataset(name) (sbm at scale 0.05), loaded once per process."""
+    from mgg.data import load_dataset
+
+    if name not in _DATASETS:
+        _DATASETS[name] = load_dataset(name, scale=0.05 if name == "sbm" else 1.0, seed=0)
+    return _DATASETS[name]

@@ -38,7 +38,9 @@ MODEL_DEFAULTS: dict[str, ModelDefaults] = {
 
 
 class GNN(nn.Module):
-    """A stack of convolutions: dropout -> conv -> relu, without relu after the last conv."""
+    """A stack of convolutions: dropout -> conv -> activation, none after the last conv."""
+
+    activation = staticmethod(torch.relu)
 
     def __init__(self, convs: list[nn.Module], dropout: float):
         super().__init__()
@@ -58,7 +60,7 @@ class GNN(nn.Module):
             x = global_dropout(x, self.dropout, dg, generator, self.training)
             x = conv(x, dg)
             if i < last:
-                x = torch.relu(x)
+                x = self.activation(x)
         return x
 
 
@@ -102,6 +104,8 @@ class GAT(GNN):
     defaults to 0 here: its mask is drawn per rank, so P ranks would not reproduce a 1-rank run.
     """
 
+    activation = staticmethod(torch.nn.functional.elu)  # the GAT paper's activation
+
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.6,
                  heads: int = 8, out_heads: int = 1, att_dropout: float = 0.0):
         if layers < 1:
@@ -113,15 +117,6 @@ class GAT(GNN):
         convs.append(GATConv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
         super().__init__(convs, dropout)
 
-    def forward(self, x: torch.Tensor, dg, generator: torch.Generator | None = None) -> torch.Tensor:
-        """As GNN.forward, with ELU between layers (the GAT paper's activation)."""
-        last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            x = global_dropout(x, self.dropout, dg, generator, self.training)
-            x = conv(x, dg)
-            if i < last:
-                x = torch.nn.functional.elu(x)
-        return x
 
 
 MODELS: dict[str, type[GNN]] = {"gcn": GCN, "gin": GIN, "sage": SAGE, "gat": GAT}

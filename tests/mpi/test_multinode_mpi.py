@@ -12,19 +12,13 @@ import pytest
 import torch
 
 from mgg.checkpoint import LAST, read_checkpoint
-from mgg.data import load_dataset
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig, world
+from tests.graphs import cached_dataset
 from mgg.train import TrainConfig, UserError, train
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
-_GRAPHS = {}
-
-
-def graph(name):
-    if name not in _GRAPHS:
-        _GRAPHS[name] = load_dataset(name, scale=0.05 if name == "sbm" else 1.0, seed=0)
-    return _GRAPHS[name]
+graph = cached_dataset
 
 
 def rpn(size):
