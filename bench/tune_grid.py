@@ -9,7 +9,9 @@ For one graph, P ranks (one GPU each, NVSHMEM store) and the embedding width of 
    where shared memory does not fit) -- the forward GCN aggregation timed with CUDA events,
    median of `--reps` after `--warmup` runs, max over the ranks;
 2. tuner: the cross-iteration search driven by the same measurement, one "iteration" per call
-   (a fresh run of the search, with a warmup run after every switch, like training);
+   (a fresh run of the search; each switch is prepared by the applier, as in training);
+   `--tuner-runs N` repeats the whole search N times (fresh state, same GPU) and reports every
+   pick: the spread says how much measurement noise moves the result;
 3. the tuning log (trials + grid) is written to bench/results/tune-grid-<graph>-P<P>-<date>.json;
    `python -m mgg.tune --report` on it prints the table and draws the Fig. 11 heat maps with the
    tuner's path. The summary line gives the tuner's pick over the grid optimum and the number of
@@ -44,6 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--no-grid", action="store_true", help="tuner only")
+    ap.add_argument("--tuner-warmup", type=int, default=0, help="iterations ignored after each switch")
+    ap.add_argument("--tuner-runs", type=int, default=1, help="independent searches to run")
     ap.add_argument("--cpu", action="store_true", help="allow the CPU backend (smoke test)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -103,20 +107,25 @@ def main(argv=None) -> int:
         if comm.rank == 0:
             print(f"grid: {len(cfgs)} configurations in {time.perf_counter() - t0:.1f} s")
 
-    # the tuner, one aggregation per "iteration" (warmup 1 after each switch, as in training)
+    # the tuner, one aggregation per "iteration" (the applier prepares each switch, as in training)
     wl = distgraph_workload(dg, (args.kind,), space, comm)
-    tuner = AggregationTuner(apply, dim, limits, space=space, workload=wl, comm=comm, warmup=1)
-    iters = 0
-    while not tuner.done:
-        tuner.step(measure(1, 0))
-        iters += 1
+    runs = []
+    for _ in range(max(1, args.tuner_runs)):
+        tuner = AggregationTuner(apply, dim, limits, space=space, workload=wl, comm=comm,
+                                 warmup=args.tuner_warmup)
+        iters = 0
+        while not tuner.done:
+            tuner.step(measure(1, 0))
+            iters += 1
+        runs.append({**tuner.best.to_dict(), "measurements": tuner.search_iterations,
+                     "iterations": iters})
     log = tuner.log_dict()
     log["key"] = TuneKey(graph.fingerprint(), comm.size, dim, limits.name, kernel_version(),
                          f"kinds={args.kind}").to_dict()
     log["grid"] = grid
     log["bench"] = {"graph": args.graph, "scale": args.scale, "nodes": int(graph.num_nodes),
                     "edges": int(graph.num_edges), "P": comm.size, "reps": args.reps,
-                    "iterations_incl_warmup": iters, "host": platform.node(),
+                    "iterations_incl_warmup": iters, "tuner_runs": runs, "host": platform.node(),
                     "date": datetime.datetime.now().isoformat(timespec="seconds"),
                     "command": " ".join(sys.argv)}
     if comm.rank == 0:
@@ -135,6 +144,12 @@ def main(argv=None) -> int:
             line += (f"; grid optimum {opt:.4f} ms, pick on the grid {mine:.4f} ms = {mine / opt:.3f} x"
                      f"; (1,1,1) {start:.4f} ms" if mine is not None and start is not None else "")
         print(line)
+        if grid and len(runs) > 1:
+            ratios = [gl[(r["ps"], r["dist"], r["wpb"], r["variant"])] / opt for r in runs]
+            ms = [r["measurements"] for r in runs]
+            print(f"tuner over {len(runs)} independent runs: pick/optimum median {statistics.median(ratios):.3f} "
+                  f"max {max(ratios):.3f}, within 5% in {sum(r <= 1.05 for r in ratios)}/{len(runs)}; "
+                  f"measurements median {statistics.median(ms)} max {max(ms)}")
         print(f"log: {out}  (python -m mgg.tune --report {out})")
     dg.close()
     return 0

@@ -24,7 +24,7 @@ from tests.graphs import random_csr
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLO = Communicator(comm=None)
-# 150 epochs bound the search: at most max_trials (64) measurements plus one warmup per switch
+# 150 epochs bound the search: at most SearchSpace.budget (12 + one per extra variant) measurements
 GRAPH = ["--dataset", "sbm", "--scale", "0.02", "--eval-every", "1000", "--backend", "cpu"]
 EPOCHS = 150
 

@@ -161,7 +161,7 @@ def test_convex_finds_grid_optimum():
 
 
 def test_retreat_finds_what_greedy_misses():
-    s = CrossIterationSearch(128, GPU)
+    s = CrossIterationSearch(128, GPU, SearchSpace(max_trials=24))
     run_search(s, retreat_landscape)
     opt_cfg = min(s.space.grid(), key=retreat_landscape)
     assert opt_cfg.ps < 16 and opt_cfg.wpb > 1
@@ -173,14 +173,29 @@ def test_retreat_finds_what_greedy_misses():
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_noisy_within_5_percent(seed):
+def test_noisy_within_5_percent_in_12(seed):
+    """1% multiplicative noise (the spread of repeated aggregation timings on H200 was 0.3-1.6%):
+    within 5% of the grid optimum in at most 12 measurements."""
     rng = np.random.default_rng(seed)
     s = CrossIterationSearch(128, GPU)
-    asked = run_search(s, lambda c: convex(c) * (1 + 0.02 * rng.standard_normal()))
+    asked = run_search(s, lambda c: convex(c) * (1 + 0.01 * rng.standard_normal()))
     assert convex(s.best) <= 1.05 * grid_optimum(s.space, convex, 128, GPU)
-    assert len(asked) <= s.space.max_trials
-    assert max(len(v) for v in s.table.values()) <= s.space.max_repeats + 1
+    assert len(asked) <= 12 == s.budget
+    assert max(len(v) for v in s.table.values()) <= s.space.max_repeats
     assert s.best == min(s.table, key=s.latency)  # the lowest median is applied
+
+
+def test_heavy_noise_with_median_of_three():
+    """2% noise, each report the median of 3 iterations (the driver's `repeats=3`): over 50 runs
+    at least 90% land within 5% of the optimum and none beyond 10%."""
+    ratios = []
+    for seed in range(50):
+        rng = np.random.default_rng(1000 + seed)
+        s = CrossIterationSearch(128, GPU)
+        run_search(s, lambda c: float(np.median(convex(c) * (1 + 0.02 * rng.standard_normal(3)))))
+        ratios.append(convex(s.best) / grid_optimum(s.space, convex, 128, GPU))
+    ratios = np.array(ratios)
+    assert (ratios <= 1.05).mean() >= 0.9 and ratios.max() <= 1.10
 
 
 def test_remeasure_inside_noise_band():
@@ -260,7 +275,10 @@ def test_ps_inter_phase_with_nodes():
 def test_max_trials_cap_and_protocol_errors():
     s = CrossIterationSearch(64, GPU, SearchSpace(max_trials=5))
     asked = run_search(s, convex)
-    assert len(asked) == 5 and s.truncated
+    assert len(asked) <= 5 and s.truncated
+    s = CrossIterationSearch(64, GPU, SearchSpace(max_trials=5, variants=("pipelined", "halo")))
+    asked = run_search(s, convex)
+    assert len(asked) <= 6 == s.budget and s.truncated and asked[-1].variant == "halo"
     with pytest.raises(RuntimeError):
         s.report(asked[0], 1.0)
     s = CrossIterationSearch(64, GPU)

@@ -243,6 +243,13 @@ class DistGraph:
                 per[key] = CPUExecutor(plan)
         return per[key]
 
+    def prepare(self) -> None:
+        """Build, now, the executors of the current configuration for every plan this DistGraph
+        has (plan arrays uploaded, kernels loaded), so the next `aggregate` pays none of it --
+        the runtime tuner calls this right after a switch, outside the timed region."""
+        for kind, transposed in list(self._plans):
+            self.executor(kind, transposed)
+
     def symmetric(self, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         """The symmetric [rows_per_pe, dim] buffer for embeddings of width `dim` (allocated once)."""
         key = (dim, dtype)

@@ -8,9 +8,10 @@
         tuner.step(timer.lap())           # applies the next configuration (or the best)
 
 Per iteration: `step(latency_ms)` feeds the aggregation time of the iteration that just ran.
-After every switch of configuration the first `warmup` iterations are not counted (they pay the
-plan re-cut, executor construction and kernel load); then `repeats` iterations are measured and
-their median reported. With a communicator the latency is the max over the ranks (the slowest
+A switch applies the configuration and (through `DistGraphApplier`, `DistGraph.prepare`) re-cuts
+the plans and builds the executors right away, outside the timed region, so the next iteration
+is measured as is (`warmup=0`); `warmup=k` ignores k iterations after each switch where an
+applier cannot prepare. Then `repeats` iterations are measured and their median reported. With a communicator the latency is the max over the ranks (the slowest
 rank bounds the iteration), so every rank makes the same decisions; rank 0 reads the cache and
 broadcasts the entry, and writes the cache and the log.
 """
@@ -74,7 +75,7 @@ class AggregationTuner:
                  variants: Sequence[str] | None = None, workload: Workload | None = None,
                  rules: PruneRules | None = PruneRules(), cache_path: str | os.PathLike | None = None,
                  key: TuneKey | None = None, log_path: str | os.PathLike | None = None,
-                 warmup: int = 1, repeats: int = 1, comm: Any = None, enabled: bool = True):
+                 warmup: int = 0, repeats: int = 1, comm: Any = None, enabled: bool = True):
         self.apply = apply if callable(apply) else DistGraphApplier(apply)
         self.dim = int(dim)
         self.limits = limits or DeviceLimits.detect()

@@ -116,6 +116,9 @@ class DistGraphApplier:
 
     def __call__(self, cfg: Any) -> None:
         self.dg.set_config(self.params_for(cfg), variant=cfg.variant)
+        prepare = getattr(self.dg, "prepare", None)
+        if prepare is not None:
+            prepare()  # plans are re-cut and executors built here, not inside the timed iteration
 
     def release(self) -> None:
         """The search is over: free the cuts and executors of the other configurations."""

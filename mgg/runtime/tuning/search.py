@@ -11,7 +11,7 @@ Each training iteration measures one configuration:
 The order is the paper's (and `docs/tuner.md`):
 
 1. start at ps = dist = wpb = the smallest grid value (1);
-2. grow ps along its grid until the latency rises (a tie moves on); then dist; then wpb;
+2. grow ps along its grid while the latency falls; then dist; then wpb;
 3. when growing wpb hurts, *retreat* ps to its second-best value below the current one (the best
    ps of step 2 that is smaller) and grow wpb again from there; stop when neither that ps
    decrease nor a wpb increase beats the top-3 latencies in the lookup table;
@@ -19,16 +19,19 @@ The order is the paper's (and `docs/tuner.md`):
    other kernel variant at the best (ps, dist, wpb) found (the variants share the plan and the
    knobs, so the knobs found for the default kernel are the natural start and one iteration per
    variant is enough to rank them);
-5. confirm: the pick gets a second measurement and is compared with the runner-up (so a single
-   lucky measurement does not win).
+5. confirm: when the pick and the runner-up are within the noise band, both are measured again
+   (so a single lucky measurement does not win) and the medians decide.
 
-Every measurement goes into the lookup table (config -> list of latencies). Noise: when two
-configurations compare within `noise_band` (relative), the one measured fewer times is asked
-again, until both have >= 2 measurements and either their spreads (max - min) add up to less
-than the difference of the medians (a real difference) or to less than a quarter of the band
-(stable measurements) -- then the medians decide -- or both have `max_repeats` measurements:
-a tie. Growth stops only on a real increase, so ties (plateaus) are crossed. `best` is the
-configuration with the lowest median. The search stops after at most `max_trials` measurements.
+Budget: the whole search takes at most `SearchSpace.budget` measurements: `max_trials` (12, the
+paper's "within 12 iterations") for steps 1-3 and 5, plus one per extra variant and the ps_inter
+steps when those dimensions are on. Steps 1-3 stop early when only the confirm reserve is left.
+
+Noise: every configuration is measured once while the search moves (each measurement is the
+median of the driver's `repeats` iterations). Along an axis the search keeps the best value seen;
+a step that is lower moves on, a step that is *clearly* higher (more than `noise_band`, relative)
+stops, and a step within the band (a tie) moves on at most `patience` times in a row -- so a flat
+stretch before a drop is crossed but a plateau ends the axis. Every measurement goes into the
+lookup table (config -> list of latencies); `best` is the configuration with the lowest median.
 """
 from __future__ import annotations
 
@@ -55,10 +58,11 @@ class SearchSpace:
     wpb_values: tuple[int, ...] = WPB_VALUES
     variants: tuple[str, ...] = ("pipelined",)
     tune_ps_inter: bool | None = None   # None: only when the workload has other-node neighbors
-    noise_band: float = 0.03            # relative difference below which we re-measure
+    noise_band: float = 0.03            # relative difference below which two latencies tie
     max_repeats: int = 3                # measurements of one config at most (median of them)
     top_k: int = 3                      # the retreat stops unless it beats the top-k latencies
-    max_trials: int = 64                # hard cap on measurements
+    max_trials: int = 12                # measurements for ps/dist/wpb (+ retreat and confirm)
+    patience: int = 1                   # ties in a row an axis crosses before it stops
 
     def __post_init__(self) -> None:
         for name in ("ps_values", "dist_values", "wpb_values"):
@@ -71,13 +75,23 @@ class SearchSpace:
         object.__setattr__(self, "variants", tuple(str(v) for v in self.variants))
         if not 0 <= self.noise_band < 1 or self.max_repeats < 1 or self.top_k < 1 or self.max_trials < 1:
             raise ValueError("SearchSpace: noise_band in [0, 1), max_repeats/top_k/max_trials >= 1")
+        if self.patience < 0:
+            raise ValueError("SearchSpace.patience must be >= 0")
+
+    def budget(self, with_inter: bool = False) -> int:
+        """Measurements the whole search may take: max_trials + one per extra variant + the
+        ps_inter steps (when that phase runs)."""
+        extra = len(self.variants) - 1
+        if with_inter:
+            extra += len(self.ps_values) - 1
+        return self.max_trials + extra
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "SearchSpace":
-        d = dict(d)
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         for k in ("ps_values", "dist_values", "wpb_values", "variants"):
             if k in d:
                 d[k] = tuple(d[k])
@@ -109,7 +123,6 @@ class Trial:
 
 
 _Gen = Generator[TuneConfig, None, None]
-UNRESOLVED = 2  # _compare: noise hides any difference
 
 
 class CrossIterationSearch:
@@ -133,7 +146,7 @@ class CrossIterationSearch:
         self.rules = rules
         self.table: dict[TuneConfig, list[float]] = {}
         self.trials: list[Trial] = []
-        self.truncated = False
+        self.truncated = False  # True when the budget cut a phase short
         self._phase = "ps"
         self._pending: TuneConfig | None = None
         self._done = False
@@ -142,6 +155,11 @@ class CrossIterationSearch:
         if not self.estimate(self.start).feasible:
             raise ValueError(f"no feasible configuration: the smallest one ({self.start.label()}) "
                              f"does not fit at D={dim} on {limits.name}: {self.estimate(self.start).reason}")
+        inter = self.space.tune_ps_inter
+        if inter is None:
+            inter = self.workload is not None and self.workload.has_inter
+        self.tune_inter = bool(inter)
+        self.budget = self.space.budget(self.tune_inter)
         self._gen = self._run()
         self._advance()
 
@@ -200,8 +218,8 @@ class CrossIterationSearch:
 
     # -- the state machine ---------------------------------------------------------------------
     def _advance(self) -> None:
-        if len(self.trials) >= self.space.max_trials:
-            self.truncated = not self._done
+        if len(self.trials) >= self.budget:
+            self.truncated = self.truncated or not self._done
             self._gen.close()
             self._pending, self._done = None, True
             return
@@ -216,33 +234,6 @@ class CrossIterationSearch:
     def _ensure(self, cfg: TuneConfig) -> _Gen:
         if self._n(cfg) == 0:
             yield cfg
-
-    def _compare(self, a: TuneConfig, b: TuneConfig) -> Generator[TuneConfig, None, int]:
-        """-1 when a is faster than b, +1 when slower, 0 when both are stable and equal (a flat
-        stretch), UNRESOLVED when noise hides any difference after `max_repeats` each;
-        re-measures (asks again) while they are within the noise band."""
-        yield from self._ensure(a)
-        yield from self._ensure(b)
-        while True:
-            la, lb = self.latency(a), self.latency(b)
-            diff = abs(la - lb)
-            sign = (la > lb) - (la < lb)
-            if diff > self.space.noise_band * min(la, lb):
-                return sign
-            na, nb = self._n(a), self._n(b)
-            if min(na, nb) >= 2:
-                spread = self._spread(a) + self._spread(b)
-                if diff > spread:
-                    return sign  # the repeats agree more closely than the configs differ
-                if spread <= 0.25 * self.space.noise_band * min(la, lb):
-                    return sign  # stable measurements: more repeats would not change it
-            if min(na, nb) >= self.space.max_repeats:
-                return UNRESOLVED
-            yield a if na <= nb else b
-
-    def _spread(self, cfg: TuneConfig) -> float:
-        v = self.table[cfg]
-        return max(v) - min(v)
 
     def _step(self, cfg: TuneConfig, axis: str, direction: int = 1) -> TuneConfig | None:
         """The neighbour of cfg one grid step along `axis` (ps/dist/wpb/ps_inter), or None."""
@@ -259,18 +250,42 @@ class CrossIterationSearch:
             return None
         return replace(cfg, **{axis: vals[i]})
 
+    def _left(self) -> int:
+        """Measurements left to the knob phases (the extra dimensions and the confirm reserve
+        are kept back)."""
+        reserve = self.budget - self.space.max_trials + (1 if self.space.max_trials > 1 else 0)
+        return self.budget - reserve - len(self.trials)
+
+    def _tie(self, a: float, b: float) -> bool:
+        return abs(a - b) <= self.space.noise_band * min(a, b)
+
     def _grow(self, cur: TuneConfig, axis: str, direction: int = 1) -> Generator[TuneConfig, None, TuneConfig]:
-        """Move along `axis` until the next value is not allowed or increases the latency
-        (the paper stops when growing "would also increase the latency"): a stable tie moves on
-        (a flat stretch is crossed), a tie that noise leaves unresolved stops."""
+        """Move along `axis` while the latency falls (the paper stops when growing "would also
+        increase the latency"); return the best value seen on the axis. A clearly higher step
+        stops; a tie within the noise band moves on at most `patience` times in a row."""
         yield from self._ensure(cur)
+        best, ties, pos = cur, 0, cur
         while True:
-            nxt = self._step(cur, axis, direction)
+            if self._left() <= 0:
+                self.truncated = True   # the budget, not the landscape, ended this axis
+                break
+            nxt = self._step(pos, axis, direction)
             if nxt is None or not self.allowed(nxt):
-                return cur
-            if (yield from self._compare(cur, nxt)) in (-1, UNRESOLVED):
-                return cur
-            cur = nxt
+                break
+            yield from self._ensure(nxt)
+            lb, ln = self.latency(best), self.latency(nxt)
+            if ln < lb and not self._tie(ln, lb):
+                best, ties = nxt, 0
+            elif self._tie(ln, lb):
+                if ln < lb:
+                    best = nxt
+                ties += 1
+                if ties > self.space.patience:
+                    break
+            else:
+                break
+            pos = nxt
+        return best
 
     def _threshold(self, variant: str) -> float:
         lats = sorted(self.latency(c) for c in self.table if c.variant == variant)
@@ -299,7 +314,7 @@ class CrossIterationSearch:
         self._phase = "wpb"
         cur = yield from self._grow(cur, "wpb")
         # 3: retreat ps and grow wpb again while that enters the top-k
-        while True:
+        while self._left() > 0:
             self._phase = "retreat"
             lower = self._retreat_ps(cur, ps_latency)
             if lower is None:
@@ -309,7 +324,9 @@ class CrossIterationSearch:
             c2 = self._step(c1, "wpb")
             cands = [c for c in (c1, c2) if c is not None and self.allowed(c)]
             for c in cands:
-                yield from self._ensure(c)
+                if self._left() > 0:
+                    yield from self._ensure(c)
+            cands = [c for c in cands if self._n(c)]
             if not cands:
                 break
             pick = min(cands, key=lambda c: (self.latency(c), c.sort_key()))
@@ -319,12 +336,9 @@ class CrossIterationSearch:
             ps_latency = {p: t for p, t in ps_latency.items() if p < cur.ps}
         cur = self.best
         # 4a: ps_inter (multi-node plans only, unless forced)
-        inter = s.tune_ps_inter
-        if inter is None:
-            inter = self.workload is not None and self.workload.has_inter
-        if inter:
+        if self.tune_inter:
             self._phase = "ps_inter"
-            cur = yield from self._grow(cur, "ps_inter", -1)
+            cur = yield from self._grow_extra(cur)
             cur = self.best
         # 4b: the other kernel variants at the best knobs
         self._phase = "variant"
@@ -332,12 +346,31 @@ class CrossIterationSearch:
             c = replace(cur, variant=v)
             if self.allowed(c):
                 yield from self._ensure(c)
-        # 5: confirm the pick (a single lucky measurement must not win): the best must have
-        # min(2, max_repeats) measurements and be compared with the runner-up
+        # 5: confirm: a pick within the noise band of the runner-up is measured again (with the
+        # runner-up) while the budget lasts; the medians decide
         self._phase = "confirm"
-        need = min(2, s.max_repeats)
-        while self._n(self.best) < need:
-            yield self.best
-        ranked = sorted(self.table, key=lambda c: (self.latency(c), c.sort_key()))
-        if len(ranked) > 1:
-            yield from self._compare(ranked[0], ranked[1])
+        for _ in range(s.max_repeats - 1):
+            ranked = sorted(self.table, key=lambda c: (self.latency(c), c.sort_key()))
+            if len(ranked) < 2 or not self._tie(self.latency(ranked[0]), self.latency(ranked[1])):
+                break
+            a, b = ranked[0], ranked[1]
+            if self._n(a) >= s.max_repeats:
+                break
+            if len(self.trials) >= self.budget:
+                break
+            yield a
+            if (len(self.trials) < self.budget and self.best == a and self._n(b) < self._n(a)
+                    and self._tie(self.latency(a), self.latency(b))):
+                yield b
+
+    def _grow_extra(self, cur: TuneConfig) -> Generator[TuneConfig, None, TuneConfig]:
+        """ps_inter down from ps, one measurement per step, stopping at the first increase."""
+        best = cur
+        while True:
+            nxt = self._step(best, "ps_inter", -1)
+            if nxt is None or not self.allowed(nxt):
+                return best
+            yield from self._ensure(nxt)
+            if not self.latency(nxt) < self.latency(best):
+                return best
+            best = nxt
