@@ -194,6 +194,17 @@ def print_lookup_table(r: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+def _gpu_ready() -> bool:
+    try:
+        import torch
+
+        import cupy  # noqa: F401
+        import nvshmem.core  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def bench_serve(args) -> dict:
     from mgg.embedding.client import EmbeddingClient
 
@@ -208,7 +219,11 @@ def bench_serve(args) -> dict:
             cmd.insert(1, "--allow-run-as-root")
         cmd += [sys.executable, "-m", "mgg.serve", "--tables", os.path.join(tmp, "tables.json"), "--port", "0",
                 "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
-        env = dict(os.environ, PYTHONPATH=ROOT, OMPI_MCA_osc="^ucx", OMP_NUM_THREADS="1")
+        backend = args.backend if args.backend != "auto" else ("gpu" if _gpu_ready() else "cpu")
+        cmd += ["--backend", backend]
+        pp = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=ROOT + (os.pathsep + pp if pp else ""), OMPI_MCA_osc="^ucx",
+                   OMP_NUM_THREADS="1")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
         url = None
         while url is None:
@@ -238,7 +253,7 @@ def bench_serve(args) -> dict:
         c.shutdown()
         rc = proc.wait(60)
         lat_ms = np.asarray(lat) * 1e3
-        return {"mode": "serve", "P": args.np, "rows": args.rows, "dim": args.dim, "pooling": L, "bags_per_request": B,
+        return {"mode": "serve", "backend": backend, "P": args.np, "rows": args.rows, "dim": args.dim, "pooling": L, "bags_per_request": B,
                 "requests": args.requests, "concurrency": args.concurrency, "wall_s": wall,
                 "requests_per_s": args.requests / wall, "ids_per_s": args.requests * B * L / wall,
                 "p50_ms": float(np.percentile(lat_ms, 50)), "p90_ms": float(np.percentile(lat_ms, 90)),
@@ -274,7 +289,7 @@ def main(argv=None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc)
     if args.mode == "serve":
         r = bench_serve(args)
-        r["label"] = args.label or "CPU"
+        r["label"] = args.label or r["backend"].upper()
         print(f"\n{r['label']} service load test: P={r['P']}, {r['requests']} requests x {r['bags_per_request']} bags x "
               f"{r['pooling']} ids, concurrency {r['concurrency']}: {r['requests_per_s']:.0f} req/s, "
               f"{r['ids_per_s'] / 1e6:.2f} M ids/s, p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, "

@@ -26,7 +26,7 @@ import numpy as np
 __all__ = ["TrainConfig", "TrainResult", "UserError", "parse_args", "prepare_graph", "train",
            "run", "write_metrics", "main"]
 
-MODEL_NAMES = ("gcn", "gin", "sage")
+MODEL_NAMES = ("gcn", "gin", "sage", "gat")
 MODEL_KINDS = {"gcn": "gcn", "gin": "sum", "sage": "mean"}  # the aggregation kind of each model
 BACKENDS = ("auto", "cpu", "gpu")
 #: GPU kernel variants (mgg.kernels.gpu.VARIANTS, not imported here: it pulls in torch) + "auto"
@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=1.0,
                    help="size factor for generated datasets (0, 1]")
     p.add_argument("--model", choices=MODEL_NAMES, default="gcn")
-    p.add_argument("--hidden", type=_int_in(1), default=None, help="hidden width (model default)")
+    p.add_argument("--hidden", type=_int_in(1), default=None,
+                   help="hidden width (model default; gat: width per head, 8 heads)")
     p.add_argument("--layers", type=_int_in(1, 64), default=None, help="number of layers (model default)")
     p.add_argument("--epochs", type=_int_in(1), default=200)
     p.add_argument("--lr", type=_float_in(0.0, math.inf, True, True, "> 0"), default=None)
