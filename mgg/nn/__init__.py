@@ -1,9 +1,10 @@
 """GNN layers and models over a DistGraph (mgg.runtime), plus data-parallel helpers."""
-from .conv import GATConv, GCNConv, GINConv, SAGEConv
+from .conv import GATConv, GCNConv, GINConv, SAGEBlockConv, SAGEConv
 from .ddp import allreduce_gradients, broadcast_parameters
 from .functional import Aggregate, aggregate, global_dropout
 from .models import GAT, GCN, GIN, GNN, MODEL_DEFAULTS, MODELS, SAGE, ModelDefaults, build_model
+from .sampled import SAMPLED_MODELS, SampledSAGE
 
 __all__ = ["Aggregate", "aggregate", "global_dropout", "GATConv", "GCNConv", "GINConv", "SAGEConv", "GNN", "GCN",
            "GIN", "GAT", "SAGE", "MODELS", "MODEL_DEFAULTS", "ModelDefaults", "build_model",
-           "broadcast_parameters", "allreduce_gradients"]
+           "broadcast_parameters", "allreduce_gradients", "SAGEBlockConv", "SampledSAGE", "SAMPLED_MODELS"]

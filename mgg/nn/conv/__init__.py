@@ -2,6 +2,7 @@
 from .gat_conv import GATConv
 from .gcn_conv import GCNConv
 from .gin_conv import GINConv
+from .sage_block import SAGEBlockConv
 from .sage_conv import SAGEConv
 
-__all__ = ["GATConv", "GCNConv", "GINConv", "SAGEConv"]
+__all__ = ["GATConv", "GCNConv", "GINConv", "SAGEConv", "SAGEBlockConv"]

@@ -1,0 +1,61 @@
+"""Models for sampled mini-batch training (blocks from mgg.sample.NeighborLoader).
+
+`SampledSAGE(in_dim, hidden, out_dim, layers, dropout)`: dropout -> SAGEBlockConv -> ReLU per layer
+(no ReLU after the last), the same stack as the full-graph `SAGE`. `forward(x, blocks)` maps the
+input features of the batch (float32 [U, in_dim], U = blocks[0].n_src) to logits of the seeds
+(float32 [B, out_dim], B = blocks[-1].n_dst).
+
+The parameters are laid out exactly as in `mgg.nn.SAGE` (`convs.{i}.lin_l`, `convs.{i}.lin_r`), so
+`to_full_graph()` gives a full-graph SAGE with the same weights: mean aggregation over all
+neighbors instead of the sampled ones, run by the distributed full-graph aggregation (layer-wise
+full-neighborhood inference, the evaluation of the sampled training mode).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .conv.sage_block import SAGEBlockConv
+from .models import SAGE, _dims
+
+__all__ = ["SampledSAGE", "SAMPLED_MODELS"]
+
+
+class SampledSAGE(nn.Module):
+    """GraphSAGE (mean) over sampled blocks; default 2 layers, hidden 64, dropout 0.5."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+        super().__init__()
+        self.dims = _dims(in_dim, hidden, out_dim, layers)
+        self.in_dim, self.hidden, self.out_dim, self.layers = in_dim, hidden, out_dim, layers
+        self.convs = nn.ModuleList([SAGEBlockConv(a, b) for a, b in self.dims])
+        self.dropout = float(dropout)
+
+    def reset_parameters(self) -> None:
+        for conv in self.convs:
+            conv.reset_parameters()
+
+    def forward(self, x: torch.Tensor, blocks: Sequence) -> torch.Tensor:
+        if len(blocks) != len(self.convs):
+            raise ValueError(f"SampledSAGE has {len(self.convs)} layers, got {len(blocks)} blocks "
+                             f"(one per fanout)")
+        last = len(self.convs) - 1
+        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
+            x = F.dropout(x, self.dropout, self.training)
+            x = conv(x, block)
+            if i < last:
+                x = torch.relu(x)
+        return x
+
+    def to_full_graph(self) -> SAGE:
+        """A full-graph SAGE (mgg.nn.SAGE) holding a copy of these weights, in eval mode."""
+        full = SAGE(self.in_dim, self.hidden, self.out_dim, self.layers, self.dropout)
+        full.load_state_dict(self.state_dict())
+        p = next(self.parameters())
+        return full.to(p.device).eval()
+
+
+SAMPLED_MODELS = {"sage": SampledSAGE}

@@ -1,0 +1,25 @@
+"""Sampled mini-batch training (issue #5): neighbor sampling, Fused-Map, feature tiers, Match-Reorder.
+
+Layering: imports mgg.data, mgg.runtime and mgg.kernels only (CUDA paths lazily, from
+mgg.kernels.sample_gpu). See docs/sampling.md.
+
+    from mgg.sample import NeighborLoader, make_feature_source, split_seeds
+    feats = make_feature_source(x, store, bounds, comm, budget_bytes)     # collective
+    loader = NeighborLoader((indptr, indices), feats, y, split_seeds(train_idx, comm, bounds),
+                            fanouts=[25, 10], batch_size=1024, reorder=True, comm=comm)
+    for batch in loader:            # SampledBatch: n_id, blocks, x, y, seeds, byte counters
+        logits = model(batch.x, batch.blocks)
+"""
+from .block import Block, SampledBatch
+from .features import (FEATURE_TIERS, FeatureSource, FetchStats, HostTierFeatures, StoreFeatures, TensorFeatures,
+                       choose_feature_source, make_feature_source, parse_size)
+from .idmap import IdMap, build_id_map, fused_map, unique_map
+from .loader import EpochStats, NeighborLoader, sample_blocks, split_seeds
+from .neighbor import check_fanouts, place_adjacency, sample_edge_positions, sample_neighbors
+from .reorder import ResidentCache, fetch_cost, match_reorder, overlap_matrix
+
+__all__ = ["Block", "SampledBatch", "FeatureSource", "FetchStats", "StoreFeatures", "HostTierFeatures",
+           "TensorFeatures", "choose_feature_source", "make_feature_source", "parse_size", "FEATURE_TIERS",
+           "IdMap", "build_id_map", "fused_map", "unique_map", "NeighborLoader", "EpochStats", "split_seeds",
+           "sample_blocks", "sample_neighbors", "sample_edge_positions", "check_fanouts", "place_adjacency",
+           "ResidentCache", "match_reorder", "overlap_matrix", "fetch_cost"]

@@ -1,0 +1,290 @@
+"""`NeighborLoader`: sampled mini-batches over seed nodes, data-parallel across ranks.
+
+Every rank holds the global CSR (the runtime loads the whole graph on every rank), its own seeds
+(`split_seeds`) and a `FeatureSource`. One epoch:
+
+    1. shuffle my seeds (seeded by (seed, epoch, rank)) and cut them into S batches;
+    2. per batch, per layer (fanouts[0] is the hop from the seeds): sample_neighbors of the
+       current node set -> Fused-Map (dedup + global->local ids) -> one Block;
+    3. (reorder=True) all batches of the epoch are sampled first and run in Match-Reorder order;
+    4. gather the input features of n_id (reuse=True: rows resident from the previous batch are
+       copied, only the others are fetched), and the labels of the seeds.
+
+Data parallelism: all ranks run the same number of steps S per epoch, S = ceil(max_r n_r / B)
+(drop_last: min_r floor(n_r / B)), agreed by one all-reduce at construction. Rank r cuts its n_r
+shuffled seeds into S batches of ceil(n_r / S) <= B seeds (the last ones may be shorter, and a rank
+with few seeds yields empty batches): every step every rank has a batch, so the gradient
+all-reduce of the training loop always matches up. Sampling and gathering are not collective.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .block import Block, SampledBatch
+from .features import FeatureSource, TensorFeatures
+from .idmap import fused_map, unique_map
+from .neighbor import check_fanouts, place_adjacency, sample_neighbors
+from .reorder import MATCH_METRICS, ResidentCache, fetch_cost, match_reorder, overlap_matrix
+
+__all__ = ["NeighborLoader", "EpochStats", "split_seeds", "sample_blocks"]
+
+
+def _check_ids(a: Any, name: str, num_nodes: int) -> np.ndarray:
+    arr = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    if arr.dtype == bool:
+        raise ValueError(f"{name} must be integer node ids, got a boolean array (use np.flatnonzero(mask))")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of node ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name} must be integer node ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
+        bad = int(arr.min()) if arr.min() < 0 else int(arr.max())
+        raise ValueError(f"{name} out of range [0, {num_nodes}): found {bad}")
+    return arr
+
+
+def split_seeds(train_idx, comm=None, bounds=None) -> np.ndarray:
+    """This rank's share of the training nodes (int64, sorted).
+
+    With `bounds` (the partition's node ranges) a rank takes the training nodes it owns, so the
+    seeds' own feature rows are local reads; without, the sorted ids are cut into P contiguous,
+    nearly equal chunks.
+    """
+    idx = np.sort(np.asarray(train_idx, dtype=np.int64))
+    rank, size = (0, 1) if comm is None else (comm.rank, comm.size)
+    if bounds is not None:
+        b = np.asarray(bounds, dtype=np.int64)
+        if len(b) != size + 1:
+            raise ValueError(f"split_seeds: bounds has {len(b)} entries, expected {size + 1}")
+        return idx[(idx >= b[rank]) & (idx < b[rank + 1])]
+    return np.array_split(idx, size)[rank]
+
+
+def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], generator: torch.Generator,
+                  id_map: str = "fused") -> tuple[torch.Tensor, list[Block]]:
+    """Sample the L-layer message-flow graph of `seeds` (int64 [B], unique).
+
+    fanouts[0] is the hop from the seeds (the last GNN layer), fanouts[-1] the hop to the input
+    nodes, as in PyG's `num_neighbors`. Every hop samples for all nodes of the current set.
+    Returns (n_id int64 [U], blocks input layer first).
+    """
+    fn = fused_map if id_map == "fused" else unique_map
+    nodes = seeds
+    blocks: list[Block] = []
+    for f in fanouts:
+        ptr, nbr = sample_neighbors(indptr, indices, nodes, f, generator)
+        n_dst = int(nodes.numel())
+        n_id, local = fn(torch.cat([nodes, nbr.to(nodes.device)]), n_dst)
+        blocks.append(Block(ptr.to(n_id.device), local[n_dst:], int(n_id.numel()), n_dst))
+        nodes = n_id
+    blocks.reverse()
+    return nodes, blocks
+
+
+@dataclass
+class EpochStats:
+    """What one epoch of a loader did on this rank (bytes = rows * F * 4).
+
+    Attributes:
+        steps: batches yielded (== len(loader)). seeds: seeds covered. nodes: sum of |n_id|.
+        edges: sampled edges over all blocks.
+        rows_fetched / bytes_fetched: feature rows read from the source.
+        rows_reused: rows copied from the previous batch's resident features.
+        bytes_remote: part of bytes_fetched read from other ranks (one-sided gets).
+        bytes_no_reuse: nodes * row bytes (what fetching every batch in full would read).
+        bytes_identity_order: with reorder, what reuse alone would read in the sampled (shuffled)
+            order; None without reorder.
+        sample_ms / gather_ms / reorder_ms: time spent sampling, gathering features, reordering.
+    """
+
+    epoch: int = 0
+    steps: int = 0
+    seeds: int = 0
+    nodes: int = 0
+    edges: int = 0
+    rows_fetched: int = 0
+    rows_reused: int = 0
+    bytes_fetched: int = 0
+    bytes_remote: int = 0
+    bytes_no_reuse: int = 0
+    bytes_identity_order: int | None = None
+    sample_ms: float = 0.0
+    gather_ms: float = 0.0
+    reorder_ms: float = 0.0
+    order: list[int] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "order"}
+        return d
+
+
+class NeighborLoader:
+    """Iterate over sampled mini-batches of this rank's seeds (PyG NeighborLoader-like).
+
+    Args:
+        graph_csr: (indptr int64 [N+1], indices int64 [E]) global CSR (rows = targets), or an
+            object with `.indptr` / `.indices`.
+        features: FeatureSource of the input features (an [N, F] array/tensor is wrapped in
+            TensorFeatures).
+        labels: int64 [N] node labels (None: batches carry y of length 0... not allowed: pass -1s).
+        seeds: this rank's seed nodes (int64, unique; `split_seeds`).
+        fanouts: per-layer fanouts, fanouts[0] for the hop from the seeds; each >= 1 or -1 (all).
+        batch_size: max seeds per batch (>= 1).
+        shuffle: reshuffle the seeds every epoch. drop_last: only full batches (see module doc).
+        reorder: Match-Reorder the batches of every epoch (samples the epoch up front).
+        reuse: reuse the previous batch's resident features.
+        seed: base seed of shuffling and sampling (epoch e of rank r uses (seed, e, r)).
+        device: where batches live; "cuda" samples with the GPU kernels (mgg.kernels.sample_gpu).
+        comm: Communicator for the data-parallel step count (None: this process alone).
+        id_map: "fused" (Fused-Map hash) or "unique" (torch.unique sort chain baseline).
+        adjacency_budget: bytes of GPU memory the CSR indices may take (0: no limit); above it they
+            stay in pinned host memory (CUDA only).
+    Raises:
+        ValueError naming the argument for bad fanouts, batch sizes, seeds or labels.
+    """
+
+    def __init__(self, graph_csr, features, labels, seeds, fanouts: Sequence[int], batch_size: int,
+                 shuffle: bool = True, drop_last: bool = False, reorder: bool = False, reuse: bool = True,
+                 seed: int = 0, device: torch.device | str = "cpu", comm=None, id_map: str = "fused",
+                 reorder_metric: str = "intersection", adjacency_budget: int = 0):
+        indptr, indices = (graph_csr.indptr, graph_csr.indices) if hasattr(graph_csr, "indptr") else graph_csr
+        indptr_np = np.asarray(indptr.cpu() if isinstance(indptr, torch.Tensor) else indptr)
+        self.num_nodes = int(len(indptr_np) - 1)
+        if self.num_nodes < 0:
+            raise ValueError("graph_csr: indptr must have N + 1 >= 1 entries")
+        self.fanouts = check_fanouts(fanouts, "fanouts")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size}")
+        self.batch_size = int(batch_size)
+        if id_map not in ("fused", "unique"):
+            raise ValueError(f"id_map must be 'fused' or 'unique', got {id_map!r}")
+        if reorder_metric not in MATCH_METRICS:
+            raise ValueError(f"reorder_metric must be one of {MATCH_METRICS}, got {reorder_metric!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.seeds = _check_ids(seeds, "seeds", self.num_nodes)
+        if len(np.unique(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds must be unique (a node appears twice)")
+        if not isinstance(features, FeatureSource):
+            features = TensorFeatures(features, device)
+        if features.num_nodes != self.num_nodes:
+            raise ValueError(f"features cover {features.num_nodes} nodes, the graph has {self.num_nodes}")
+        self.features = features
+        self.device = torch.device(device)
+        if labels is None:
+            raise ValueError("labels must be an int64 [N] array (use -1 for unlabelled nodes)")
+        lab = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+        if lab.shape != (self.num_nodes,):
+            raise ValueError(f"labels must have shape ({self.num_nodes},), got {lab.shape}")
+        self.labels = torch.from_numpy(lab.astype(np.int64)).to(self.device)
+        self.indptr, self.indices, self.adjacency_tier = place_adjacency(indptr_np, indices, self.device,
+                                                                          adjacency_budget)
+        self.shuffle, self.drop_last, self.reorder, self.reuse = bool(shuffle), bool(drop_last), bool(reorder), bool(reuse)
+        self.seed, self.id_map, self.reorder_metric = int(seed), id_map, reorder_metric
+        self.comm = comm
+        self.rank = 0 if comm is None else comm.rank
+        n = len(self.seeds)
+        if comm is not None and comm.size > 1:
+            n_max = int(comm.allreduce_scalar(n, "max"))
+            n_min = int(comm.allreduce_scalar(n, "min"))
+        else:
+            n_max = n_min = n
+        if self.drop_last:
+            self.steps = n_min // self.batch_size
+            if self.steps == 0:
+                raise ValueError(f"drop_last=True with batch_size {self.batch_size} leaves no batch: a rank "
+                                 f"has only {n_min} seeds")
+        else:
+            self.steps = math.ceil(n_max / self.batch_size)
+        self.per_batch = self.batch_size if self.drop_last else (math.ceil(n / self.steps) if self.steps else 0)
+        self.cache = ResidentCache()
+        self.epoch = 0
+        self.stats = EpochStats()
+        self.history: list[EpochStats] = []
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def _generators(self, epoch: int) -> tuple[np.random.Generator, torch.Generator]:
+        ss = np.random.SeedSequence([self.seed, epoch, self.rank])
+        rng_np, rng_t = ss.spawn(2)
+        gen = torch.Generator().manual_seed(int(rng_t.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+        return np.random.default_rng(rng_np), gen
+
+    def batches(self, rng: np.random.Generator | None = None) -> list[np.ndarray]:
+        """The seed batches of one epoch (len == steps; some may be empty)."""
+        s = self.seeds
+        if self.shuffle and rng is not None:
+            s = s[rng.permutation(len(s))]
+        k = self.per_batch
+        return [s[i * k: (i + 1) * k] for i in range(self.steps)]
+
+    def __iter__(self) -> Iterator[SampledBatch]:
+        self.epoch += 1
+        rng, gen = self._generators(self.epoch)
+        self.stats = st = EpochStats(epoch=self.epoch)
+        self.history.append(st)
+        self.cache.clear()
+        seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(rng)]
+        if self.reorder:
+            t0 = time.perf_counter()
+            sampled = [sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
+                       for b in seed_batches]
+            t1 = time.perf_counter()
+            ov = overlap_matrix([n for n, _ in sampled], self.num_nodes)
+            order = match_reorder([n for n, _ in sampled], self.reorder_metric, overlap=ov)
+            st.sample_ms += (t1 - t0) * 1e3
+            st.reorder_ms += (time.perf_counter() - t1) * 1e3
+            st.bytes_identity_order = (fetch_cost(ov, range(len(sampled))) if self.reuse
+                                       else int(np.trace(ov))) * 4 * self.features.dim
+            st.order = order
+            for i in order:
+                yield self._finish(seed_batches[i], *sampled[i])
+        else:
+            st.order = list(range(len(seed_batches)))
+            for b in seed_batches:
+                t0 = time.perf_counter()
+                n_id, blocks = sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
+                st.sample_ms += (time.perf_counter() - t0) * 1e3
+                yield self._finish(b, n_id, blocks)
+
+    def _finish(self, seeds: torch.Tensor, n_id: torch.Tensor, blocks: list[Block]) -> SampledBatch:
+        st = self.stats
+        t0 = time.perf_counter()
+        src = self.features
+        if self.reuse:
+            x = self.cache.gather(n_id, src)
+            fetched, reused = self.cache.last_fetched, self.cache.last_reused
+            remote = src.last.rows_remote if fetched else 0
+        else:
+            x = src.gather(n_id)
+            fetched, reused, remote = int(n_id.numel()), 0, src.last.rows_remote
+        x = x.to(self.device)
+        st.gather_ms += (time.perf_counter() - t0) * 1e3
+        rb = 4 * src.dim
+        batch = SampledBatch(n_id=n_id, blocks=[b.to(self.device) for b in blocks], x=x,
+                             y=self.labels[seeds.to(self.labels.device)], seeds=seeds,
+                             bytes_fetched=fetched * rb, rows_fetched=fetched, rows_reused=reused,
+                             bytes_remote=remote * rb)
+        st.steps += 1
+        st.seeds += int(seeds.numel())
+        st.nodes += int(n_id.numel())
+        st.edges += sum(b.num_edges for b in blocks)
+        st.rows_fetched += fetched
+        st.rows_reused += reused
+        st.bytes_fetched += fetched * rb
+        st.bytes_remote += remote * rb
+        st.bytes_no_reuse += int(n_id.numel()) * rb
+        return batch
