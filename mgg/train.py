@@ -34,6 +34,13 @@ VARIANTS = ("auto", "pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined
 TUNED_VARIANTS = ("pipelined", "ptr", "halo")  # what --tune compares on the GPU with --variant auto
 KNOB_DEFAULTS = {"ps": 16, "dist": 4, "wpb": 4}  # --ps/--dist/--wpb when not given
 DEFAULT_TUNE_CACHE = "~/.cache/mgg/tuning.json"
+MODES = ("full", "sampled")
+SAMPLED_MODELS = ("sage",)             # models of --mode sampled (mgg.nn.SAMPLED_MODELS)
+DEFAULT_FANOUT = (25, 10)              # --fanout of --mode sampled (GraphSAGE's S1, S2)
+DEFAULT_BATCH_SIZE = 1024
+#: flags that only --mode sampled reads (TrainConfig field -> flag)
+SAMPLED_FLAGS = {"fanout": "--fanout", "batch_size": "--batch-size", "reorder": "--reorder/--no-reorder",
+                 "feature_memory_budget": "--feature-memory-budget", "sample_seed": "--sample-seed"}
 
 
 class UserError(Exception):
@@ -71,16 +78,31 @@ class TrainConfig:
     checkpoint_every: int = 0            # also at the last epoch and on SIGTERM (0: only those)
     resume: str | None = None            # a checkpoint file or folder, or "auto"
     watchdog_timeout: float = 600.0      # seconds a collective may take before the job aborts (0: off)
+    # sampled mini-batch training (docs/sampling.md); None: the defaults below, in --mode sampled
+    mode: str = "full"                   # "full" (full-graph) or "sampled" (mini-batches)
+    fanout: tuple[int, ...] | None = None  # per-layer fanouts, hop from the seeds first (25, 10)
+    batch_size: int | None = None        # seeds per batch and rank (1024)
+    reorder: bool | None = None          # Match-Reorder the batches of an epoch (False)
+    feature_memory_budget: int | None = None  # bytes per rank for the feature slice (0: unlimited)
+    sample_seed: int | None = None       # seed of shuffling and sampling (None: seed)
 
     def resolved(self) -> "TrainConfig":
-        """A copy with every None hyperparameter replaced by the model's default."""
+        """A copy with every None hyperparameter replaced by the model's default (and, in sampled
+        mode, the sampling defaults; the number of layers is then the number of fanouts)."""
         from .nn import MODEL_DEFAULTS
 
         d = MODEL_DEFAULTS[self.model]
         pick = lambda v, default: default if v is None else v  # noqa: E731
-        return replace(self, hidden=pick(self.hidden, d.hidden), layers=pick(self.layers, d.layers),
-                       lr=pick(self.lr, d.lr), weight_decay=pick(self.weight_decay, d.weight_decay),
-                       dropout=pick(self.dropout, d.dropout))
+        out = replace(self, hidden=pick(self.hidden, d.hidden), layers=pick(self.layers, d.layers),
+                      lr=pick(self.lr, d.lr), weight_decay=pick(self.weight_decay, d.weight_decay),
+                      dropout=pick(self.dropout, d.dropout))
+        if self.mode == "sampled":
+            fanout = tuple(self.fanout) if self.fanout is not None else DEFAULT_FANOUT
+            out = replace(out, fanout=fanout, layers=len(fanout),
+                          batch_size=pick(self.batch_size, DEFAULT_BATCH_SIZE),
+                          reorder=bool(self.reorder), feature_memory_budget=pick(self.feature_memory_budget, 0),
+                          sample_seed=pick(self.sample_seed, self.seed))
+        return out
 
     def knobs(self) -> dict[str, int]:
         """ps, dist, wpb in effect before any tuning (the given values or KNOB_DEFAULTS)."""
@@ -110,6 +132,8 @@ class TrainResult:
     checkpoint: str | None = None      # last checkpoint written
     tuner: dict = field(default_factory=dict)  # tuner state, saved in and restored from checkpoints
     tuning: dict = field(default_factory=dict)  # the configuration used and the tuner's summary
+    mode: str = "full"
+    sampling: dict = field(default_factory=dict)  # --mode sampled: loader settings and byte totals
 
 
 # -- argument parsing ---------------------------------------------------------------------------
@@ -139,6 +163,35 @@ def _float_in(lo: float, hi: float, lo_open: bool, hi_open: bool, what: str):
     return conv
 
 
+def _fanout_list(s: str) -> tuple[int, ...]:
+    """"25,10" -> (25, 10); every value a positive integer or -1 (all neighbors)."""
+    parts = [p.strip() for p in s.split(",")]
+    if not s.strip() or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated fanouts such as 25,10, got {s!r}")
+    out = []
+    for i, p in enumerate(parts):
+        try:
+            v = int(p)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"fanout {p!r} (position {i + 1}) is not an integer; expected "
+                                             f"comma-separated fanouts such as 25,10") from None
+        if v < 1 and v != -1:
+            raise argparse.ArgumentTypeError(f"fanout {v} (position {i + 1}) must be a positive integer or -1 "
+                                             f"(all neighbors)")
+        out.append(v)
+    return tuple(out)
+
+
+def _size(s: str) -> int:
+    """Bytes with an optional K/M/G/T suffix (powers of 1024); 0 = unlimited."""
+    from .sample.features import parse_size
+
+    try:
+        return parse_size(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mgg.train", description="Full-graph GNN training over mgg's distributed aggregation "
@@ -147,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataset name (default, sbm, reddit-like, products-like, papers-like) or a path")
     p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=1.0,
                    help="size factor for generated datasets (0, 1]")
-    p.add_argument("--model", choices=MODEL_NAMES, default="gcn")
+    p.add_argument("--model", choices=MODEL_NAMES, default=None,
+                   help="model (default: gcn; sage with --mode sampled)")
     p.add_argument("--hidden", type=_int_in(1), default=None,
                    help="hidden width (model default; gat: width per head, 8 heads)")
     p.add_argument("--layers", type=_int_in(1, 64), default=None, help="number of layers (model default)")
@@ -198,6 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--watchdog-timeout", type=_float_in(0.0, math.inf, False, True, ">= 0"),
                    default=600.0, metavar="SECONDS",
                    help="abort the job when a collective waits longer than this (0: off)")
+    s = p.add_argument_group("sampled mini-batch training (docs/sampling.md)")
+    s.add_argument("--mode", choices=MODES, default="full",
+                   help="full: full-graph training (default); sampled: neighbor-sampled mini-batches, "
+                   "data-parallel over the ranks, evaluated with full-neighborhood inference")
+    s.add_argument("--fanout", type=_fanout_list, default=None, metavar="F1,F2,...",
+                   help="neighbors sampled per node and layer, hop from the seeds first (default "
+                   f"{','.join(map(str, DEFAULT_FANOUT))}; -1: all); the number of layers is the number "
+                   "of fanouts")
+    s.add_argument("--batch-size", type=_int_in(1), default=None,
+                   help=f"seed nodes per mini-batch and rank (default {DEFAULT_BATCH_SIZE})")
+    s.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
+                   help="Match-Reorder: sample an epoch's batches first and run them so that consecutive "
+                   "ones share the most nodes, whose features are reused (default: off)")
+    s.add_argument("--feature-memory-budget", type=_size, default=None, metavar="BYTES",
+                   help="memory per rank (GPU) for its slice of the input features, e.g. 8G, 512M; "
+                   "above it the features live in the zero-copy host tier (default 0: unlimited)")
+    s.add_argument("--sample-seed", type=_int_in(0), default=None,
+                   help="seed of seed shuffling and neighbor sampling (default: --seed)")
     return p
 
 
@@ -212,7 +284,30 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     for flag in ("tune_cache", "tune_log"):
         if getattr(ns, flag) is not None and not ns.tune:
             parser.error(f"--{flag.replace('_', '-')} needs --tune")
+    if ns.mode == "sampled":
+        _check_sampled_flags(parser, ns)
+    else:
+        for key, flag in SAMPLED_FLAGS.items():
+            if getattr(ns, key) is not None:
+                parser.error(f"{flag} needs --mode sampled")
+    if ns.model is None:
+        ns.model = "sage" if ns.mode == "sampled" else "gcn"
     return TrainConfig(**vars(ns))
+
+
+def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """Flags that --mode sampled does not combine with (argparse error, exit 2)."""
+    if ns.model is not None and ns.model not in SAMPLED_MODELS:
+        parser.error(f"--mode sampled supports --model {', '.join(SAMPLED_MODELS)} only, got --model {ns.model}")
+    fanout = ns.fanout if ns.fanout is not None else DEFAULT_FANOUT
+    if ns.layers is not None and ns.layers != len(fanout):
+        given = "--fanout" if ns.fanout is not None else "the default --fanout"
+        parser.error(f"--layers {ns.layers} conflicts with {given} {','.join(map(str, fanout))} "
+                     f"({len(fanout)} layers): in --mode sampled the number of layers is the number of "
+                     f"fanouts; drop --layers or give {ns.layers} fanouts")
+    for key, flag in (("tune", "--tune"), ("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume")):
+        if getattr(ns, key):
+            parser.error(f"{flag} is not supported with --mode sampled yet")
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -443,6 +538,12 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
     from .nn import allreduce_gradients, broadcast_parameters, build_model
     from .runtime import DistGraph, RuntimeConfig
 
+    if cfg.mode == "sampled":
+        from .train_sampled import train_sampled
+
+        return train_sampled(cfg, comm, graph, prepared, verbose=verbose, stop=stop)
+    if cfg.mode != "full":
+        raise UserError(f"mode must be one of {MODES}, got {cfg.mode!r}")
     cfg = cfg.resolved()
     fault = _parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = _resume_state(cfg, comm, graph)
@@ -591,9 +692,12 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         "median_epoch_ms": res.median_epoch_ms,
         "epochs": res.epochs,
         "tuner": res.tuning,
+        "mode": res.mode,
         "config": asdict(cfg),
         "version": __version__,
     }
+    if res.sampling:
+        doc["sampling"] = res.sampling
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
     from .atomic import atomic_write_json
@@ -627,9 +731,13 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
             write_metrics(cfg.metrics_json, cfg, graph, res)
         print(f"dataset={getattr(graph, 'name', cfg.dataset)} nodes={len(graph.indptr) - 1} "
               f"edges={int(graph.indptr[-1])} model={r.model} ranks={comm.size} backend={res.backend} "
-              f"epochs={r.epochs}")
+              f"epochs={r.epochs}" + (f" mode={res.mode}" if res.mode != "full" else ""))
         print(f"train_acc={res.train_acc:.4f} val_acc={res.val_acc:.4f} test_acc={res.test_acc:.4f}")
         print(f"final_loss={res.final_loss:.6f} median_epoch_ms={res.median_epoch_ms:.3f}", flush=True)
+        if res.sampling:
+            from .train_sampled import sampling_line
+
+            print(sampling_line(res.sampling), flush=True)
         print(_tuning_line(res.tuning), flush=True)
     return res
 
