@@ -12,7 +12,9 @@ reuse from the first.
 
 Ordering (FastGL's greedy): start from batch 0 (of the already shuffled list), then repeatedly
 append the unvisited batch with the highest match degree to the current one (ties: lowest index).
-Match degree: |A ∩ B| ("intersection", = rows saved) or |A ∩ B| / |A ∪ B| ("jaccard").
+Match degree: |A ∩ B| ("intersection", = rows saved) or |A ∩ B| / |A ∪ B| ("jaccard"). The greedy
+path is a heuristic: when its total overlap (the rows reuse saves) is lower than that of the given
+order, the given order is kept, so reordering never increases the rows fetched.
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ def match_reorder(node_sets: Sequence, metric: str = "intersection", start: int 
         cur = int(np.argmax(row))  # first maximum: lowest index on ties
         visited[cur] = True
         order.append(cur)
+    if fetch_cost(o, order) > fetch_cost(o, range(n)):
+        return list(range(n))  # never worse than the order given
     return order
 
 

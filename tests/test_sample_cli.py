@@ -1,0 +1,91 @@
+"""`python -m mgg.train --mode sampled` (subprocesses) and `train` in sampled mode on one process."""
+import json
+
+import numpy as np
+import pytest
+
+from mgg.runtime import Communicator
+from mgg.train import TrainConfig, UserError, parse_args, train
+from tests.graphs import cached_dataset
+from tests.test_cli import train_cli
+
+
+def test_sampled_cli_runs_on_the_default_dataset(tmp_path):
+    out = tmp_path / "m.json"
+    r = train_cli("--mode", "sampled", "--fanout", "5,5", "--batch-size", "16", "--epochs", "3",
+                  "--backend", "cpu", "--metrics-json", str(out), "--reorder", "--batch-size", "4")
+    assert r.returncode == 0, r.stderr
+    assert "mode=sampled" in r.stdout and "test_acc=" in r.stdout and "sampling: fanout=5,5" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "sampled" and doc["model"] == "sage" and doc["config"]["fanout"] == [5, 5]
+    s = doc["sampling"]
+    assert s["batch_size"] == 4 and s["steps_per_epoch"] == 2 and s["feature_tier"] == "store" and s["reorder"]
+    assert s["bytes_fetched_total"] <= s["bytes_identity_order_total"] <= s["bytes_no_reuse_total"]
+    assert len(doc["epochs"]) == 3
+    for rec in doc["epochs"]:
+        assert {"epoch_ms", "bytes_fetched", "rows_fetched", "rows_reused", "bytes_no_reuse",
+                "bytes_identity_order", "steps", "loss", "train_acc"} <= set(rec)
+        assert rec["steps"] == 2 and rec["rows_fetched"] * 34 * 4 == rec["bytes_fetched"]
+    assert doc["test_acc"] is not None
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--mode", "sampled", "--fanout", "0,5"], "--fanout: fanout 0 (position 1) must be a positive integer or -1"),
+    (["--mode", "sampled", "--fanout", "5,-2"], "--fanout: fanout -2 (position 2)"),
+    (["--mode", "sampled", "--fanout", "5,a"], "--fanout: fanout 'a' (position 2) is not an integer"),
+    (["--mode", "sampled", "--fanout", ""], "--fanout: expected comma-separated fanouts"),
+    (["--mode", "sampled", "--batch-size", "0"], "--batch-size: must be an integer >= 1, got 0"),
+    (["--mode", "sampled", "--batch-size", "x"], "--batch-size: expected an integer"),
+    (["--mode", "sampled", "--feature-memory-budget", "lots"], "--feature-memory-budget: expected a size"),
+    (["--mode", "sampled", "--fanout", "5,5", "--layers", "3"], "--layers 3 conflicts with --fanout 5,5"),
+    (["--mode", "sampled", "--model", "gcn"], "--mode sampled supports --model sage only"),
+    (["--mode", "sampled", "--tune"], "--tune is not supported with --mode sampled"),
+    (["--mode", "batch"], "--mode"),
+    (["--fanout", "5,5"], "--fanout needs --mode sampled"),
+    (["--batch-size", "16"], "--batch-size needs --mode sampled"),
+    (["--reorder"], "--reorder/--no-reorder needs --mode sampled"),
+])
+def test_sampled_bad_flags(args, needle):
+    r = train_cli(*args, "--epochs", "1", "--backend", "cpu")
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_parse_sampled_defaults():
+    cfg = parse_args(["--mode", "sampled"])
+    assert cfg.model == "sage" and cfg.fanout is None
+    r = cfg.resolved()
+    assert r.fanout == (25, 10) and r.layers == 2 and r.batch_size == 1024 and r.reorder is False
+    assert r.feature_memory_budget == 0 and r.sample_seed == 0
+    cfg = parse_args(["--mode", "sampled", "--fanout", "10,-1,3", "--feature-memory-budget", "1.5K", "--no-reorder"])
+    assert cfg.fanout == (10, -1, 3) and cfg.resolved().layers == 3 and cfg.feature_memory_budget == 1536
+    assert cfg.reorder is False
+    assert parse_args([]).model == "gcn" and parse_args([]).mode == "full"
+
+
+def test_sampled_train_api_errors_and_host_tier():
+    g = cached_dataset("default")
+    comm = Communicator(comm=None)
+    with pytest.raises(UserError, match="--model sage only"):
+        train(TrainConfig(mode="sampled", model="gcn", epochs=1, backend="cpu"), comm, g)
+    with pytest.raises(UserError, match=r"--fanout\[1\] must be a positive integer"):
+        train(TrainConfig(mode="sampled", model="sage", fanout=(3, 0), epochs=1, backend="cpu"), comm, g)
+    with pytest.raises(UserError, match="mode must be one of"):
+        train(TrainConfig(mode="minibatch", epochs=1, backend="cpu"), comm, g)
+    # 34 x 34 float32 = 4624 bytes > 1 KiB: the host tier
+    res = train(TrainConfig(mode="sampled", model="sage", fanout=(4, 4), batch_size=3, epochs=4, backend="cpu",
+                            feature_memory_budget=1024, progress=False), comm, g)
+    assert res.sampling["feature_tier"] == "host" and res.sampling["steps_per_epoch"] == 3
+    assert res.mode == "sampled" and np.isfinite(res.final_loss) and 0 <= res.test_acc <= 1
+
+
+def test_sampled_training_on_sbm_learns():
+    g = cached_dataset("sbm")
+    cfg = TrainConfig(dataset="sbm", mode="sampled", model="sage", fanout=(10, 5), batch_size=64, epochs=5,
+                      backend="cpu", progress=False, reorder=True)
+    res = train(cfg, Communicator(comm=None), g)
+    losses = [e["loss"] for e in res.epochs]
+    assert losses[-1] < 0.7 * losses[0]
+    assert res.test_acc > 0.6  # 7 balanced classes: chance is 0.14
+    s = res.sampling
+    assert s["bytes_fetched_total"] <= s["bytes_identity_order_total"] < s["bytes_no_reuse_total"]
