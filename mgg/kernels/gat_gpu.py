@@ -28,6 +28,7 @@ import threading
 import numpy as np
 import torch
 
+from ..runtime.nvshmem_store import padded_dim
 from ..runtime.plan import AggregationPlan
 
 __all__ = ["build", "GATGPUExecutor", "KMAX_COLUMNS", "MAX_HEADS", "EDGES_PER_WARP"]
@@ -153,8 +154,15 @@ class GATGPUExecutor:
 
     @staticmethod
     def _table(feat, src_score):
-        t = feat.reshape(feat.shape[0], feat.shape[1] * feat.shape[2])
-        return (t if src_score is None else torch.cat([t, src_score], 1)).float().contiguous()
+        """[n, W] float32 rows [Wh | a_src.Wh], W padded to a multiple of 4 floats: the row stride
+        of the NVSHMEM symmetric array (16-byte rows), which the kernels use for every table."""
+        n, HC = feat.shape[0], feat.shape[1] * feat.shape[2]
+        w0 = HC + (0 if src_score is None else src_score.shape[1])
+        t = torch.zeros((n, padded_dim(w0)), dtype=torch.float32, device=feat.device)
+        t[:, :HC] = feat.reshape(n, HC)
+        if src_score is not None:
+            t[:, HC:w0] = src_score
+        return t
 
     # -- forward / backward ----------------------------------------------------------------------
     def forward(self, feat, src_score, dst, dropout=0.0, generator=None):
@@ -230,7 +238,7 @@ class GATGPUExecutor:
                                  _cp(grad_local), _cp(grad_halo), _cp(grad_dst)), exact=True)
         grad_local += scatter_halo_add(self.dg, grad_halo)
         gf = grad_local[:, :HC].reshape(n, H, C).to(feat.dtype)
-        gs = None if src_score is None else grad_local[:, HC:].to(feat.dtype)
+        gs = None if src_score is None else grad_local[:, HC:HC + H].to(feat.dtype)
         if self.mode == "mean":
             return gf, None, None
         gd = grad_dst.view(n, H, C) if self.mode == "dot" else grad_dst

@@ -7,12 +7,10 @@ does not depend on the aggregation kind (only the edge weights do), so both prim
 
 * `gather_halo(dg, x)` -> halo [H, D]: halo[h] = x_{owner(h)}[row(h)]. One symmetric-store
   exchange: write x into `dg.symmetric(D)`, publish, one-sided get of every halo row, release.
-* `scatter_halo_add(dg, g)` -> [n_local, D]: the adjoint. Every halo row's value g[h] is sent to
-  its owner and summed there into row(h). Implemented as a two-sided MPI `Alltoallv` over
-  `comm.comm` of (row ids, values): the send buffer is already grouped by destination PE (halo
-  order), so no packing is needed, and the sum at the owner is a local `index_add_`; an RMA
-  `Accumulate` would need an extra [rows_per_pe, D] window and serialises on element-wise atomics.
-  CUDA tensors are staged through host memory (the GPU path of this primitive is GPU-untested).
+* `scatter_halo_add(dg, g)` -> [n_local, D]: the adjoint. Every halo row's value g[h] is summed
+  at its owner into row(h). Also one symmetric-store exchange: readers publish their halo
+  gradients, owners get the rows that are theirs (an export plan exchanged once with MPI) and
+  `index_add_` them -- device-resident on the GPU (NVSHMEM gets), MPI RMA on CPU.
 
 Both are collective (every rank calls them, in the same order), and adjoint:
     <scatter_halo_add(dg, g), x> == <g, gather_halo(dg, x)>   for all x [n_local, D], g [H, D].
@@ -61,8 +59,67 @@ def gather_halo(dg, x: torch.Tensor, transposed: bool = False) -> torch.Tensor:
     return halo.to(x.device)
 
 
+class _ExportPlan:
+    """Who reads which of my rows: the adjoint of a plan's halo, built once per (dg, direction).
+
+    `ptr` int64 [P+1] and `pos` int64 [X]: for reader PE p, pos[ptr[p]:ptr[p+1]] are positions
+    in p's halo whose owner is this rank; `rows` int64 [X] are the matching local rows here.
+    `max_halo` is the largest halo over the ranks (the symmetric buffer's row count).
+    """
+
+    def __init__(self, dg, transposed: bool):
+        from mpi4py import MPI
+
+        plan = halo_plan(dg, transposed)
+        comm, P = dg.comm.comm, dg.world_size
+        send_counts = np.diff(plan.halo_ptr).astype(np.int64)
+        recv_counts = np.zeros(P, dtype=np.int64)
+        comm.Alltoall(send_counts, recv_counts)
+        starts = np.ascontiguousarray(plan.halo_ptr[:-1], dtype=np.int64)
+        peer_starts = np.zeros(P, dtype=np.int64)
+        comm.Alltoall(starts, peer_starts)   # where my rows begin in each reader's halo
+        sdis = np.concatenate([[0], np.cumsum(send_counts)[:-1]]).astype(np.int64)
+        rdis = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
+        rows = np.empty(int(recv_counts.sum()), dtype=np.int64)
+        comm.Alltoallv([np.ascontiguousarray(plan.halo_row, dtype=np.int64), (send_counts, sdis), MPI.INT64_T],
+                       [rows, (recv_counts, rdis), MPI.INT64_T])
+        if rows.size and (rows.min() < 0 or rows.max() >= dg.n_local):
+            raise IndexError(f"scatter_halo_add: rank {dg.rank} is asked for rows outside [0, {dg.n_local})")
+        self.ptr = np.concatenate([[0], np.cumsum(recv_counts)]).astype(np.int64)
+        self.pos = np.concatenate([peer_starts[p] + np.arange(recv_counts[p], dtype=np.int64) for p in range(P)])
+        self.rows = rows
+        self.max_halo = int(dg.comm.allreduce_scalar(float(plan.halo_size), "max"))
+        self._rows_t: dict = {}
+
+    def rows_on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._rows_t:
+            self._rows_t[device] = torch.from_numpy(self.rows).to(device)
+        return self._rows_t[device]
+
+
+def _export_plan(dg, transposed: bool) -> _ExportPlan:
+    cache = dg.__dict__.setdefault("_halo_export", {})
+    if transposed not in cache:
+        cache[transposed] = _ExportPlan(dg, transposed)
+    return cache[transposed]
+
+
+def _halo_buffer(dg, rows: int, dim: int, dtype: torch.dtype):
+    """A symmetric [rows, dim] buffer for halo gradients, allocated once per (rows, dim, dtype)."""
+    key = ("halo", rows, dim, dtype)  # kept with dg's other symmetric arrays: freed by dg.close()
+    if key not in dg._arrays:
+        dg._arrays[key] = dg.store.allocate(rows, dim, dtype)
+    return dg._arrays[key]
+
+
 def scatter_halo_add(dg, halo_grad: torch.Tensor, transposed: bool = False) -> torch.Tensor:
     """Adjoint of `gather_halo`: out[row] += halo_grad[h] at the owner of every halo row h. Collective.
+
+    Through the symmetric store, like the gather: every rank writes its halo rows into a
+    symmetric [max_halo, D] buffer and publishes it; each owner *gets* the rows readers hold for
+    it (one-sided: NVSHMEM on the GPU, MPI RMA on CPU), sums them into its rows with `index_add_`,
+    and releases. Which positions of which reader's halo belong to this rank (the export plan) is
+    exchanged once per DistGraph and direction with MPI `Alltoallv`.
 
     Args:
         dg: the DistGraph.
@@ -77,39 +134,21 @@ def scatter_halo_add(dg, halo_grad: torch.Tensor, transposed: bool = False) -> t
                          f"got {tuple(halo_grad.shape)}")
     dim = int(halo_grad.shape[1])
     out = halo_grad.new_zeros((dg.n_local, dim))
-    comm = dg.comm
-    if dg.world_size == 1 or comm.comm is None:
+    if dg.world_size == 1 or dg.comm.comm is None:
         return out  # one rank: the halo is empty
     if halo_grad.dtype not in _TORCH_TO_NP:
         raise TypeError(f"scatter_halo_add: unsupported dtype {halo_grad.dtype}")
-    from mpi4py import MPI
-
-    P = dg.world_size
-    send_counts = np.diff(plan.halo_ptr).astype(np.int64)
-    recv_counts = np.zeros(P, dtype=np.int64)
-    vals = np.ascontiguousarray(halo_grad.detach().to("cpu").numpy())
-    rows = np.ascontiguousarray(plan.halo_row, dtype=np.int64)
-    with comm.guard("scatter_halo_add"):
-        comm.comm.Alltoall(send_counts, recv_counts)
-        n_recv = int(recv_counts.sum())
-        sdis = np.concatenate([[0], np.cumsum(send_counts)[:-1]]).astype(np.int64)
-        rdis = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
-        r_rows = np.empty(n_recv, dtype=np.int64)
-        r_vals = np.empty((n_recv, dim), dtype=vals.dtype)
-        comm.comm.Alltoallv([rows, (send_counts, sdis), MPI.INT64_T],
-                            [r_rows, (recv_counts, rdis), MPI.INT64_T])
-        if dim > 0:
-            # one datatype per row keeps counts in rows (well inside int32 for any real halo)
-            elem = MPI._typedict[vals.dtype.char]
-            rtype = elem.Create_contiguous(dim).Commit()
-            try:
-                comm.comm.Alltoallv([vals, (send_counts, sdis), rtype],
-                                    [r_vals, (recv_counts, rdis), rtype])
-            finally:
-                rtype.Free()
-    if n_recv and dim:
-        if r_rows.min() < 0 or r_rows.max() >= dg.n_local:
-            raise IndexError(f"scatter_halo_add: rank {dg.rank} received rows outside [0, {dg.n_local})")
-        out.index_add_(0, torch.from_numpy(r_rows).to(out.device),
-                       torch.from_numpy(r_vals).to(out.device, out.dtype))
+    with dg.comm.guard("scatter_halo_add"):
+        ex = _export_plan(dg, transposed)
+        if ex.max_halo == 0 or dim == 0:
+            return out
+        buf = _halo_buffer(dg, ex.max_halo, dim, halo_grad.dtype)
+        if plan.halo_size:
+            buf.write(halo_grad.detach().contiguous())  # rows past H are never read
+        buf.publish()
+        got = buf.get_halo(ex.ptr, ex.pos) if len(ex.rows) else None
+        buf.release()
+    if got is not None:
+        got = got.to(out.device, out.dtype)
+        out.index_add_(0, ex.rows_on(out.device), got)
     return out

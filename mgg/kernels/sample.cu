@@ -1,0 +1,115 @@
+// Sampled mini-batch kernels (mgg.sample on the GPU): neighbor sampling, Fused-Map, host-tier gather.
+//
+// Plain CUDA C (no NVSHMEM): compiled by CuPy's NVRTC from mgg/kernels/sample_gpu.py. Every
+// pointer may be device memory or pinned, device-mapped host memory (UVA): a CSR or a feature
+// table too large for the GPU budget is read zero-copy over PCIe / C2C.
+//
+// 1. sample_uniform: one thread per seed; uniform sampling of k = min(deg, fanout) distinct edge
+//    positions of the seed's CSR row *without replacement* by Floyd's algorithm (k draws, each
+//    checked against the <= k positions already taken: O(k^2) with k = fanout, ~25). Randoms are
+//    counter-based (splitmix64 of seed, seed index and draw), so a batch is reproducible.
+//    Launch: 1-D, 256 threads per block, ceil(B / 256) blocks.
+// 2. fused_map_insert / fused_map_lookup (FastGL's Fused-Map): an open-addressing GPU hash table
+//    (linear probing, capacity a power of two >= 2 n) keyed by the global id; insert does
+//    atomicCAS on the key and atomicMin of the element's position into the value, so each slot
+//    ends with the *first* position the id occurs at; lookup finds each element's slot and flags
+//    first occurrences. A prefix sum over the flags (torch.cumsum) then numbers the unique ids in
+//    first-occurrence order (seeds, which come first and are unique, keep ids 0..B-1) and one
+//    gather gives every element its local id: no sort, no unique, one pass over the ids.
+//    Launch: 1-D, 256 threads per block, ceil(n / 256) blocks.
+// 3. gather_rows_aligned (PyTorch-Direct's zero-copy access): one warp per output row; the warp
+//    walks the source row in 128-byte segments *aligned to 128 bytes* (starting at the aligned
+//    address at or below the row start, lanes outside the row idle), so every warp request is one
+//    whole, aligned PCIe/C2C transaction even when the row stride is not a multiple of 128 bytes.
+//    Launch: 1-D, 256 threads (8 warps) per block, grid-stride over rows.
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
+#define NO_POS 0x7FFFFFFFFFFFFFFFll
+
+__device__ __forceinline__ u64 splitmix64(u64 x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// uniform integer in [0, n) from a 64-bit hash (Lemire's multiply-shift; n < 2^32)
+__device__ __forceinline__ i64 bounded(u64 h, i64 n) {
+  return (i64)(((h >> 32) * (u64)n) >> 32);
+}
+
+extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const i64* __restrict__ indices,
+                                          const i64* __restrict__ seeds, const i64* __restrict__ out_ptr,
+                                          i64 n_seeds, int fanout, u64 rng_seed, i64* __restrict__ out_nbr) {
+  for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < n_seeds; s += (i64)gridDim.x * blockDim.x) {
+    const i64 node = seeds[s];
+    const i64 beg = indptr[node], deg = indptr[node + 1] - beg;
+    i64* out = out_nbr + out_ptr[s];
+    const i64 k = out_ptr[s + 1] - out_ptr[s];  // min(deg, fanout), computed by the launcher
+    if (k == deg) {                                // all neighbors
+      for (i64 q = 0; q < deg; ++q) out[q] = indices[beg + q];
+      continue;
+    }
+    // Floyd: for j = deg-k .. deg-1: t = uniform[0, j]; take t unless taken, else take j.
+    // The taken *positions* are kept in out[] (as positions) and mapped to ids at the end.
+    const u64 base = splitmix64(rng_seed ^ splitmix64((u64)s));
+    for (i64 q = 0; q < k; ++q) {
+      const i64 j = deg - k + q;
+      i64 t = bounded(splitmix64(base + (u64)q), j + 1);
+      for (i64 r = 0; r < q; ++r) {
+        if (out[r] == t) { t = j; break; }
+      }
+      out[q] = t;
+    }
+    for (i64 q = 0; q < k; ++q) out[q] = indices[beg + out[q]];
+  }
+}
+
+extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n, u64* __restrict__ keys,
+                                            i64* __restrict__ vals, i64 mask) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    const u64 key = (u64)ids[i];
+    i64 slot = (i64)(splitmix64(key) & (u64)mask);
+    while (true) {
+      const u64 prev = atomicCAS(keys + slot, EMPTY_KEY, key);
+      if (prev == EMPTY_KEY || prev == key) {
+        atomicMin(vals + slot, i);
+        break;
+      }
+      slot = (slot + 1) & mask;
+    }
+  }
+}
+
+extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n, const u64* __restrict__ keys,
+                                            const i64* __restrict__ vals, i64 mask, i64* __restrict__ first_pos,
+                                            unsigned char* __restrict__ is_first) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    const u64 key = (u64)ids[i];
+    i64 slot = (i64)(splitmix64(key) & (u64)mask);
+    while (keys[slot] != key) slot = (slot + 1) & mask;  // inserted: always found
+    const i64 p = vals[slot];
+    first_pos[i] = p;
+    is_first[i] = (p == i);
+  }
+}
+
+extern "C" __global__ void gather_rows_aligned(const float* src, i64 row_stride, int width,
+                                               const i64* __restrict__ rows, i64 n_rows,
+                                               float* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const i64 n_warps = ((i64)gridDim.x * blockDim.x) >> 5;
+  for (i64 r = warp; r < n_rows; r += n_warps) {
+    const float* row = src + rows[r] * row_stride;
+    // first 128-byte boundary at or below the row start, in floats relative to the row
+    const i64 shift = (i64)(((unsigned long long)row & 127ull) >> 2);
+    float* o = out + r * (i64)width;
+    for (i64 w = -shift + lane; w < width; w += 32) {
+      if (w >= 0) o[w] = row[w];
+    }
+  }
+}
