@@ -92,7 +92,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         n_train = float(prep.train.sum())
         model = SampledSAGE(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers, cfg.dropout).to(dev)
         broadcast_parameters(model, comm)
-        torch.manual_seed(cfg.seed + 1 + comm.rank)  # dropout masks: each rank its own
+        drop_gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         res = TrainResult(model=model, world_size=comm.size, backend=dg.backend, mode="sampled")
         last = {"train_acc": None, "val_acc": None, "test_acc": None}
@@ -106,7 +106,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
             loss_sum = 0.0
             for batch in loader:
                 opt.zero_grad(set_to_none=False)
-                logits = model(batch.x, batch.blocks)
+                logits = model(batch.x, batch.blocks, drop_gen)
                 loss = F.cross_entropy(logits, batch.y, reduction="sum") / n_train
                 loss.backward()
                 allreduce_gradients(model, comm)

@@ -15,13 +15,23 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .conv.sage_block import SAGEBlockConv
 from .models import SAGE, _dims
 
-__all__ = ["SampledSAGE", "SAMPLED_MODELS"]
+__all__ = ["SampledSAGE", "SAMPLED_MODELS", "dropout"]
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Inverted dropout with a uniform-threshold mask (rand >= p): the same distribution as
+    F.dropout, about 2x faster on the CPU than its bernoulli_ draw, and seedable per call."""
+    if not training or p <= 0.0:
+        return x
+    if p >= 1.0:
+        return torch.zeros_like(x)
+    keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 class SampledSAGE(nn.Module):
@@ -38,13 +48,15 @@ class SampledSAGE(nn.Module):
         for conv in self.convs:
             conv.reset_parameters()
 
-    def forward(self, x: torch.Tensor, blocks: Sequence) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, blocks: Sequence, generator: torch.Generator | None = None) -> torch.Tensor:
+        """x float32 [U, in_dim] -> logits float32 [B, out_dim]; `generator` drives the dropout masks
+        (None: torch's default generator; it must live on x's device)."""
         if len(blocks) != len(self.convs):
             raise ValueError(f"SampledSAGE has {len(self.convs)} layers, got {len(blocks)} blocks "
                              f"(one per fanout)")
         last = len(self.convs) - 1
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
-            x = F.dropout(x, self.dropout, self.training)
+            x = dropout(x, self.dropout, self.training, generator)
             x = conv(x, block)
             if i < last:
                 x = torch.relu(x)
