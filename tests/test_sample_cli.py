@@ -89,3 +89,21 @@ def test_sampled_training_on_sbm_learns():
     assert res.test_acc > 0.6  # 7 balanced classes: chance is 0.14
     s = res.sampling
     assert s["bytes_fetched_total"] <= s["bytes_identity_order_total"] < s["bytes_no_reuse_total"]
+
+
+@pytest.mark.parametrize("dataset", ["default", "sbm"])
+def test_sampled_with_all_neighbors_and_one_batch_is_full_graph_training(dataset):
+    """fanout -1, one batch holding every training node, no dropout: the sampled step computes the
+    full-graph gradient, so --mode sampled follows --mode full (same initial weights)."""
+    import torch
+
+    g = cached_dataset(dataset)
+    comm = Communicator(comm=None)
+    common = dict(dataset=dataset, model="sage", epochs=15, backend="cpu", dropout=0.0, progress=False)
+    full = train(TrainConfig(**common), comm, g)
+    samp = train(TrainConfig(mode="sampled", fanout=(-1, -1), batch_size=1 << 20, **common), comm, g)
+    assert np.allclose([e["loss"] for e in full.epochs], [e["loss"] for e in samp.epochs], atol=1e-5)
+    wf = torch.cat([p.detach().flatten() for p in full.model.parameters()])
+    ws = torch.cat([p.detach().flatten() for p in samp.model.parameters()])
+    assert torch.allclose(wf, ws, atol=1e-5)
+    assert full.test_acc == samp.test_acc

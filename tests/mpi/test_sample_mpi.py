@@ -114,3 +114,18 @@ def test_sampled_training_keeps_replicas_identical_and_learns(dataset, kw):
         assert res.sampling["bytes_remote_total"] > 0  # other ranks' rows came over RMA
     # metrics are global: identical on every rank
     assert comm.bcast(res.test_acc) == res.test_acc and comm.bcast(losses) == losses
+
+
+@pytest.mark.parametrize("dataset", ["default", "sbm"])
+def test_p_ranks_sampled_full_neighborhood_equals_one_rank_full_graph(dataset):
+    """fanout -1, one batch per rank, no dropout: the summed per-rank gradients are the full-graph
+    gradient, so P ranks of --mode sampled train the 1-rank --mode full weights."""
+    from mgg.runtime import Communicator
+
+    comm = world()
+    g = cached_dataset(dataset)
+    common = dict(dataset=dataset, model="sage", epochs=8, backend="cpu", dropout=0.0, progress=False)
+    samp = train(TrainConfig(mode="sampled", fanout=(-1, -1), batch_size=1 << 20, **common), comm, g)
+    full = train(TrainConfig(**common), Communicator(comm=None), g)
+    assert np.abs(flat(samp.model) - flat(full.model)).max() < 1e-4
+    assert abs(samp.final_loss - full.final_loss) < 1e-5
