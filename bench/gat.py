@@ -154,7 +154,7 @@ def summarize(paths: list[str]) -> None:
     for p in paths:
         with open(p) as f:
             r = json.load(f)
-        for res in r["results"]:
+        for res in r.get("results", ()):  # other gat-*.json files (gat-threshold) have none
             if res["impl"] == "mgg":
                 rows.append((res["graph"], res["strategy"], r["backend"], r["P"], res["epoch_s"]))
     base = {(g, s, b): t for g, s, b, P, t in rows if P == 1}

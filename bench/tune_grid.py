@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     limits = DeviceLimits.from_device(dg.device) if dg.device.type == "cuda" else DeviceLimits.cpu()
     variants = tuple(v for v in args.variants.split(",") if v)
     space = SearchSpace(variants=variants)
-    apply = DistGraphApplier(dg, PlanCache(capacity=2))
+    apply = DistGraphApplier(dg, PlanCache(capacity=len(space.ps_values)))  # every ps cut once
     x = torch.randn(dg.n_local, dim, device=dg.device)
 
     def measure(reps: int, warmup: int) -> float:
