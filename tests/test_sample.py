@@ -382,6 +382,7 @@ def test_loader_empty_seeds_yield_empty_batches():
     ({"seeds": [0, 120]}, r"seeds out of range \[0, 120\): found 120"),
     ({"seeds": [-1]}, "seeds out of range"),
     ({"seeds": [0.5]}, "seeds must be integer node ids"),
+    ({"seeds": np.array([1.0, 2.0])}, "seeds must be integer node ids, got dtype float64"),
     ({"seeds": np.ones(120, bool)}, "boolean"),
     ({"seeds": [[1, 2]]}, "seeds must be a 1-D"),
     ({"seeds": [3, 3]}, "seeds must be unique"),

@@ -42,10 +42,7 @@ def _check_ids(a: Any, name: str, num_nodes: int) -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of node ids, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"{name} must be integer node ids, got dtype {arr.dtype}")
+        raise ValueError(f"{name} must be integer node ids, got dtype {arr.dtype}")
     arr = arr.astype(np.int64, copy=False)
     if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
         bad = int(arr.min()) if arr.min() < 0 else int(arr.max())
@@ -136,7 +133,7 @@ class NeighborLoader:
             object with `.indptr` / `.indices`.
         features: FeatureSource of the input features (an [N, F] array/tensor is wrapped in
             TensorFeatures).
-        labels: int64 [N] node labels (None: batches carry y of length 0... not allowed: pass -1s).
+        labels: int64 [N] node labels (-1 for unlabelled nodes); `batch.y` = labels[seeds].
         seeds: this rank's seed nodes (int64, unique; `split_seeds`).
         fanouts: per-layer fanouts, fanouts[0] for the hop from the seeds; each >= 1 or -1 (all).
         batch_size: max seeds per batch (>= 1).
