@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.data.generators import preset  # noqa: E402
 from mgg.kernels.adaptive import fused_aggregation  # noqa: E402
 from mgg.nn import GAT, allreduce_gradients, broadcast_parameters  # noqa: E402
@@ -168,6 +169,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale-products", type=float, default=0.002)
     ap.add_argument("--scale-reddit", type=float, default=0.001)
+    ap.add_argument("--graphs", default="products-like,reddit-like", help="comma-separated presets to run")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--backend", choices=["auto", "cpu", "gpu"], default="auto")
@@ -182,8 +184,15 @@ def main(argv=None) -> int:
     comm = world()
     strategies = {"auto": [None], "node": ["node"], "edge": ["edge"], "both": ["node", "edge"]}[args.strategy]
     results = []
-    for name, scale in (("products-like", args.scale_products), ("reddit-like", args.scale_reddit)):
+    scales = {"products-like": args.scale_products, "reddit-like": args.scale_reddit}
+    for name in [g for g in args.graphs.split(",") if g]:
+        if name not in scales:
+            raise SystemExit(f"--graphs: unknown graph {name!r} (choose from {', '.join(scales)})")
+        scale = scales[name]
+        t_gen = time.perf_counter()
         graph = preset(name, scale, seed=0)
+        if comm.rank == 0:
+            print(f"{name}@{scale:g}: generated in {time.perf_counter() - t_gen:.1f} s", flush=True)
         label = f"{name}@{scale:g}"
         for st in strategies:
             r = run_mgg(graph, comm, args, st)
@@ -209,10 +218,9 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)
         date = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         path = os.path.join(args.out, f"gat-{backend}-P{comm.size}-{date}.json")
-        with open(path, "w") as f:
-            json.dump({"host": socket.gethostname(), "platform": platform.platform(), "P": comm.size,
-                       "backend": backend, "torch": torch.__version__, "command": " ".join(sys.argv),
-                       "date": date, "results": results}, f, indent=1)
+        atomic_write_json(path, {"host": socket.gethostname(), "platform": platform.platform(), "P": comm.size,
+                                 "backend": backend, "torch": torch.__version__, "command": " ".join(sys.argv),
+                                 "date": date, "results": results})
         print(f"wrote {path}")
     return 0
 
