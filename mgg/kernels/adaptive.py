@@ -74,6 +74,20 @@ def degree_stats(plan: AggregationPlan) -> DegreeStats:
                        remote_fraction=(plan.num_remote_edges / e) if e else 0.0)
 
 
+def global_degree_stats(stats: DegreeStats, comm) -> DegreeStats:
+    """The statistics of the whole graph from every rank's (collective with `comm`): the strategy
+    must be the same on every rank, because the two executors run different collectives (the
+    node-centric backward re-publishes the symmetric table; the edge-centric one does not)."""
+    if comm is None or getattr(comm, "size", 1) <= 1:
+        return stats
+    n = int(comm.allreduce_scalar(float(stats.n_local)))
+    e = int(comm.allreduce_scalar(float(stats.edges)))
+    mx = int(comm.allreduce_scalar(float(stats.max_degree), "max"))
+    remote = comm.allreduce_scalar(stats.remote_fraction * stats.edges)
+    return DegreeStats(n_local=n, edges=e, avg_degree=(e / n) if n else 0.0, max_degree=mx,
+                       remote_fraction=(remote / e) if e else 0.0)
+
+
 def choose_strategy(stats: DegreeStats, threshold: float = NODE_CENTRIC_MIN_AVG_DEGREE,
                     max_skew: float = MAX_DEGREE_SKEW, force: str | None = None) -> StrategyChoice:
     """The rule of the module docstring; `force` (or MGG_GAT_STRATEGY) overrides it."""
@@ -107,7 +121,8 @@ class FusedAggregation:
 
         self.dg, self.mode = dg, mode
         self.plan = halo_plan(dg)
-        self.choice = choose_strategy(degree_stats(self.plan), force=strategy)
+        # one strategy for all ranks (collective): their executors' exchanges must match
+        self.choice = choose_strategy(global_degree_stats(degree_stats(self.plan), dg.comm), force=strategy)
         self.strategy = self.choice.strategy
         if dg.backend == "gpu":
             from .gat_gpu import GATGPUExecutor
