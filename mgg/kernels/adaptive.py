@@ -16,15 +16,19 @@ statistics of its plan (local + remote CSR, the edges its targets read):
     node  if avg_degree >= NODE_CENTRIC_MIN_AVG_DEGREE and max_degree <= MAX_DEGREE_SKEW * avg_degree
     edge  otherwise
 
-`NODE_CENTRIC_MIN_AVG_DEGREE` = 32 lies inside fuseGNN's bracket (4.5 -> GAS, 492 -> GAR), near
-its log-midpoint (~47), rounded to the warp width: below it most lanes of a warp-per-target kernel
-walk a handful of neighbors. The skew guard keeps power-law ranks (a few huge rows, most tiny) on
-the edge-centric path, which balances by edges. BOTH CONSTANTS ARE DEFAULTS TO BE MEASURED ON THE
-GPU (bench/gat.py --sweep-strategy prints both kernels' times per graph); the environment variable
-MGG_GAT_STRATEGY=node|edge forces a strategy.
+The statistics are those of the whole graph (`global_degree_stats`, collective), so every rank
+picks the same executor (their exchanges differ). The threshold is per backend
+(`threshold_for`): on the GPU it was measured with bench/gat_threshold.py and no crossover was
+found -- edge-centric won at every average degree from 2 to 512 -- so it is +inf there
+(`GPU_NODE_CENTRIC_MIN_AVG_DEGREE`); the CPU executor keeps 32, inside fuseGNN's bracket (4.5 ->
+GAS, 492 -> GAR) near its log-midpoint, rounded to the warp width (the CPU sweep on the shared
+2-core CI box was too noisy to move it). The skew guard keeps power-law graphs (a few huge rows,
+most tiny) on the edge-centric path, which balances by edges. MGG_GAT_STRATEGY=node|edge forces a
+strategy.
 """
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from dataclasses import asdict, dataclass
@@ -34,11 +38,22 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 
-__all__ = ["NODE_CENTRIC_MIN_AVG_DEGREE", "MAX_DEGREE_SKEW", "DegreeStats", "StrategyChoice",
+__all__ = ["NODE_CENTRIC_MIN_AVG_DEGREE", "GPU_NODE_CENTRIC_MIN_AVG_DEGREE", "threshold_for", "MAX_DEGREE_SKEW",
+           "global_degree_stats", "DegreeStats", "StrategyChoice",
            "degree_stats", "choose_strategy", "FusedAggregation", "fused_aggregation"]
 
-NODE_CENTRIC_MIN_AVG_DEGREE = 32.0  # fuseGNN: GAS at avg degree <= 4.5, GAR at 492; measure on GPU
+NODE_CENTRIC_MIN_AVG_DEGREE = 32.0  # CPU executor: fuseGNN's bracket (GAS <= 4.5, GAR at 492)
 MAX_DEGREE_SKEW = 64.0              # max/avg degree above which node-centric load balance suffers
+#: GPU kernels, measured (bench/gat_threshold.py, H200, 4M edges, 8 heads x 8, fwd + bwd): the
+#: edge-centric kernels beat the node-centric ones at every uniform average degree from 2 to 512
+#: (edge/node time 0.77-0.82) and by 85x on a power-law graph -- no crossover in the measured
+#: range, so the GPU runtime chooses edge-centric unless forced
+GPU_NODE_CENTRIC_MIN_AVG_DEGREE = math.inf
+
+
+def threshold_for(backend: str) -> float:
+    """The average degree from which node-centric is chosen on `backend` ("gpu" | "cpu")."""
+    return GPU_NODE_CENTRIC_MIN_AVG_DEGREE if backend == "gpu" else NODE_CENTRIC_MIN_AVG_DEGREE
 
 
 @dataclass(frozen=True)
@@ -122,7 +137,8 @@ class FusedAggregation:
         self.dg, self.mode = dg, mode
         self.plan = halo_plan(dg)
         # one strategy for all ranks (collective): their executors' exchanges must match
-        self.choice = choose_strategy(global_degree_stats(degree_stats(self.plan), dg.comm), force=strategy)
+        self.choice = choose_strategy(global_degree_stats(degree_stats(self.plan), dg.comm),
+                                      threshold=threshold_for(dg.backend), force=strategy)
         self.strategy = self.choice.strategy
         if dg.backend == "gpu":
             from .gat_gpu import GATGPUExecutor
