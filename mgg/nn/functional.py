@@ -78,8 +78,9 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
                    training: bool = True) -> torch.Tensor:
     """Dropout whose mask does not depend on the partition, drawn on x's device.
 
-    One 63-bit seed is drawn from `generator` per call (every rank seeds it identically and draws
-    identically); the keep-mask entry of (global row g, column c) is `hash_uniform(g, c, seed) >= p`.
+    On the CPU the keep-mask is drawn for the whole graph from `generator` (every rank seeds it
+    identically) and rows [lo, hi) are used. On the GPU one 63-bit seed is drawn from `generator`
+    per call and the entry of (global row g, column c) is `hash_uniform(g, c, seed) >= p`.
     P ranks therefore drop exactly the entries a 1-rank run drops and reproduce its training, and
     the mask is computed where x lives (no [num_nodes, D] host tensor, no transfer).
 
@@ -93,6 +94,11 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
         return x
     if p >= 1.0:
         return torch.zeros_like(x)
+    if x.device.type == "cpu":
+        # host tensors: the whole-graph mask drawn from the generator, rows [lo, hi) kept
+        u = torch.rand((dg.num_nodes, x.shape[1]), generator=generator)
+        keep = dg.local(u) >= p
+        return x * keep.to(x.dtype) / (1.0 - p)
     seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
     out = torch.empty_like(x)
     rows_per_chunk = max(1, (1 << 22) // max(1, x.shape[1]))  # bounded int64 temporaries
