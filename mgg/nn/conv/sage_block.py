@@ -12,7 +12,8 @@ The block is duck-typed (anything with `ptr`, `col`, `n_src`, `n_dst`, `row`, e.
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from .sage_conv import SAGEConv
 
 __all__ = ["SAGEBlockConv", "block_mean"]
 
@@ -31,24 +32,15 @@ def block_mean(x: torch.Tensor, block) -> torch.Tensor:
     return out / deg
 
 
-class SAGEBlockConv(nn.Module):
-    """GraphSAGE mean convolution on a Block.
+class SAGEBlockConv(SAGEConv):
+    """GraphSAGE mean convolution on a Block: SAGEConv's parameters, a block's aggregation.
 
     Shapes:
         input float32 [n_src, in_channels] -> output float32 [n_dst, out_channels].
     """
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True, root_weight: bool = True):
-        super().__init__()
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
-        self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.lin_l.reset_parameters()
-        if self.lin_r is not None:
-            self.lin_r.reset_parameters()
+        super().__init__(in_channels, out_channels, bias=bias, root_weight=root_weight)
 
     def forward(self, x: torch.Tensor, block) -> torch.Tensor:
         if self.out_channels < self.in_channels:  # mean is linear: project first (fewer columns)
