@@ -10,7 +10,8 @@ Adam. Reported (rank 0, medians over --epochs after one warmup epoch; times are 
   sort-based unique + inverse), median of 20 calls each;
 * mgg epoch time and bytes fetched per epoch for: the symmetric-store tier without and with
   Match-Reorder (previous batch's resident rows reused in both), and the zero-copy host tier
-  (features in pinned host memory read by the GPU kernel) -- forced with `tier="host"`;
+  (features in pinned host memory read by the GPU kernel) -- forced with `tier="host"`; each with
+  and without the side-stream prefetch of the next batch (its gather overlapped with compute);
 * PyG: torch_geometric.loader.NeighborLoader + SAGEConv on one GPU (P = 1 only; skipped with a
   reason when PyG or its sampling backend is missing).
 
@@ -73,12 +74,12 @@ def time_idmap(loader: NeighborLoader, dev: torch.device, batches: int = 4, reps
             "unique_ms": statistics.median(res["unique_ms"])}
 
 
-def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str) -> dict:
+def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, prefetch: bool = True) -> dict:
     fan = [int(f) for f in args.fanout.split(",")]
     feats = make_feature_source(graph.x, store, bounds, comm, device=dev, tier=tier)
     seeds = split_seeds(np.flatnonzero(graph.train_mask), comm, bounds)
     loader = NeighborLoader((graph.indptr, graph.indices), feats, graph.y, seeds, fan, args.batch_size,
-                            reorder=reorder, seed=1, device=dev, comm=comm)
+                            reorder=reorder, seed=1, device=dev, comm=comm, prefetch=prefetch)
     torch.manual_seed(0)
     classes = int(graph.y.max()) + 1
     model = SampledSAGE(graph.x.shape[1], args.hidden, classes, layers=len(fan), dropout=0.5).to(dev)
@@ -103,7 +104,7 @@ def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str) -> 
             stats.append(loader.stats.to_dict())
     feats.close()
     tot = lambda k: int(comm.allreduce_scalar(float(np.median([s[k] for s in stats])), "sum"))  # noqa: E731
-    return {"impl": "mgg", "tier": tier, "reorder": reorder, "steps": len(loader),
+    return {"impl": "mgg", "tier": tier, "reorder": reorder, "prefetch": loader.prefetch, "steps": len(loader),
             "epoch_s": float(np.median(times)), "bytes_fetched": tot("bytes_fetched"),
             "bytes_remote": tot("bytes_remote"), "bytes_no_reuse": tot("bytes_no_reuse"),
             "rows_reused": tot("rows_reused"),
@@ -210,7 +211,9 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=["auto", "cpu", "gpu"], default="auto")
     ap.add_argument("--no-pyg", action="store_true")
     ap.add_argument("--pyg-workers", type=int, default=0)
-    ap.add_argument("--runs", default="store,store+reorder,host", help="mgg runs: store, store+reorder, host")
+    ap.add_argument("--runs", default="store,store+noprefetch,store+reorder,host,host+noprefetch",
+                    help="mgg runs: store or host, +reorder (Match-Reorder), +noprefetch (no side-stream "
+                    "prefetch of the next batch; CUDA only)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     comm = world()
@@ -226,11 +229,14 @@ def main(argv=None) -> int:
     say(f"{args.graph}@{args.scale}: {graph.num_nodes} nodes, {graph.num_edges} edges, F={graph.x.shape[1]}, "
         f"train {int(graph.train_mask.sum())}, P={comm.size}, device {dev}")
     for run in [r for r in args.runs.split(",") if r]:
+        if "noprefetch" in run and not gpu:  # the CPU loader never prefetches: same as without
+            continue
         tier = "host" if run.startswith("host") else "store"
-        r = run_mgg(graph, comm, store, bounds, args, dev, reorder="reorder" in run, tier=tier)
+        r = run_mgg(graph, comm, store, bounds, args, dev, reorder="reorder" in run, tier=tier,
+                    prefetch="noprefetch" not in run)
         r["run"] = run
         results.append(r)
-        say(f"mgg {run:14} epoch {r['epoch_s'] * 1e3:9.1f} ms  steps {r['steps']:4d}  fetched "
+        say(f"mgg {run:18} epoch {r['epoch_s'] * 1e3:9.1f} ms  steps {r['steps']:4d}  fetched "
             f"{r['bytes_fetched'] / 2**20:9.1f} MiB (no reuse {r['bytes_no_reuse'] / 2**20:9.1f}, remote "
             f"{r['bytes_remote'] / 2**20:8.1f})  sample {r['sample_ms']:7.1f} ms  gather {r['gather_ms']:7.1f} ms")
     if comm.rank == 0 and comm.size == 1:

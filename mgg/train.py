@@ -40,7 +40,8 @@ DEFAULT_FANOUT = (25, 10)              # --fanout of --mode sampled (GraphSAGE's
 DEFAULT_BATCH_SIZE = 1024
 #: flags that only --mode sampled reads (TrainConfig field -> flag)
 SAMPLED_FLAGS = {"fanout": "--fanout", "batch_size": "--batch-size", "reorder": "--reorder/--no-reorder",
-                 "feature_memory_budget": "--feature-memory-budget", "sample_seed": "--sample-seed"}
+                 "feature_memory_budget": "--feature-memory-budget", "sample_seed": "--sample-seed",
+                 "prefetch": "--prefetch/--no-prefetch"}
 
 
 class UserError(Exception):
@@ -85,6 +86,7 @@ class TrainConfig:
     reorder: bool | None = None          # Match-Reorder the batches of an epoch (False)
     feature_memory_budget: int | None = None  # bytes per rank for the feature slice (0: unlimited)
     sample_seed: int | None = None       # seed of shuffling and sampling (None: seed)
+    prefetch: bool | None = None         # prepare batch i+1 on a side stream during batch i (CUDA: on)
 
     def resolved(self) -> "TrainConfig":
         """A copy with every None hyperparameter replaced by the model's default (and, in sampled
@@ -268,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--feature-memory-budget", type=_size, default=None, metavar="BYTES",
                    help="memory per rank (GPU) for its slice of the input features, e.g. 8G, 512M; "
                    "above it the features live in the zero-copy host tier (default 0: unlimited)")
+    s.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample and gather batch i+1 on a side CUDA stream while batch i computes "
+                   "(default: on with GPUs; no effect on the CPU)")
     s.add_argument("--sample-seed", type=_int_in(0), default=None,
                    help="seed of seed shuffling and neighbor sampling (default: --seed)")
     return p

@@ -84,7 +84,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         loader = NeighborLoader((graph.indptr, graph.indices), feats, prep.y, seeds, list(cfg.fanout),
                                 cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=True,
                                 seed=cfg.sample_seed, device=dev, comm=comm,
-                                adjacency_budget=cfg.feature_memory_budget)
+                                adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
         x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
         y = torch.from_numpy(np.ascontiguousarray(dg.local(prep.y))).to(dev)
         masks = [torch.from_numpy(np.ascontiguousarray(dg.local(m))).to(dev)
@@ -103,7 +103,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
             model.train()
             comm.barrier()
             t0 = time.perf_counter()
-            loss_sum = 0.0
+            loss_sum = torch.zeros((), dtype=torch.float64, device=dev)  # on the device: no sync per step
             for batch in loader:
                 opt.zero_grad(set_to_none=False)
                 logits = model(batch.x, batch.blocks, drop_gen)
@@ -111,7 +111,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
                 loss.backward()
                 allreduce_gradients(model, comm)
                 opt.step()
-                loss_sum += float(loss.detach())
+                loss_sum += loss.detach()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             comm.barrier()
@@ -120,7 +120,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
             st = loader.stats
             ident = st.bytes_identity_order if st.bytes_identity_order is not None else st.bytes_fetched
             # [loss, stop, per-epoch counters (summed), sample/gather ms (averaged), correct/total per mask]
-            stats = [loss_sum, float(bool(stop is not None and stop.requested))]
+            stats = [float(loss_sum), float(bool(stop is not None and stop.requested))]
             stats += [float(getattr(st, k)) for k in _SUMMED] + [float(ident), st.sample_ms, st.gather_ms]
             do_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs
             if do_eval:
@@ -161,7 +161,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         res.sampling = {
             "fanout": list(cfg.fanout), "batch_size": cfg.batch_size, "steps_per_epoch": len(loader),
             "seeds_per_rank": seeds_per_rank, "feature_tier": feats.tier, "adjacency": loader.adjacency_tier,
-            "reorder": cfg.reorder, "reuse": True, "id_map": loader.id_map,
+            "reorder": cfg.reorder, "reuse": True, "prefetch": loader.prefetch, "id_map": loader.id_map,
             "feature_memory_budget": cfg.feature_memory_budget, "sample_seed": cfg.sample_seed,
             "epochs": len(res.epochs), **{f"{k}_total": v for k, v in totals.items()},
         }

@@ -346,6 +346,15 @@ def test_loader_epochs_shuffle_deterministically():
     assert [t.seeds.tolist() for t in c][0] == list(range(0, 30, 2))  # 4 batches of 15
 
 
+def test_loader_prefetch_is_cuda_only():
+    """The CPU loader never prefetches (nothing to overlap with); asking for it changes nothing."""
+    a, _ = make_loader(seed=2, prefetch=True)
+    b, _ = make_loader(seed=2, prefetch=False)
+    assert a.prefetch is False and b.prefetch is False
+    for ta, tb in zip(a, b):
+        assert torch.equal(ta.n_id, tb.n_id) and torch.equal(ta.x, tb.x)
+
+
 def test_loader_step_counts_and_drop_last():
     a, _ = make_loader(batch_size=50)
     assert len(a) == 2 and [t.batch_size for t in a] == [30, 30]   # balanced batches <= batch_size

@@ -44,6 +44,7 @@ def test_sampled_cli_runs_on_the_default_dataset(tmp_path):
     (["--fanout", "5,5"], "--fanout needs --mode sampled"),
     (["--batch-size", "16"], "--batch-size needs --mode sampled"),
     (["--reorder"], "--reorder/--no-reorder needs --mode sampled"),
+    (["--no-prefetch"], "--prefetch/--no-prefetch needs --mode sampled"),
 ])
 def test_sampled_bad_flags(args, needle):
     r = train_cli(*args, "--epochs", "1", "--backend", "cpu")
@@ -59,7 +60,8 @@ def test_parse_sampled_defaults():
     assert r.feature_memory_budget == 0 and r.sample_seed == 0
     cfg = parse_args(["--mode", "sampled", "--fanout", "10,-1,3", "--feature-memory-budget", "1.5K", "--no-reorder"])
     assert cfg.fanout == (10, -1, 3) and cfg.resolved().layers == 3 and cfg.feature_memory_budget == 1536
-    assert cfg.reorder is False
+    assert cfg.reorder is False and cfg.prefetch is None
+    assert parse_args(["--mode", "sampled", "--no-prefetch"]).prefetch is False
     assert parse_args([]).model == "gcn" and parse_args([]).mode == "full"
 
 

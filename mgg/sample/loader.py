@@ -10,6 +10,15 @@ Every rank holds the global CSR (the runtime loads the whole graph on every rank
     4. gather the input features of n_id (reuse=True: rows resident from the previous batch are
        copied, only the others are fetched), and the labels of the seeds.
 
+Prefetch (CUDA, `prefetch=True`, the default there): batch i+1 is sampled and gathered on a side
+CUDA stream *before* batch i is handed to the caller, so its feature gather (host-tier reads over
+PCIe / C2C, or remote gets from the store) runs while the caller's forward/backward of batch i
+runs on the compute stream. The hand-off makes the caller's stream wait for an event recorded
+after batch i's work and marks batch i's tensors as used by the caller's stream (`record_stream`),
+so the caching allocator never recycles them early. The batches are the same with and without it
+(same sampling order, same generator). On the CPU there is no second engine to overlap with (the
+gather and the compute share the cores), so the flag changes nothing there.
+
 Data parallelism: all ranks run the same number of steps S per epoch, S = ceil(max_r n_r / B)
 (drop_last: min_r floor(n_r / B)), agreed by one all-reduce at construction. Rank r cuts its n_r
 shuffled seeds into S batches of ceil(n_r / S) <= B seeds (the last ones may be shorter, and a rank
@@ -146,6 +155,8 @@ class NeighborLoader:
         id_map: "fused" (Fused-Map hash) or "unique" (torch.unique sort chain baseline).
         adjacency_budget: bytes of GPU memory the CSR indices may take (0: no limit); above it they
             stay in pinned host memory (CUDA only).
+        prefetch: prepare batch i+1 on a side CUDA stream while the caller computes on batch i (see
+            the module doc); None: on for CUDA devices. Ignored on the CPU.
     Raises:
         ValueError naming the argument for bad fanouts, batch sizes, seeds or labels.
     """
@@ -153,7 +164,8 @@ class NeighborLoader:
     def __init__(self, graph_csr, features, labels, seeds, fanouts: Sequence[int], batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, reorder: bool = False, reuse: bool = True,
                  seed: int = 0, device: torch.device | str = "cpu", comm=None, id_map: str = "fused",
-                 reorder_metric: str = "intersection", adjacency_budget: int = 0):
+                 reorder_metric: str = "intersection", adjacency_budget: int = 0,
+                 prefetch: bool | None = None):
         indptr, indices = (graph_csr.indptr, graph_csr.indices) if hasattr(graph_csr, "indptr") else graph_csr
         indptr_np = np.asarray(indptr.cpu() if isinstance(indptr, torch.Tensor) else indptr)
         self.num_nodes = int(len(indptr_np) - 1)
@@ -192,6 +204,7 @@ class NeighborLoader:
         self.seed, self.id_map, self.reorder_metric = int(seed), id_map, reorder_metric
         self.comm = comm
         self.rank = 0 if comm is None else comm.rank
+        self.prefetch = self.device.type == "cuda" if prefetch is None else bool(prefetch) and self.device.type == "cuda"
         n = len(self.seeds)
         if comm is not None and comm.size > 1:
             n_max = int(comm.allreduce_scalar(n, "max"))
@@ -229,6 +242,16 @@ class NeighborLoader:
         return [s[i * k: (i + 1) * k] for i in range(self.steps)]
 
     def __iter__(self) -> Iterator[SampledBatch]:
+        work = self._epoch()
+        if not self.prefetch:
+            for make in work:
+                yield make()
+            return
+        yield from self._prefetched(work)
+
+    def _epoch(self) -> Iterator:
+        """One epoch's batches as thunks: calling the i-th samples (unless reordered) and gathers
+        batch i. They must be called in order (they share the sampling generator and the cache)."""
         self.epoch += 1
         rng, gen = self._generators(self.epoch)
         self.stats = st = EpochStats(epoch=self.epoch)
@@ -248,14 +271,46 @@ class NeighborLoader:
                                        else int(np.trace(ov))) * 4 * self.features.dim
             st.order = order
             for i in order:
-                yield self._finish(seed_batches[i], *sampled[i])
+                yield lambda i=i: self._finish(seed_batches[i], *sampled[i])
         else:
             st.order = list(range(len(seed_batches)))
-            for b in seed_batches:
+
+            def make(b: torch.Tensor) -> SampledBatch:
                 t0 = time.perf_counter()
                 n_id, blocks = sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
                 st.sample_ms += (time.perf_counter() - t0) * 1e3
-                yield self._finish(b, n_id, blocks)
+                return self._finish(b, n_id, blocks)
+
+            for b in seed_batches:
+                yield lambda b=b: make(b)
+
+    def _prefetched(self, work: Iterator) -> Iterator[SampledBatch]:
+        """Run every thunk of `work` on a side stream one batch ahead of the caller (CUDA)."""
+        side = torch.cuda.Stream(device=self.device)
+        pending: tuple[SampledBatch, torch.cuda.Event] | None = None
+        started = False
+        for make in work:  # the first next() ran the epoch set-up on the caller's stream
+            if not started:
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                started = True
+            with torch.cuda.stream(side):
+                batch = make()
+                done = torch.cuda.Event()
+                done.record(side)
+            if pending is not None:
+                yield self._hand_over(*pending)
+            pending = (batch, done)
+        if pending is not None:
+            yield self._hand_over(*pending)
+
+    def _hand_over(self, batch: SampledBatch, done: "torch.cuda.Event") -> SampledBatch:
+        """Make the caller's stream wait for `batch` and keep its memory alive for that stream."""
+        cur = torch.cuda.current_stream(self.device)
+        cur.wait_event(done)
+        for t in (batch.n_id, batch.x, batch.y, batch.seeds, *(u for b in batch.blocks for u in (b.ptr, b.col, b._row))):
+            if t is not None and t.device.type == "cuda":
+                t.record_stream(cur)
+        return batch
 
     def _finish(self, seeds: torch.Tensor, n_id: torch.Tensor, blocks: list[Block]) -> SampledBatch:
         st = self.stats

@@ -164,3 +164,55 @@ def test_store_features_nvshmem_gather():
             assert src.last.rows_remote > 0
     finally:
         src.close()
+
+
+def _batches(loader):
+    out = []
+    for batch in loader:
+        # busy the caller's stream first: a hand-over without the stream wait would read x early
+        a = torch.randn(1024, 1024, device=DEV)
+        for _ in range(8):
+            a = a @ a / 32
+        out.append((batch.n_id.cpu().numpy(), batch.x.cpu().numpy(), batch.y.cpu().numpy(),
+                    [(b.ptr.cpu().numpy(), b.col.cpu().numpy()) for b in batch.blocks]))
+    return out
+
+
+@pytest.mark.parametrize("tier", ["tensor", "host", "store"])
+@pytest.mark.parametrize("reorder", [False, True])
+def test_prefetch_yields_the_same_batches(tier, reorder):
+    """Side-stream prefetch (the CUDA default) changes when a batch is made, not what it holds."""
+    from mgg.runtime import make_store, world
+    from mgg.runtime.partition import partition_ranges
+    from mgg.sample import StoreFeatures, split_seeds
+
+    comm = world() if tier == "store" else None
+    if tier == "store":
+        pytest.importorskip("nvshmem.core")
+    indptr, indices = random_csr(3000, 45000, seed=11)
+    x = np.random.default_rng(5).standard_normal((3000, 40)).astype(np.float32)
+    y = np.random.default_rng(6).integers(0, 7, 3000)
+    store = make_store(comm, "gpu") if tier == "store" else None
+    bounds = partition_ranges(indptr, comm.size) if comm is not None else None
+    seeds = split_seeds(np.arange(0, 3000, 2), comm, bounds)
+    runs = {}
+    for prefetch in (False, True):
+        if tier == "host":
+            src = HostTierFeatures(x, comm, device=DEV)
+        elif tier == "store":
+            src = StoreFeatures.from_global(store, bounds, x)
+        else:
+            src = x
+        loader = NeighborLoader((indptr, indices), src, y, seeds, [6, 4], batch_size=200, device=DEV,
+                                reorder=reorder, seed=3, comm=comm, prefetch=prefetch)
+        assert loader.prefetch is prefetch
+        runs[prefetch] = [_batches(loader), _batches(loader)]  # two epochs
+        if tier != "tensor":
+            src.close()
+    assert len(runs[True][0]) == len(loader)
+    for epoch_off, epoch_on in zip(runs[False], runs[True]):
+        for (n0, x0, y0, b0), (n1, x1, y1, b1) in zip(epoch_off, epoch_on):
+            assert np.array_equal(n0, n1) and np.array_equal(y0, y1)
+            assert np.array_equal(x1, x[n1]), "a prefetched batch holds rows other than its ids'"
+            assert np.array_equal(x0, x1)
+            assert all(np.array_equal(p0, p1) and np.array_equal(c0, c1) for (p0, c0), (p1, c1) in zip(b0, b1))
