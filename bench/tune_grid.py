@@ -11,7 +11,8 @@ For one graph, P ranks (one GPU each, NVSHMEM store) and the embedding width of 
 2. tuner: the cross-iteration search driven by the same measurement, one "iteration" per call
    (a fresh run of the search; each switch is prepared by the applier, as in training);
    `--tuner-runs N` repeats the whole search N times (fresh state, same GPU) and reports every
-   pick: the spread says how much measurement noise moves the result;
+   pick: the spread says how much measurement noise moves the result; `--no-grid --grid-from
+   LOG` scores the picks against the grid of an earlier log of the same graph, P and width;
 3. the tuning log (trials + grid) is written to bench/results/tune-grid-<graph>-P<P>-<date>.json;
    `python -m mgg.tune --report` on it prints the table and draws the Fig. 11 heat maps with the
    tuner's path. The summary line gives the tuner's pick over the grid optimum and the number of
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--no-grid", action="store_true", help="tuner only")
+    ap.add_argument("--grid-from", default=None, metavar="LOG",
+                    help="with --no-grid: score the picks against the grid saved in this earlier log")
     ap.add_argument("--tuner-warmup", type=int, default=0, help="iterations ignored after each switch")
     ap.add_argument("--tuner-runs", type=int, default=1, help="independent searches to run")
     ap.add_argument("--cpu", action="store_true", help="allow the CPU backend (smoke test)")
@@ -95,7 +98,9 @@ def main(argv=None) -> int:
         return float(comm.allreduce_scalar(statistics.median(ts), "max"))
 
     grid = []
-    if not args.no_grid:
+    if args.grid_from:
+        grid = _saved_grid(args.grid_from, graph.fingerprint(), comm.size, dim)
+    elif not args.no_grid:
         cfgs = [c for v in variants for c in space.grid(v) if feasible(c, dim, limits)]
         t0 = time.perf_counter()
         for i, c in enumerate(cfgs):
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
                     "edges": int(graph.num_edges), "P": comm.size, "reps": args.reps,
                     "iterations_incl_warmup": iters, "tuner_runs": runs, "host": platform.node(),
                     "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                    "command": " ".join(sys.argv)}
+                    "command": " ".join(sys.argv), "grid_from": args.grid_from}
     if comm.rank == 0:
         name = f"tune-grid-{args.graph}-P{comm.size}-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
         out = args.out or os.path.join(ROOT, "bench", "results")
@@ -144,6 +149,13 @@ def main(argv=None) -> int:
             line += (f"; grid optimum {opt:.4f} ms, pick on the grid {mine:.4f} ms = {mine / opt:.3f} x"
                      f"; (1,1,1) {start:.4f} ms" if mine is not None and start is not None else "")
         print(line)
+        for i, r in enumerate(runs):
+            mark = ""
+            if grid:
+                lat = gl.get((r["ps"], r["dist"], r["wpb"], r["variant"]))
+                mark = f": {lat:.4f} ms on the grid = {lat / opt:.3f} x optimum" if lat is not None else ""
+            print(f"tuner run {i + 1}: ps={r['ps']} dist={r['dist']} wpb={r['wpb']} {r['variant']} in "
+                  f"{r['measurements']} measurements{mark}")
         if grid and len(runs) > 1:
             ratios = [gl[(r["ps"], r["dist"], r["wpb"], r["variant"])] / opt for r in runs]
             ms = [r["measurements"] for r in runs]
@@ -153,6 +165,22 @@ def main(argv=None) -> int:
         print(f"log: {out}  (python -m mgg.tune --report {out})")
     dg.close()
     return 0
+
+
+def _saved_grid(path: str, fingerprint: str, world_size: int, dim: int) -> list[dict]:
+    """The grid of an earlier tune_grid log, after checking it is of this graph, P and width."""
+    import json
+
+    with open(path) as f:
+        log = json.load(f)
+    key, grid = log.get("key", {}), log.get("grid") or []
+    if not grid:
+        raise SystemExit(f"tune_grid: {path} holds no grid")
+    for field, want in (("fingerprint", fingerprint), ("world_size", world_size), ("dim", dim)):
+        if key.get(field) != want:
+            raise SystemExit(f"tune_grid: {path} is of another run: key.{field} = {key.get(field)!r}, "
+                             f"this run has {want!r}")
+    return grid
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ Every rank holds the global CSR (the runtime loads the whole graph on every rank
     4. gather the input features of n_id (reuse=True: rows resident from the previous batch are
        copied, only the others are fetched), and the labels of the seeds.
 
-Prefetch (CUDA, `prefetch=True`, the default there): batch i+1 is sampled and gathered on a side
-CUDA stream *before* batch i is handed to the caller, so its feature gather (host-tier reads over
-PCIe / C2C, or remote gets from the store) runs while the caller's forward/backward of batch i
-runs on the compute stream. The hand-off makes the caller's stream wait for an event recorded
-after batch i's work and marks batch i's tensors as used by the caller's stream (`record_stream`),
-so the caching allocator never recycles them early. The batches are the same with and without it
+Prefetch (CUDA, `prefetch=True`, the default there): batch i+1 is made one step ahead, before
+batch i is handed to the caller, on two side CUDA streams: its sampling on the *sample stream*,
+its feature gather (host-tier reads over PCIe / C2C, or remote gets from the store) on the *gather
+stream*, which waits for the sampling by an event. The sampling's host synchronisations (sizes of
+the sampled sets) therefore wait for sampling kernels only, never for a gather or for the
+caller's forward/backward, and the gather of batch i+1 runs while the caller computes batch i on
+its own stream. The hand-off makes the caller's stream wait for an event recorded after batch
+i's gather and marks batch i's tensors as used by the caller's stream (`record_stream`), so the
+caching allocator never recycles them early. The batches are the same with and without prefetch
 (same sampling order, same generator). On the CPU there is no second engine to overlap with (the
 gather and the compute share the cores), so the flag changes nothing there.
 
@@ -110,7 +113,10 @@ class EpochStats:
         bytes_no_reuse: nodes * row bytes (what fetching every batch in full would read).
         bytes_identity_order: with reorder, what reuse alone would read in the sampled (shuffled)
             order; None without reorder.
-        sample_ms / gather_ms / reorder_ms: time spent sampling, gathering features, reordering.
+        sample_ms / gather_ms / reorder_ms: host time spent sampling, gathering features
+            (launching, on CUDA), reordering.
+        gather_gpu_ms: CUDA only: GPU time of the feature gathers (events around each gather on the
+            stream it runs on); None on the CPU.
     """
 
     epoch: int = 0
@@ -127,6 +133,7 @@ class EpochStats:
     sample_ms: float = 0.0
     gather_ms: float = 0.0
     reorder_ms: float = 0.0
+    gather_gpu_ms: float | None = None
     order: list[int] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
@@ -223,6 +230,7 @@ class NeighborLoader:
         self.epoch = 0
         self.stats = EpochStats()
         self.history: list[EpochStats] = []
+        self._gpu_events: list = []   # (start, end) CUDA events of this epoch's gathers
 
     def __len__(self) -> int:
         return self.steps
@@ -244,19 +252,22 @@ class NeighborLoader:
     def __iter__(self) -> Iterator[SampledBatch]:
         work = self._epoch()
         if not self.prefetch:
-            for make in work:
-                yield make()
-            return
-        yield from self._prefetched(work)
+            for sample, gather in work:
+                yield gather(*sample())
+        else:
+            yield from self._prefetched(work)
+        self._settle_gpu_times()
 
     def _epoch(self) -> Iterator:
-        """One epoch's batches as thunks: calling the i-th samples (unless reordered) and gathers
-        batch i. They must be called in order (they share the sampling generator and the cache)."""
+        """One epoch's batches as (sample, gather) thunk pairs: `sample()` returns the arguments of
+        `gather(...)`, which returns the SampledBatch. The pairs must run in order (they share the
+        sampling generator and the resident cache)."""
         self.epoch += 1
         rng, gen = self._generators(self.epoch)
         self.stats = st = EpochStats(epoch=self.epoch)
         self.history.append(st)
         self.cache.clear()
+        self._gpu_events: list = []
         seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(rng)]
         if self.reorder:
             t0 = time.perf_counter()
@@ -271,32 +282,41 @@ class NeighborLoader:
                                        else int(np.trace(ov))) * 4 * self.features.dim
             st.order = order
             for i in order:
-                yield lambda i=i: self._finish(seed_batches[i], *sampled[i])
+                yield (lambda i=i: (seed_batches[i], *sampled[i])), self._finish
         else:
             st.order = list(range(len(seed_batches)))
 
-            def make(b: torch.Tensor) -> SampledBatch:
+            def sample(b: torch.Tensor) -> tuple:
                 t0 = time.perf_counter()
                 n_id, blocks = sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
                 st.sample_ms += (time.perf_counter() - t0) * 1e3
-                return self._finish(b, n_id, blocks)
+                return b, n_id, blocks
 
             for b in seed_batches:
-                yield lambda b=b: make(b)
+                yield (lambda b=b: sample(b)), self._finish
 
     def _prefetched(self, work: Iterator) -> Iterator[SampledBatch]:
-        """Run every thunk of `work` on a side stream one batch ahead of the caller (CUDA)."""
-        side = torch.cuda.Stream(device=self.device)
+        """Make every batch of `work` one step ahead of the caller on the sample and gather streams."""
+        sample_stream = torch.cuda.Stream(device=self.device)
+        gather_stream = torch.cuda.Stream(device=self.device)
         pending: tuple[SampledBatch, torch.cuda.Event] | None = None
         started = False
-        for make in work:  # the first next() ran the epoch set-up on the caller's stream
+        for sample, gather in work:  # the first next() ran the epoch set-up on the caller's stream
             if not started:
-                side.wait_stream(torch.cuda.current_stream(self.device))
+                caller = torch.cuda.current_stream(self.device)
+                sample_stream.wait_stream(caller)
+                gather_stream.wait_stream(caller)
                 started = True
-            with torch.cuda.stream(side):
-                batch = make()
+            with torch.cuda.stream(sample_stream):
+                args = sample()
+                sampled = torch.cuda.Event()
+                sampled.record(sample_stream)
+            with torch.cuda.stream(gather_stream):
+                gather_stream.wait_event(sampled)
+                _record(_tensors_of(args), gather_stream)
+                batch = gather(*args)
                 done = torch.cuda.Event()
-                done.record(side)
+                done.record(gather_stream)
             if pending is not None:
                 yield self._hand_over(*pending)
             pending = (batch, done)
@@ -307,14 +327,24 @@ class NeighborLoader:
         """Make the caller's stream wait for `batch` and keep its memory alive for that stream."""
         cur = torch.cuda.current_stream(self.device)
         cur.wait_event(done)
-        for t in (batch.n_id, batch.x, batch.y, batch.seeds, *(u for b in batch.blocks for u in (b.ptr, b.col, b._row))):
-            if t is not None and t.device.type == "cuda":
-                t.record_stream(cur)
+        _record(_tensors_of((batch.n_id, batch.x, batch.y, batch.seeds, batch.blocks)), cur)
         return batch
+
+    def _settle_gpu_times(self) -> None:
+        """Sum the gather events of the finished epoch into stats.gather_gpu_ms (CUDA)."""
+        if self._gpu_events:
+            for _, end in self._gpu_events:
+                end.synchronize()
+            self.stats.gather_gpu_ms = sum(a.elapsed_time(b) for a, b in self._gpu_events)
+            self._gpu_events = []
 
     def _finish(self, seeds: torch.Tensor, n_id: torch.Tensor, blocks: list[Block]) -> SampledBatch:
         st = self.stats
         t0 = time.perf_counter()
+        timed = self.device.type == "cuda"
+        if timed:
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record(torch.cuda.current_stream(self.device))
         src = self.features
         if self.reuse:
             x = self.cache.gather(n_id, src)
@@ -324,6 +354,9 @@ class NeighborLoader:
             x = src.gather(n_id)
             fetched, reused, remote = int(n_id.numel()), 0, src.last.rows_remote
         x = x.to(self.device)
+        if timed:
+            ev[1].record(torch.cuda.current_stream(self.device))
+            self._gpu_events.append(ev)
         st.gather_ms += (time.perf_counter() - t0) * 1e3
         rb = 4 * src.dim
         batch = SampledBatch(n_id=n_id, blocks=[b.to(self.device) for b in blocks], x=x,
@@ -340,3 +373,21 @@ class NeighborLoader:
         st.bytes_remote += remote * rb
         st.bytes_no_reuse += int(n_id.numel()) * rb
         return batch
+
+
+def _tensors_of(obj) -> Iterator[torch.Tensor]:
+    """Every tensor in obj (tensors, Blocks, and tuples / lists of them)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Block):
+        yield from (t for t in (obj.ptr, obj.col, obj._row) if t is not None)
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _tensors_of(o)
+
+
+def _record(tensors, stream: "torch.cuda.Stream") -> None:
+    """Tell the caching allocator that `stream` uses these tensors (CUDA ones only)."""
+    for t in tensors:
+        if t.is_cuda:
+            t.record_stream(stream)

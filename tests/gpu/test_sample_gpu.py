@@ -170,7 +170,7 @@ def _batches(loader):
     out = []
     for batch in loader:
         # busy the caller's stream first: a hand-over without the stream wait would read x early
-        a = torch.randn(1024, 1024, device=DEV)
+        a = torch.randn(1024, 1024, device=loader.device)
         for _ in range(8):
             a = a @ a / 32
         out.append((batch.n_id.cpu().numpy(), batch.x.cpu().numpy(), batch.y.cpu().numpy(),
@@ -197,16 +197,19 @@ def test_prefetch_yields_the_same_batches(tier, reorder):
     seeds = split_seeds(np.arange(0, 3000, 2), comm, bounds)
     runs = {}
     for prefetch in (False, True):
+        dev = DEV
         if tier == "host":
             src = HostTierFeatures(x, comm, device=DEV)
         elif tier == "store":
             src = StoreFeatures.from_global(store, bounds, x)
+            dev = src.device  # the store's GPU (this rank's)
         else:
             src = x
-        loader = NeighborLoader((indptr, indices), src, y, seeds, [6, 4], batch_size=200, device=DEV,
+        loader = NeighborLoader((indptr, indices), src, y, seeds, [6, 4], batch_size=200, device=dev,
                                 reorder=reorder, seed=3, comm=comm, prefetch=prefetch)
         assert loader.prefetch is prefetch
         runs[prefetch] = [_batches(loader), _batches(loader)]  # two epochs
+        assert loader.stats.gather_gpu_ms is not None and loader.stats.gather_gpu_ms > 0
         if tier != "tensor":
             src.close()
     assert len(runs[True][0]) == len(loader)
