@@ -20,6 +20,7 @@ Results: bench/results/sampled-<backend>-P<P>-<date>.json and a table on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -72,6 +73,36 @@ def time_idmap(loader: NeighborLoader, dev: torch.device, batches: int = 4, reps
         res["ids"].append(int(ids.numel()))
     return {"ids_per_batch": int(np.median(res["ids"])), "fused_ms": statistics.median(res["fused_ms"]),
             "unique_ms": statistics.median(res["unique_ms"])}
+
+
+def time_row_gather(x: np.ndarray, n_id: torch.Tensor, dev: torch.device, reps: int = 20) -> dict:
+    """GPU time of gathering the rows n_id (one real batch) from the host tier (zero-copy kernel
+    over the host link) and from GPU memory (index_select): ms and GB/s, median of reps."""
+    from mgg.kernels.sample_gpu import gather_host_rows_cuda
+    from mgg.sample import HostTierFeatures
+
+    host = HostTierFeatures(x, None, device=dev)
+    x_gpu = torch.from_numpy(x).to(dev)
+    rows = n_id.to(dev)
+    out = {"rows": int(rows.numel()), "row_bytes": 4 * int(x.shape[1])}
+    try:
+        for name, fn in (("host_tier", lambda: gather_host_rows_cuda(host.host_tensor, rows)),
+                         ("gpu_memory", lambda: x_gpu.index_select(0, rows))):
+            fn()
+            ts = []
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b))
+            ms = statistics.median(ts)
+            out[f"{name}_ms"] = ms
+            out[f"{name}_GBps"] = out["rows"] * out["row_bytes"] / ms / 1e6
+    finally:
+        host.close()
+    return out
 
 
 def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, prefetch: bool = True) -> dict:
@@ -224,6 +255,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="store,store+noprefetch,store+reorder,host,host+noprefetch",
                     help="mgg runs: store or host, +reorder (Match-Reorder), +noprefetch (no side-stream "
                     "prefetch of the next batch; CUDA only)")
+    ap.add_argument("--feat-dim", type=int, default=0,
+                    help="replace the preset's features by random ones of this width (0: keep)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the list of runs this many times, interleaved; report medians")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     comm = world()
@@ -232,29 +267,51 @@ def main(argv=None) -> int:
     if gpu:
         torch.cuda.set_device(dev)
     graph = preset(args.graph, args.scale, seed=0)
+    if args.feat_dim > 0:  # wider features: more bytes per gathered row, same graph and labels
+        graph = dataclasses.replace(graph, x=np.random.default_rng(0).standard_normal(
+            (graph.num_nodes, args.feat_dim), dtype=np.float32))
     bounds = partition_ranges(graph.indptr, comm.size)
     store = make_store(comm, "gpu" if gpu else "cpu")
     results = []
     say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
     say(f"{args.graph}@{args.scale}: {graph.num_nodes} nodes, {graph.num_edges} edges, F={graph.x.shape[1]}, "
         f"train {int(graph.train_mask.sum())}, P={comm.size}, device {dev}")
-    for run in [r for r in args.runs.split(",") if r]:
-        if "noprefetch" in run and not gpu:  # the CPU loader never prefetches: same as without
-            continue
-        tier = "host" if run.startswith("host") else "store"
-        r = run_mgg(graph, comm, store, bounds, args, dev, reorder="reorder" in run, tier=tier,
-                    prefetch="noprefetch" not in run)
-        r["run"] = run
+    runs = [r for r in args.runs.split(",") if r and (gpu or "noprefetch" not in r)]  # CPU: never prefetches
+    by_run: dict[str, list[dict]] = {run: [] for run in runs}
+    for _ in range(max(1, args.rounds)):
+        for run in runs:
+            tier = "host" if run.startswith("host") else "store"
+            by_run[run].append(run_mgg(graph, comm, store, bounds, args, dev, reorder="reorder" in run, tier=tier,
+                                       prefetch="noprefetch" not in run))
+    for run, rounds in by_run.items():
+        r = dict(rounds[0], run=run, epoch_s_rounds=[x["epoch_s"] for x in rounds])
+        for k in ("epoch_s", "sample_ms", "gather_ms", "gather_gpu_ms", "compute_gpu_ms"):
+            if r.get(k) is not None:
+                r[k] = float(np.median([x[k] for x in rounds]))
         results.append(r)
         say(f"mgg {run:18} epoch {r['epoch_s'] * 1e3:9.1f} ms  steps {r['steps']:4d}  fetched "
             f"{r['bytes_fetched'] / 2**20:9.1f} MiB (no reuse {r['bytes_no_reuse'] / 2**20:9.1f}, remote "
             f"{r['bytes_remote'] / 2**20:8.1f})  sample {r['sample_ms']:7.1f} ms  gather {r['gather_ms']:7.1f} ms"
             + (f"  GPU: gather {r['gather_gpu_ms']:6.1f} ms compute {r['compute_gpu_ms']:6.1f} ms" if gpu else ""))
+    for run in runs:  # the prefetch gain, run by run
+        if "noprefetch" in run:
+            on = next((x for x in results if x.get("run") == run.replace("+noprefetch", "")), None)
+            off = next(x for x in results if x.get("run") == run)
+            if on is not None:
+                say(f"prefetch gain {run.replace('+noprefetch', ''):14} {off['epoch_s'] / on['epoch_s']:.2f}x "
+                    f"({off['epoch_s'] * 1e3:.1f} -> {on['epoch_s'] * 1e3:.1f} ms)")
     if comm.rank == 0 and comm.size == 1:
         fan = [int(f) for f in args.fanout.split(",")]
         seeds = np.flatnonzero(graph.train_mask)
         loader = NeighborLoader((graph.indptr, graph.indices), graph.x,
                                 graph.y, seeds, fan, args.batch_size, device=dev)
+        if gpu:
+            first = next(iter(loader))
+            g = time_row_gather(graph.x, first.n_id, dev)
+            results.append({"impl": "row_gather", **g})
+            say(f"row gather ({g['rows']} rows x {g['row_bytes']} B, one batch): host tier {g['host_tier_ms']:.3f} ms "
+                f"({g['host_tier_GBps']:.1f} GB/s), GPU memory {g['gpu_memory_ms']:.3f} ms "
+                f"({g['gpu_memory_GBps']:.1f} GB/s)")
         im = time_idmap(loader, dev)
         im["speedup"] = im["unique_ms"] / im["fused_ms"]
         results.append({"impl": "idmap", **im})
