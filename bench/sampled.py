@@ -75,9 +75,12 @@ def time_idmap(loader: NeighborLoader, dev: torch.device, batches: int = 4, reps
             "unique_ms": statistics.median(res["unique_ms"])}
 
 
-def time_row_gather(x: np.ndarray, n_id: torch.Tensor, dev: torch.device, reps: int = 20) -> dict:
+def time_row_gather(x: np.ndarray, n_id: torch.Tensor, dev: torch.device, reps: int = 20,
+                    blocks_per_sm=(1, 2, 4, 8, 32)) -> dict:
     """GPU time of gathering the rows n_id (one real batch) from the host tier (zero-copy kernel
-    over the host link) and from GPU memory (index_select): ms and GB/s, median of reps."""
+    over the host link, at each grid cap in blocks_per_sm; "host_tier" is the default cap) and
+    from GPU memory (index_select): ms and GB/s, median of reps."""
+    from mgg.kernels.sample_gpu import HOST_GATHER_BLOCKS_PER_SM
     from mgg.kernels.sample_gpu import gather_host_rows_cuda
     from mgg.sample import HostTierFeatures
 
@@ -86,8 +89,11 @@ def time_row_gather(x: np.ndarray, n_id: torch.Tensor, dev: torch.device, reps: 
     rows = n_id.to(dev)
     out = {"rows": int(rows.numel()), "row_bytes": 4 * int(x.shape[1])}
     try:
-        for name, fn in (("host_tier", lambda: gather_host_rows_cuda(host.host_tensor, rows)),
-                         ("gpu_memory", lambda: x_gpu.index_select(0, rows))):
+        cases = [(f"host_tier_b{b}", lambda b=b: gather_host_rows_cuda(host.host_tensor, rows, b))
+                 for b in blocks_per_sm]
+        cases += [("host_tier", lambda: gather_host_rows_cuda(host.host_tensor, rows, HOST_GATHER_BLOCKS_PER_SM)),
+                  ("gpu_memory", lambda: x_gpu.index_select(0, rows))]
+        for name, fn in cases:
             fn()
             ts = []
             for _ in range(reps):
@@ -311,7 +317,8 @@ def main(argv=None) -> int:
             results.append({"impl": "row_gather", **g})
             say(f"row gather ({g['rows']} rows x {g['row_bytes']} B, one batch): host tier {g['host_tier_ms']:.3f} ms "
                 f"({g['host_tier_GBps']:.1f} GB/s), GPU memory {g['gpu_memory_ms']:.3f} ms "
-                f"({g['gpu_memory_GBps']:.1f} GB/s)")
+                f"({g['gpu_memory_GBps']:.1f} GB/s); host tier by blocks/SM: "
+                + ", ".join(f"{k[11:-5]}: {v:.1f}" for k, v in g.items() if k.startswith("host_tier_b") and k.endswith("GBps")))
         im = time_idmap(loader, dev)
         im["speedup"] = im["unique_ms"] / im["fused_ms"]
         results.append({"impl": "idmap", **im})

@@ -21,13 +21,17 @@
 //    walks the source row in 128-byte segments *aligned to 128 bytes* (starting at the aligned
 //    address at or below the row start, lanes outside the row idle), so every warp request is one
 //    whole, aligned PCIe/C2C transaction even when the row stride is not a multiple of 128 bytes.
-//    Launch: 1-D, 256 threads (8 warps) per block, grid-stride over rows.
+//    Each lane keeps GATHER_UNROLL loads in flight (zero-copy reads have microseconds of latency).
+//    Launch: 1-D, 256 threads (8 warps) per block, grid-stride over rows; the grid is capped at a
+//    few blocks per SM (the launcher's blocks_per_sm) so that a prefetching gather leaves most of
+//    every SM to the compute kernels running beside it.
 
 typedef long long i64;
 typedef unsigned long long u64;
 
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 #define NO_POS 0x7FFFFFFFFFFFFFFFll
+#define GATHER_UNROLL 4
 
 __device__ __forceinline__ u64 splitmix64(u64 x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -97,7 +101,7 @@ extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n, 
   }
 }
 
-extern "C" __global__ void gather_rows_aligned(const float* src, i64 row_stride, int width,
+extern "C" __global__ void gather_rows_aligned(const float* __restrict__ src, i64 row_stride, int width,
                                                const i64* __restrict__ rows, i64 n_rows,
                                                float* __restrict__ out) {
   const int lane = threadIdx.x & 31;
@@ -108,8 +112,19 @@ extern "C" __global__ void gather_rows_aligned(const float* src, i64 row_stride,
     // first 128-byte boundary at or below the row start, in floats relative to the row
     const i64 shift = (i64)(((unsigned long long)row & 127ull) >> 2);
     float* o = out + r * (i64)width;
-    for (i64 w = -shift + lane; w < width; w += 32) {
-      if (w >= 0) o[w] = row[w];
+    // UNROLL segments per round: their loads are all in flight before the first store
+    for (i64 w0 = -shift + lane; w0 < width; w0 += 32 * GATHER_UNROLL) {
+      float v[GATHER_UNROLL];
+#pragma unroll
+      for (int k = 0; k < GATHER_UNROLL; ++k) {
+        const i64 w = w0 + 32 * k;
+        v[k] = (w >= 0 && w < width) ? row[w] : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < GATHER_UNROLL; ++k) {
+        const i64 w = w0 + 32 * k;
+        if (w >= 0 && w < width) o[w] = v[k];
+      }
     }
   }
 }

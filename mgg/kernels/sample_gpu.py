@@ -17,6 +17,8 @@ import torch
 __all__ = ["sample_neighbors_cuda", "fused_map_cuda", "gather_host_rows_cuda", "THREADS"]
 
 THREADS = 256
+#: blocks per SM of the zero-copy gather: 4 x 8 warps, each lane 4 loads in flight
+HOST_GATHER_BLOCKS_PER_SM = 4
 _LOCK = threading.Lock()
 _MOD = None
 _KERNELS = ("sample_uniform", "fused_map_insert", "fused_map_lookup", "gather_rows_aligned")
@@ -38,13 +40,13 @@ def _ptr(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None or t.numel() == 0 else t.data_ptr())
 
 
-def _launch(name: str, n_threads: int, args: tuple, device: torch.device) -> None:
+def _launch(name: str, n_threads: int, args: tuple, device: torch.device, blocks_per_sm: int = 32) -> None:
     import cupy
 
     if n_threads <= 0:
         return
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    blocks = max(1, min(-(-n_threads // THREADS), sms * 32))
+    blocks = max(1, min(-(-n_threads // THREADS), sms * blocks_per_sm))
     with cupy.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()):
         stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
         _module()[name]((blocks,), (THREADS,), args, stream=stream)
@@ -107,13 +109,16 @@ def fused_map_cuda(ids: torch.Tensor, n_seeds: int) -> tuple[torch.Tensor, torch
     return n_id, local
 
 
-def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor,
+                          blocks_per_sm: int = HOST_GATHER_BLOCKS_PER_SM) -> torch.Tensor:
     """out[r] = table[rows[r]] read zero-copy with 128-byte-aligned warp accesses.
 
     Args:
         table: float32 [N, F] in pinned / cudaHostRegister-ed host memory (or on the GPU); rows
             contiguous in memory with stride table.stride(0).
         rows: int64 [R] CUDA tensor.
+        blocks_per_sm: grid cap (256-thread blocks per SM); the default leaves most of each SM
+            to kernels running beside the gather (bench/sampled.py measures the bandwidth).
     Returns:
         float32 [R, F] CUDA tensor.
     """
@@ -126,5 +131,5 @@ def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor) -> torch.Tens
     if rows.numel() and table.shape[1]:
         _launch("gather_rows_aligned", rows.numel() * 32,
                 (_ptr(table), np.int64(table.stride(0)), np.int32(table.shape[1]), _ptr(rows),
-                 np.int64(rows.numel()), _ptr(out)), dev)
+                 np.int64(rows.numel()), _ptr(out)), dev, blocks_per_sm)
     return out

@@ -10,16 +10,19 @@ Every rank holds the global CSR (the runtime loads the whole graph on every rank
     4. gather the input features of n_id (reuse=True: rows resident from the previous batch are
        copied, only the others are fetched), and the labels of the seeds.
 
-Prefetch (CUDA, `prefetch=True`, the default there): batch i+1 is made one step ahead, before
-batch i is handed to the caller, on two side CUDA streams: its sampling on the *sample stream*,
-its feature gather (host-tier reads over PCIe / C2C, or remote gets from the store) on the *gather
-stream*, which waits for the sampling by an event. The sampling's host synchronisations (sizes of
-the sampled sets) therefore wait for sampling kernels only, never for a gather or for the
-caller's forward/backward, and the gather of batch i+1 runs while the caller computes batch i on
-its own stream. The hand-off makes the caller's stream wait for an event recorded after batch
-i's gather and marks batch i's tensors as used by the caller's stream (`record_stream`), so the
-caching allocator never recycles them early. The batches are the same with and without prefetch
-(same sampling order, same generator). On the CPU there is no second engine to overlap with (the
+Prefetch (CUDA, `prefetch=True`, the default there): a background thread makes the batches ahead
+of the caller (at most PREFETCH_DEPTH ready and one in the making) on two side CUDA streams: the
+sampling on the *sample stream*, the feature gather (host-tier reads over PCIe / C2C, or remote
+gets from the store) on the *gather stream*, which waits for the sampling by an event. So the
+sampling's host synchronisations (sizes of the sampled sets) wait for sampling kernels only, the
+host work of making batch i+1 runs beside the caller's Python/autograd work on batch i (PyTorch
+releases the GIL inside its ops and synchronisations), and the gather kernels run beside the
+caller's kernels (the zero-copy gather is capped at a few blocks per SM so that both fit). The
+hand-off makes the caller's stream wait for an event recorded after the batch's gather and marks
+its tensors as used by the caller's stream (`record_stream`), so the caching allocator never
+recycles them early. An exception in the thread is raised in the caller; leaving the loop early
+stops the thread. The batches are the same with and without prefetch (one thread makes them, in
+order, with the same generator). On the CPU there is no second engine to overlap with (the
 gather and the compute share the cores), so the flag changes nothing there.
 
 Data parallelism: all ranks run the same number of steps S per epoch, S = ceil(max_r n_r / B)
@@ -31,6 +34,8 @@ all-reduce of the training loop always matches up. Sampling and gathering are no
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -44,7 +49,11 @@ from .idmap import fused_map, unique_map
 from .neighbor import check_fanouts, place_adjacency, sample_neighbors
 from .reorder import MATCH_METRICS, ResidentCache, fetch_cost, match_reorder, overlap_matrix
 
-__all__ = ["NeighborLoader", "EpochStats", "split_seeds", "sample_blocks"]
+__all__ = ["NeighborLoader", "EpochStats", "split_seeds", "sample_blocks", "PREFETCH_DEPTH"]
+
+#: batches a prefetching loader keeps ready ahead of the caller (plus one in the making)
+PREFETCH_DEPTH = 2
+_END = object()
 
 
 def _check_ids(a: Any, name: str, num_nodes: int) -> np.ndarray:
@@ -162,8 +171,8 @@ class NeighborLoader:
         id_map: "fused" (Fused-Map hash) or "unique" (torch.unique sort chain baseline).
         adjacency_budget: bytes of GPU memory the CSR indices may take (0: no limit); above it they
             stay in pinned host memory (CUDA only).
-        prefetch: prepare batch i+1 on a side CUDA stream while the caller computes on batch i (see
-            the module doc); None: on for CUDA devices. Ignored on the CPU.
+        prefetch: make the next batches in a background thread on side CUDA streams while the
+            caller computes (see the module doc); None: on for CUDA devices. Ignored on the CPU.
     Raises:
         ValueError naming the argument for bad fanouts, batch sizes, seeds or labels.
     """
@@ -296,32 +305,57 @@ class NeighborLoader:
                 yield (lambda b=b: sample(b)), self._finish
 
     def _prefetched(self, work: Iterator) -> Iterator[SampledBatch]:
-        """Make every batch of `work` one step ahead of the caller on the sample and gather streams."""
+        """Make the batches of `work` in a background thread on the sample and gather streams."""
         sample_stream = torch.cuda.Stream(device=self.device)
         gather_stream = torch.cuda.Stream(device=self.device)
-        pending: tuple[SampledBatch, torch.cuda.Event] | None = None
-        started = False
-        for sample, gather in work:  # the first next() ran the epoch set-up on the caller's stream
-            if not started:
-                caller = torch.cuda.current_stream(self.device)
-                sample_stream.wait_stream(caller)
-                gather_stream.wait_stream(caller)
-                started = True
-            with torch.cuda.stream(sample_stream):
-                args = sample()
-                sampled = torch.cuda.Event()
-                sampled.record(sample_stream)
-            with torch.cuda.stream(gather_stream):
-                gather_stream.wait_event(sampled)
-                _record(_tensors_of(args), gather_stream)
-                batch = gather(*args)
-                done = torch.cuda.Event()
-                done.record(gather_stream)
-            if pending is not None:
-                yield self._hand_over(*pending)
-            pending = (batch, done)
-        if pending is not None:
-            yield self._hand_over(*pending)
+        caller = torch.cuda.current_stream(self.device)
+        sample_stream.wait_stream(caller)  # the loader's tensors were made on the caller's stream
+        gather_stream.wait_stream(caller)
+        ready: queue.Queue = queue.Queue(maxsize=PREFETCH_DEPTH)
+        stop = threading.Event()
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def make_all() -> None:
+            try:
+                torch.cuda.set_device(self.device)
+                with torch.cuda.stream(sample_stream):  # the epoch set-up (and reorder) runs here too
+                    for sample, gather in work:
+                        args = sample()
+                        sampled = torch.cuda.Event()
+                        sampled.record(sample_stream)
+                        with torch.cuda.stream(gather_stream):
+                            gather_stream.wait_event(sampled)
+                            _record(_tensors_of(args), gather_stream)
+                            batch = gather(*args)
+                            done = torch.cuda.Event()
+                            done.record(gather_stream)
+                        if not put((batch, done)):
+                            return
+                put(_END)
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the caller
+                put(e)
+
+        worker = threading.Thread(target=make_all, name="mgg-loader-prefetch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield self._hand_over(*item)
+        finally:
+            stop.set()
+            worker.join()
 
     def _hand_over(self, batch: SampledBatch, done: "torch.cuda.Event") -> SampledBatch:
         """Make the caller's stream wait for `batch` and keep its memory alive for that stream."""

@@ -219,3 +219,36 @@ def test_prefetch_yields_the_same_batches(tier, reorder):
             assert np.array_equal(x1, x[n1]), "a prefetched batch holds rows other than its ids'"
             assert np.array_equal(x0, x1)
             assert all(np.array_equal(p0, p1) and np.array_equal(c0, c1) for (p0, c0), (p1, c1) in zip(b0, b1))
+
+
+def test_prefetch_thread_raises_in_the_caller_and_stops_on_break():
+    import threading
+
+    from mgg.sample import TensorFeatures
+
+    class Failing(TensorFeatures):
+        calls = 0
+
+        def gather(self, n_id):
+            Failing.calls += 1
+            if Failing.calls == 3:
+                raise RuntimeError("gather failed on purpose")
+            return super().gather(n_id)
+
+    indptr, indices = random_csr(2000, 20000, seed=12)
+    x = np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32)
+    y = np.zeros(2000, dtype=np.int64)
+    alive = lambda: [t for t in threading.enumerate() if t.name == "mgg-loader-prefetch"]  # noqa: E731
+    loader = NeighborLoader((indptr, indices), Failing(x, DEV), y, np.arange(2000), [3], batch_size=100,
+                            device=DEV, reuse=False)
+    assert loader.prefetch
+    with pytest.raises(RuntimeError, match="on purpose"):
+        for _ in loader:
+            pass
+    assert not alive()
+    for i, batch in enumerate(loader):  # leaving early joins the thread
+        if i == 1:
+            break
+    assert not alive()
+    got = list(loader)  # and the next epoch is whole
+    assert len(got) == len(loader) and all(np.array_equal(b.x.cpu().numpy(), x[b.n_id.cpu().numpy()]) for b in got)
