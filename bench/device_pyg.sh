@@ -12,7 +12,7 @@ FORCE_ONLY_CPU=1 MAX_JOBS=16 timeout 300 python3 -m pip install -q --no-build-is
   --target /tmp/site .sdist/torch_scatter-*.tar.gz .sdist/torch_sparse-*.tar.gz > "$LOGS/build.log" 2>&1
 echo "build rc=$? in $(( $(date +%s) - t0 )) s"; tail -3 "$LOGS/build.log"
 python3 -c "import torch_geometric.typing as t; print('WITH_TORCH_SPARSE', t.WITH_TORCH_SPARSE)"
-timeout 200 python3 bench/sampled.py --graph products-like --scale 0.1 --epochs 3 --runs store,host \
+timeout 200 python3 bench/sampled.py --graph products-like --scale 0.1 --epochs 3 --runs store,host --pyg-workers 4 \
   --out "$LOGS" > "$LOGS/pyg-P1.log" 2>&1
 grep -E "^(mgg|pyg|id map|row gather)|nodes|Error" "$LOGS/pyg-P1.log"
 tar czf "$OUT/logs.tgz" -C "$LOGS" .
