@@ -2,7 +2,7 @@
 
 Every writer in mgg (graphs, plans, metrics, tuning caches, table snapshots, checkpoints) goes
 through `atomic_write`: the data is written to a temporary file in the target's folder, flushed
-and fsync'ed, then renamed over the target with `os.replace`; on any error the temporary file is
+and fsync'ed, then renamed over the target with `os.replace` (and the folder fsync'ed); on any error the temporary file is
 removed and the old file is left untouched. This module imports nothing from mgg.
 """
 from __future__ import annotations
@@ -12,12 +12,15 @@ import os
 import tempfile
 from typing import IO, Any, Callable
 
-__all__ = ["atomic_write", "atomic_write_json", "atomic_path"]
+__all__ = ["atomic_write", "atomic_write_json", "atomic_path", "fsync_dir"]
 
 
-def atomic_path(path: str | os.PathLike, fill: Callable[[str], None], mode: int | None = None) -> None:
+def atomic_path(path: str | os.PathLike, fill: Callable[[str], None], mode: int | None = None,
+                before_replace: Callable[[], None] | None = None) -> None:
     """Call ``fill(tmp_path)`` to create a temporary file beside `path`, fsync it, rename it over
-    `path`. For writers that need a path rather than a file object (e.g. numpy memmaps)."""
+    `path`, fsync the folder. For writers that need a path rather than a file object (e.g. numpy
+    memmaps). `before_replace` runs after the fsync and right before the rename (checkpoints move
+    the current file aside there); if it raises, the temporary file is removed."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
@@ -29,6 +32,8 @@ def atomic_path(path: str | os.PathLike, fill: Callable[[str], None], mode: int 
         fill(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -36,18 +41,34 @@ def atomic_path(path: str | os.PathLike, fill: Callable[[str], None], mode: int 
         except FileNotFoundError:
             pass
         raise
+    fsync_dir(d)
+
+
+def fsync_dir(d: str) -> None:
+    """fsync a folder so renames in it survive a crash; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], text: bool = False,
-                 mode: int | None = None) -> None:
+                 mode: int | None = None, before_replace: Callable[[], None] | None = None) -> None:
     """Call ``write(fileobj)`` on a temporary file beside `path` (binary, or text with `text`),
-    then rename it over `path`. `mode` sets the file's permission bits (mkstemp's are 0600)."""
+    then rename it over `path`. `mode` sets the file's permission bits (mkstemp's are 0600);
+    `before_replace` as in `atomic_path`."""
     def fill(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") if text else open(tmp, "wb") as f:
             write(f)
             f.flush()
 
-    atomic_path(path, fill, mode)
+    atomic_path(path, fill, mode, before_replace)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1, sort_keys: bool = False) -> None:

@@ -27,11 +27,12 @@ import json
 import os
 import random
 import signal
-import tempfile
 import threading
 from typing import Any, Callable
 
 import numpy as np
+
+from .atomic import atomic_write
 
 __all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC",
            "STRICT_CONFIG_KEYS", "encode", "write_checkpoint", "read_checkpoint", "find_checkpoint",
@@ -73,19 +74,6 @@ def encode(state: dict) -> bytes:
     return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
 
 
-def _fsync_dir(d: str) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
     """Write `state` as DIR/checkpoint.mgg atomically; the previous one becomes checkpoint.prev.mgg.
 
@@ -93,26 +81,15 @@ def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
     (the old `last` or `prev`) and never a partial file under either name.
     """
     d = os.path.abspath(os.fspath(directory))
-    os.makedirs(d, exist_ok=True)
     data = encode(state)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".checkpoint-", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide checkpoints from a job's other users
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        last, prev = os.path.join(d, LAST), os.path.join(d, PREV)
+    last, prev = os.path.join(d, LAST), os.path.join(d, PREV)
+
+    def keep_previous() -> None:  # after the new file is on disk, before it takes `last`'s name
         if os.path.exists(last):
             os.replace(last, prev)
-        os.replace(tmp, last)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(d)
+
+    # 0644: mkstemp's 0600 would hide checkpoints from a job's other users
+    atomic_write(last, lambda f: f.write(data), mode=0o644, before_replace=keep_previous)
     return last
 
 

@@ -64,6 +64,23 @@ def test_roundtrip_keeps_last_and_previous(tmp_path):
     assert find_checkpoint(tmp_path) == str(tmp_path / PREV)
 
 
+def test_failed_write_keeps_both_checkpoints(tmp_path, monkeypatch):
+    for e in (1, 2):
+        write_checkpoint(tmp_path, state(e))
+    real_fsync = os.fsync
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # fails after the payload is written, before any rename
+    with pytest.raises(OSError, match="No space"):
+        write_checkpoint(tmp_path, state(3))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert (read_checkpoint(tmp_path / LAST)["epoch"], read_checkpoint(tmp_path / PREV)["epoch"]) == (2, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LAST, PREV])  # temp file removed
+    assert (os.stat(tmp_path / LAST).st_mode & 0o777) == 0o644
+
+
 def test_header_is_readable_json(tmp_path):
     write_checkpoint(tmp_path, state(7))
     data = (tmp_path / LAST).read_bytes()
