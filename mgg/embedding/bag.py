@@ -244,7 +244,7 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         return outs
 
     def _forward_fused(self, bags) -> list[torch.Tensor | None]:
-        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu). GPU-untested."""
+        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu)."""
         from ..kernels.embedding_gpu import embedding_bag_fused
 
         outs: list[torch.Tensor | None] = []

@@ -126,7 +126,7 @@ class FusedAggregation:
     (out [n, heads, C], saved); `backward(grad_out, out, saved, feat, src_score, dst)` returns
     local gradients (feat, src_score, dst) with the remote rows' gradients already summed at
     their owners. Both collective. CPU: gather_halo + FusedCPUExecutor + scatter_halo_add;
-    GPU: mgg.kernels.gat_gpu (GPU-untested).
+    GPU: mgg.kernels.gat_gpu (tests/gpu/test_gat_gpu.py).
     """
 
     def __init__(self, dg, mode: str, add_self_loops: bool, negative_slope: float, strategy: str | None,

@@ -1,7 +1,8 @@
 // Embedding-bag kernels over an NVSHMEM symmetric table (mgg.embedding, GPU path).
 //
-// The table is one symmetric array: every PE holds rows_per_pe x D floats at the same symmetric
-// address `sym`; row `local[i]` of PE `owner[i]` is what the host-side layout (range/hash
+// The table is one symmetric array: every PE holds rows_per_pe rows of `ld` floats (the row
+// stride: D padded to 16 bytes by the store) at the same symmetric address `sym`, of which the
+// first D are the row's values; row `local[i]` of PE `owner[i]` is what the host-side layout (range/hash
 // sharding, several tables) computed for id i. Two kernels, one warp per unit of work:
 //
 //   emb_gather_rows  one warp per unique row: copy the row from its owner into out[i]
@@ -24,13 +25,13 @@
 
 extern "C" __global__ void emb_gather_rows(float* __restrict__ out, const float* sym,
                                            const int* __restrict__ owner, const long long* __restrict__ local,
-                                           long long n_rows, int D) {
+                                           long long n_rows, int D, int ld) {
   const int lane = threadIdx.x & 31;
   const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = ((long long)gridDim.x * blockDim.x) >> 5;
   for (long long i = warp; i < n_rows; i += n_warps) {
     const int pe = owner[i];
-    const float* src = sym + local[i] * (long long)D;
+    const float* src = sym + local[i] * (long long)ld;
     float* dst = out + i * (long long)D;
     const float* p = (const float*)nvshmem_ptr(src, pe);
     if (p != nullptr) {
@@ -45,7 +46,7 @@ extern "C" __global__ void emb_gather_rows(float* __restrict__ out, const float*
 extern "C" __global__ void emb_bag_fused(float* __restrict__ out, const float* sym,
                                          const int* __restrict__ owner, const long long* __restrict__ local,
                                          const long long* __restrict__ offsets, const float* __restrict__ psw,
-                                         long long n_bags, int D, int mode) {
+                                         long long n_bags, int D, int ld, int mode) {
   extern __shared__ float stage_all[];
   const int lane = threadIdx.x & 31;
   const int wib = threadIdx.x >> 5;
@@ -60,7 +61,7 @@ extern "C" __global__ void emb_bag_fused(float* __restrict__ out, const float* s
       for (int r = 0; r < 4; ++r) acc[r] = (mode == MGG_EMB_MAX) ? -CUDART_INF_F : 0.0f;
       for (long long k = a; k < e; ++k) {
         const int pe = owner[k];
-        const float* src = sym + local[k] * (long long)D;
+        const float* src = sym + local[k] * (long long)ld;
         const float* p = (const float*)nvshmem_ptr(src, pe);
         if (p == nullptr) {  // not mapped: stage the whole row with one warp get
           __syncwarp();

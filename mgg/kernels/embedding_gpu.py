@@ -1,16 +1,16 @@
-"""Launcher of mgg/kernels/embedding_bag.cu (NVSHMEM embedding-bag kernels). GPU-UNTESTED.
+"""Launcher of mgg/kernels/embedding_bag.cu (NVSHMEM embedding-bag kernels).
 
-Compile-checked with nvcc 13 for sm_90 against nvidia-nvshmem-cu13 3.4.5 headers; not yet run on a
-device. Follows the verified recipe (docs/embedding.md, "GPU path"): nvcc -rdc + device link
-against libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per
-node under a file lock; see mgg.kernels.build), loaded with cupy.RawModule, then `nvshmem.bindings.cumodule_init` before the first
-launch. Tensors are passed to cupy zero-copy through __cuda_array_interface__ on torch's
-current stream.
+Built as docs/embedding.md ("GPU path") describes: nvcc -rdc + device link against
+libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per node under
+a file lock; see mgg.kernels.build), loaded with cupy.RawModule, then
+`nvshmem.bindings.cumodule_init` before the first launch. Tensors are passed to cupy zero-copy
+through __cuda_array_interface__ on torch's current stream. Tested against torch in float64 by
+tests/gpu/test_embedding_gpu.py (P = 1 and 2, widths 1-70).
 
 `gather_rows(array, owner, local)` -> [U, D] rows (training path);
 `embedding_bag_fused(array, owner, local, offsets, psw, mode)` -> [B, D] pooled (inference).
-`array` is a SymmetricArray of the NVSHMEM store: `array.local` is a contiguous CUDA tensor at
-the symmetric address of this PE's slice.
+`array` is a SymmetricArray of the NVSHMEM store: `array.local` is a [rows_per_pe, D] view at the
+symmetric address of this PE's slice, rows `stride(0)` floats apart (D padded to 16 bytes).
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 import torch
+
+from .streams import torch_stream_for_cupy
 
 __all__ = ["build", "gather_rows", "embedding_bag_fused", "MODES"]
 
@@ -56,13 +58,19 @@ def _grid(n_warps: int, threads: int = 256) -> tuple[tuple[int], tuple[int]]:
     return (blocks,), (threads,)
 
 
+def _table(array, what: str) -> torch.Tensor:
+    """This PE's [rows_per_pe, D] view of the symmetric table: float32, unit column stride, rows
+    `stride(0)` floats apart (the store pads D to 16 bytes, so the view is usually not contiguous)."""
+    table = array.local
+    if table.dtype != torch.float32 or not table.is_cuda or table.stride(1) != 1:
+        raise TypeError(f"{what}: the table must be a float32 CUDA tensor with unit column stride, "
+                        f"got {table.dtype} on {table.device} with strides {tuple(table.stride())}")
+    return table
+
+
 def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
     """Rows (owner[i], local[i]) of the symmetric table -> [U, D] on this GPU."""
-    import cupy
-
-    table = array.local
-    if table.dtype != torch.float32 or not table.is_contiguous():
-        raise TypeError("gather_rows: the table must be a contiguous float32 CUDA tensor")
+    table = _table(array, "gather_rows")
     dev = table.device
     n, D = len(owner), table.shape[1]
     out = torch.empty((n, D), dtype=torch.float32, device=dev)
@@ -72,17 +80,16 @@ def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
     lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev, non_blocking=True)
     _, k_gather, _ = _module()
     grid, block = _grid(n)
-    with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream):
-        k_gather(grid, block, (_cp(out), _cp(table), _cp(ow), _cp(lo), np.int64(n), np.int32(D)))
+    with torch_stream_for_cupy(dev):
+        k_gather(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), np.int64(n), np.int32(D),
+                               np.int32(table.stride(0))))
     return out
 
 
 def embedding_bag_fused(array, owner: np.ndarray, local: np.ndarray, offsets: np.ndarray,
                         per_sample_weights: np.ndarray | None, mode: str) -> torch.Tensor:
     """Pooled bags [B, D]: offsets are [B + 1] (include_last_offset form), owner/local per index."""
-    import cupy
-
-    table = array.local
+    table = _table(array, "embedding_bag_fused")
     dev, D = table.device, table.shape[1]
     B = len(offsets) - 1
     out = torch.empty((B, D), dtype=torch.float32, device=dev)
@@ -95,8 +102,8 @@ def embedding_bag_fused(array, owner: np.ndarray, local: np.ndarray, offsets: np
     _, _, k_bag = _module()
     grid, block = _grid(B)
     smem = (block[0] // 32) * D * 4
-    with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream):
-        k_bag(grid, block, (_cp(out), _cp(table), _cp(ow), _cp(lo), _cp(off),
+    with torch_stream_for_cupy(dev):
+        k_bag(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), _cp(off),
                             _cp(psw) if psw is not None else np.uint64(0), np.int64(B), np.int32(D),
-                            np.int32(MODES[mode])), shared_mem=smem)
+                            np.int32(table.stride(0)), np.int32(MODES[mode])), shared_mem=smem)
     return out

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
+from .streams import torch_stream_for_cupy
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "kernel_smem_bytes", "vectors_per_lane"]
 
@@ -76,9 +77,7 @@ def _p(t: torch.Tensor | None) -> np.uint64:
 
 
 def _stream():
-    import cupy
-
-    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    return torch_stream_for_cupy()
 
 
 def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
@@ -175,6 +174,24 @@ class GPUExecutor:
         fn(grid, block, (np.int64(nparts), _p(parts), _p(src), _p(wt), table_ptr, np.int32(d4), _p(out),
                          _p(part_out), np.int32(part_out is None)))
 
+    def _pipelined(self, out, lpo, rpo, symp, d4: int, v: int, dp: int, mode: int) -> None:
+        """Launch `mgg_pipelined_v{v}`: one block of `wpb` warps per `num_blocks`, each warp walking
+        its interleaved local/remote partition list. Sums go to `out` with atomics when `lpo`/`rpo`
+        are None, else one partial row per local/remote partition (the 2-pass combine reads them).
+        `mode` 0: nbi gets into the shared-memory stage; 1: direct NVLink loads (`ptr`)."""
+        p = self.plan
+        if not p.num_warps:
+            return
+        # no remote partition, no stage: keeps occupancy up for wide rows
+        smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if len(p.remote_parts) else 0
+        fn = self._fn(f"mgg_pipelined_v{v}", smem)
+        atomic = lpo is None
+        fn((p.num_blocks,), (32 * p.wpb,), (
+            np.int64(p.num_warps), _p(self.warps), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
+            _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp, np.int32(d4),
+            np.int32(self.ps_max), _p(out), _p(lpo), _p(rpo), np.int32(atomic), np.int32(mode)),
+           shared_mem=smem)
+
     # -- one aggregation ----------------------------------------------------------------------
     def __call__(self, x: torch.Tensor, sym) -> torch.Tensor:
         """x: float32 [n_local, D] on this GPU; sym: the NVSHMEM SymmetricArray of width D.
@@ -197,26 +214,10 @@ class GPUExecutor:
                 out = self._fill((n, dp))
                 out.zero_()
             if self.variant in ("pipelined", "ptr"):
-                mode = 0 if self.variant == "pipelined" else 1
-                # no remote partition, no stage: keeps occupancy up for wide rows
-                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if R else 0
-                fn = self._fn(f"mgg_pipelined_v{v}", smem)
-                if p.num_warps:
-                    fn((p.num_blocks,), (32 * p.wpb,), (
-                        np.int64(p.num_warps), _p(self.warps), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
-                        _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp, np.int32(d4),
-                        np.int32(self.ps_max), _p(out), np.uint64(0), np.uint64(0), np.int32(1), np.int32(mode)),
-                       shared_mem=smem)
+                self._pipelined(out, None, None, symp, d4, v, dp, mode=0 if self.variant == "pipelined" else 1)
             elif self.variant == "pipelined_2pass":
                 lpo, rpo = self._fill((max(L, 1), dp)), self._fill((max(R, 1), dp))
-                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if R else 0
-                fn = self._fn(f"mgg_pipelined_v{v}", smem)
-                if p.num_warps:
-                    fn((p.num_blocks,), (32 * p.wpb,), (
-                        np.int64(p.num_warps), _p(self.warps), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
-                        _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp, np.int32(d4),
-                        np.int32(self.ps_max), _p(out), _p(lpo), _p(rpo), np.int32(0), np.int32(0)),
-                       shared_mem=smem)
+                self._pipelined(out, lpo, rpo, symp, d4, v, dp, mode=0)
                 comb = self._fn("mgg_combine", 0)
                 grid, block = self._grid(min(n, self.num_sms * 64), 8)
                 if n:

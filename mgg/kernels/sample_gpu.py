@@ -14,6 +14,8 @@ import threading
 import numpy as np
 import torch
 
+from .streams import torch_stream_for_cupy
+
 __all__ = ["sample_neighbors_cuda", "fused_map_cuda", "gather_host_rows_cuda", "THREADS"]
 
 THREADS = 256
@@ -49,7 +51,7 @@ def _launch(name: str, n_threads: int, args: tuple, device: torch.device, blocks
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     blocks = max(1, min(-(-n_threads // THREADS), sms * blocks_per_sm))
     with cupy.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()):
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
+        stream = torch_stream_for_cupy(device)
         _module()[name]((blocks,), (THREADS,), args, stream=stream)
 
 
