@@ -396,6 +396,65 @@ def _counts(logits, y, masks) -> list[float]:
     return out
 
 
+def _accuracies(buf: np.ndarray, at: int) -> dict[str, float]:
+    """train/val/test accuracy from the all-reduced [correct, total] pairs at buf[at:at + 6]."""
+    accs = [buf[at + 2 * i] / buf[at + 1 + 2 * i] if buf[at + 1 + 2 * i] else float("nan") for i in range(3)]
+    return dict(zip(("train_acc", "val_acc", "test_acc"), map(float, accs)))
+
+
+def _build_distgraph(cfg: TrainConfig, comm, graph: Any):
+    """Seed torch and numpy with cfg.seed and build the DistGraph (collective); --ranks-per-node
+    applies to this build only (node-aware plans see the simulated nodes)."""
+    import torch
+
+    from .runtime import DistGraph, RuntimeConfig
+
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
+    saved_rpn = comm.ranks_per_node
+    if cfg.ranks_per_node:
+        comm.ranks_per_node = cfg.ranks_per_node
+    try:
+        return DistGraph.build(graph, comm, rcfg)
+    finally:
+        comm.ranks_per_node = saved_rpn
+
+
+def _local_data(dg, prep: "_Prepared"):
+    """This rank's rows on dg.device: x float [n_local, F], y int64 [n_local], the train/val/test
+    masks bool [n_local], and the global number of training nodes (float)."""
+    import torch
+
+    def local(a: np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(dg.local(a))).to(dg.device)
+
+    return local(prep.x), local(prep.y), [local(m) for m in (prep.train, prep.val, prep.test)], float(prep.train.sum())
+
+
+def _close_epoch(res: "TrainResult", rec: dict, last: dict, bar, stop_flag: float, epoch: int,
+                 cfg: TrainConfig, stop) -> None:
+    """Record the epoch, advance the progress bar, and set res.stopped when some rank was asked
+    to stop (stop_flag is the all-reduced flag, so every rank decides alike)."""
+    res.epochs.append(rec)
+    if bar is not None:
+        bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
+                        val=f"{last['val_acc'] or 0:.3f}", refresh=False)
+        bar.update(1)
+    if stop_flag > 0 and epoch < cfg.epochs:  # some rank got SIGTERM: all stop here
+        res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+
+
+def _finish(res: "TrainResult", bar, last: dict, times: list[float], dg, tuner) -> None:
+    """Close the bar and fill the result's final metrics."""
+    if bar is not None:
+        bar.close()
+    res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
+    res.final_loss = res.epochs[-1]["loss"]
+    res.median_epoch_ms = float(statistics.median(times))
+    res.tuning = _tuning_summary(dg, tuner)
+
+
 def _progress(cfg: TrainConfig, comm, start: int = 0):
     from tqdm import tqdm
 
@@ -541,7 +600,6 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
 
     from .checkpoint import CheckpointError, Checkpointer, capture_state, graph_fingerprint, restore_state
     from .nn import allreduce_gradients, broadcast_parameters, build_model
-    from .runtime import DistGraph, RuntimeConfig
 
     if cfg.mode == "sampled":
         from .train_sampled import train_sampled
@@ -553,25 +611,12 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
     fault = _parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = _resume_state(cfg, comm, graph)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
-    saved_rpn = comm.ranks_per_node
-    if cfg.ranks_per_node:
-        comm.ranks_per_node = cfg.ranks_per_node  # node-aware plans see the simulated nodes
-    try:
-        dg = DistGraph.build(graph, comm, rcfg)
-    finally:
-        comm.ranks_per_node = saved_rpn
+    dg = _build_distgraph(cfg, comm, graph)
     closing = False  # dg.close() is collective: only when every rank gets there
     timer = None
     try:
         dev = dg.device
-        x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
-        y = torch.from_numpy(np.ascontiguousarray(dg.local(prep.y))).to(dev)
-        masks = [torch.from_numpy(np.ascontiguousarray(dg.local(m))).to(dev)
-                 for m in (prep.train, prep.val, prep.test)]
-        n_train = float(prep.train.sum())
+        x, y, masks, n_train = _local_data(dg, prep)
         model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
                             cfg.dropout).to(dev)
         broadcast_parameters(model, comm)
@@ -622,19 +667,11 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
                 with torch.no_grad(), _untimed(timer):
                     stats += _counts(model(x, dg, None), y, masks)
             buf = comm.allreduce_(np.asarray(stats, dtype=np.float64))
+            if do_eval:
+                last = _accuracies(buf, 2)
             rec = {"epoch": epoch, "loss": float(buf[0]), "train_acc": last["train_acc"],
                    "val_acc": last["val_acc"], "epoch_ms": ms}
-            if do_eval:
-                accs = [buf[2 + 2 * i] / buf[3 + 2 * i] if buf[3 + 2 * i] else float("nan") for i in range(3)]
-                last = dict(zip(("train_acc", "val_acc", "test_acc"), map(float, accs)))
-                rec.update(train_acc=last["train_acc"], val_acc=last["val_acc"])
-            res.epochs.append(rec)
-            if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
-                                val=f"{last['val_acc'] or 0:.3f}", refresh=False)
-                bar.update(1)
-            if buf[1] > 0 and epoch < cfg.epochs:  # some rank got SIGTERM: all stop here
-                res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+            _close_epoch(res, rec, last, bar, buf[1], epoch, cfg, stop)
             if ckpt is not None and (ckpt.due(epoch) or res.stopped or epoch == cfg.epochs):
                 why = res.stopped or ("end" if epoch == cfg.epochs else "periodic")
                 try:
@@ -645,12 +682,7 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared: _Prepared | None = None,
                     raise UserError(str(e)) from e
             if res.stopped:
                 break
-        if bar is not None:
-            bar.close()
-        res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
-        res.final_loss = res.epochs[-1]["loss"]
-        res.median_epoch_ms = float(statistics.median(times))
-        res.tuning = _tuning_summary(dg, tuner)
+        _finish(res, bar, last, times, dg, tuner)
         if tuner is not None and cfg.tune_log and comm.rank == 0:
             tuner.write_log(cfg.tune_log)  # also when the search did not finish, or was cached
         closing = True

@@ -12,14 +12,13 @@ accuracy is comparable with --mode full.
 """
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import numpy as np
 
-from .train import (SAMPLED_MODELS, TrainConfig, TrainResult, UserError, _counts, _progress,
-                    _tuning_summary, prepare_graph)
+from .train import (SAMPLED_MODELS, TrainConfig, TrainResult, UserError, _accuracies, _build_distgraph,
+                    _close_epoch, _counts, _finish, _local_data, _progress, prepare_graph)
 
 __all__ = ["train_sampled", "sampling_line", "check_sampled_config"]
 
@@ -60,21 +59,11 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     import torch.nn.functional as F
 
     from .nn import SampledSAGE, allreduce_gradients, broadcast_parameters
-    from .runtime import DistGraph, RuntimeConfig
     from .sample import NeighborLoader, make_feature_source, split_seeds
 
     cfg = check_sampled_config(cfg)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
-    saved_rpn = comm.ranks_per_node
-    if cfg.ranks_per_node:
-        comm.ranks_per_node = cfg.ranks_per_node
-    try:
-        dg = DistGraph.build(graph, comm, rcfg)
-    finally:
-        comm.ranks_per_node = saved_rpn
+    dg = _build_distgraph(cfg, comm, graph)
     closing = False
     feats = None
     try:
@@ -85,11 +74,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
                                 cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=True,
                                 seed=cfg.sample_seed, device=dev, comm=comm,
                                 adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
-        x = torch.from_numpy(np.ascontiguousarray(dg.local(prep.x))).to(dev)
-        y = torch.from_numpy(np.ascontiguousarray(dg.local(prep.y))).to(dev)
-        masks = [torch.from_numpy(np.ascontiguousarray(dg.local(m))).to(dev)
-                 for m in (prep.train, prep.val, prep.test)]
-        n_train = float(prep.train.sum())
+        x, y, masks, n_train = _local_data(dg, prep)
         model = SampledSAGE(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers, cfg.dropout).to(dev)
         broadcast_parameters(model, comm)
         drop_gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
@@ -139,24 +124,12 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
                 totals[name] += counters[name]
             totals["bytes_identity_order"] += int(buf[k])
             if do_eval:
-                e = k + 3
-                accs = [buf[e + 2 * i] / buf[e + 1 + 2 * i] if buf[e + 1 + 2 * i] else float("nan") for i in range(3)]
-                last = dict(zip(("train_acc", "val_acc", "test_acc"), map(float, accs)))
+                last = _accuracies(buf, k + 3)
                 rec.update(train_acc=last["train_acc"], val_acc=last["val_acc"])
-            res.epochs.append(rec)
-            if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
-                                val=f"{last['val_acc'] or 0:.3f}", refresh=False)
-                bar.update(1)
-            if buf[1] > 0 and epoch < cfg.epochs:  # some rank got SIGTERM: all stop here
-                res.stopped = (stop.name if stop is not None and stop.requested else "") or "SIGTERM"
+            _close_epoch(res, rec, last, bar, buf[1], epoch, cfg, stop)
+            if res.stopped:
                 break
-        if bar is not None:
-            bar.close()
-        res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
-        res.final_loss = res.epochs[-1]["loss"]
-        res.median_epoch_ms = float(statistics.median(times))
-        res.tuning = _tuning_summary(dg, None)
+        _finish(res, bar, last, times, dg, None)
         seeds_per_rank = [int(v) for v in comm.allgather(len(seeds))]
         res.sampling = {
             "fanout": list(cfg.fanout), "batch_size": cfg.batch_size, "steps_per_epoch": len(loader),
