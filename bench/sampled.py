@@ -155,6 +155,7 @@ def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, pre
             "rows_reused": tot("rows_reused"),
             "sample_ms": float(np.median([s["sample_ms"] for s in stats])),
             "gather_ms": float(np.median([s["gather_ms"] for s in stats])),
+            "reorder_ms": float(np.median([s["reorder_ms"] for s in stats])),
             "gather_gpu_ms": float(np.median([s["gather_gpu_ms"] for s in stats])) if cuda else None,
             "compute_gpu_ms": float(np.median(compute)) if cuda else None}
 
@@ -293,14 +294,15 @@ def main(argv=None) -> int:
                                        prefetch="noprefetch" not in run))
     for run, rounds in by_run.items():
         r = dict(rounds[0], run=run, epoch_s_rounds=[x["epoch_s"] for x in rounds])
-        for k in ("epoch_s", "sample_ms", "gather_ms", "gather_gpu_ms", "compute_gpu_ms"):
+        for k in ("epoch_s", "sample_ms", "gather_ms", "reorder_ms", "gather_gpu_ms", "compute_gpu_ms"):
             if r.get(k) is not None:
                 r[k] = float(np.median([x[k] for x in rounds]))
         results.append(r)
         say(f"mgg {run:18} epoch {r['epoch_s'] * 1e3:9.1f} ms  steps {r['steps']:4d}  fetched "
             f"{r['bytes_fetched'] / 2**20:9.1f} MiB (no reuse {r['bytes_no_reuse'] / 2**20:9.1f}, remote "
             f"{r['bytes_remote'] / 2**20:8.1f})  sample {r['sample_ms']:7.1f} ms  gather {r['gather_ms']:7.1f} ms"
-            + (f"  GPU: gather {r['gather_gpu_ms']:6.1f} ms compute {r['compute_gpu_ms']:6.1f} ms" if gpu else ""))
+            + (f"  GPU: gather {r['gather_gpu_ms']:6.1f} ms compute {r['compute_gpu_ms']:6.1f} ms" if gpu else "")
+            + (f"  reorder {r['reorder_ms']:6.1f} ms" if r["reorder"] else ""))
     for run in runs:  # the prefetch gain, run by run
         if "noprefetch" in run:
             on = next((x for x in results if x.get("run") == run.replace("+noprefetch", "")), None)

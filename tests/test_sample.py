@@ -14,8 +14,9 @@ from mgg.nn import SAGE, SAGEBlockConv, SampledSAGE
 from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig, partition_ranges
 from mgg.sample import (KEYS_FACTOR, Block, HostTierFeatures, NeighborLoader, ResidentCache, StoreFeatures,
                         TensorFeatures, build_id_map, check_fanouts, choose_feature_source, fetch_cost,
-                        fused_map, make_feature_source, match_reorder, overlap_matrix, parse_size,
-                        sample_blocks, sample_edge_positions, sample_neighbors, split_seeds, unique_map)
+                        fused_map, make_feature_source, match_reorder, overlap_matrix, overlap_matrix_torch,
+                        parse_size, sample_blocks, sample_edge_positions, sample_neighbors, split_seeds,
+                        unique_map)
 from mgg.sample.idmap import hash_insert
 from tests.graphs import random_csr
 
@@ -242,6 +243,17 @@ def test_overlap_matrix_matches_sets():
         for j in range(7):
             assert o[i, j] == len(np.intersect1d(sets[i], sets[j]))
     assert fetch_cost(o, [0, 1]) == len(sets[0]) + len(sets[1]) - o[0, 1]
+
+
+@pytest.mark.parametrize("chunk_elems", [1 << 26, 7 * 13, 7])  # one chunk, several, one id per chunk
+def test_overlap_matrix_torch_equals_brute_force(chunk_elems):
+    rng = np.random.default_rng(3)
+    sets = [np.unique(rng.integers(0, 90, rng.integers(0, 60))) for _ in range(7)] + [np.zeros(0, np.int64)]
+    ref = np.array([[len(np.intersect1d(a, b)) for b in sets] for a in sets])
+    o = overlap_matrix_torch([torch.from_numpy(s) for s in sets], 90, chunk_elems=chunk_elems)
+    assert o.dtype == torch.int64 and np.array_equal(o.numpy(), ref)
+    assert np.array_equal(overlap_matrix_torch([torch.from_numpy(s) for s in sets]).numpy(), ref)  # n inferred
+    assert overlap_matrix_torch([]).shape == (0, 0)
 
 
 def test_match_reorder_is_a_permutation_and_fetches_less_on_a_clustered_graph():

@@ -16,10 +16,10 @@ from .features import (FEATURE_TIERS, FeatureSource, FetchStats, HostTierFeature
 from .idmap import IdMap, build_id_map, fused_map, unique_map
 from .loader import EpochStats, NeighborLoader, sample_blocks, split_seeds
 from .neighbor import KEYS_FACTOR, check_fanouts, place_adjacency, sample_edge_positions, sample_neighbors
-from .reorder import ResidentCache, fetch_cost, match_reorder, overlap_matrix
+from .reorder import ResidentCache, fetch_cost, match_reorder, overlap_matrix, overlap_matrix_torch
 
 __all__ = ["Block", "SampledBatch", "FeatureSource", "FetchStats", "StoreFeatures", "HostTierFeatures",
            "TensorFeatures", "choose_feature_source", "make_feature_source", "parse_size", "FEATURE_TIERS",
            "IdMap", "build_id_map", "fused_map", "unique_map", "NeighborLoader", "EpochStats", "split_seeds",
            "sample_blocks", "sample_neighbors", "sample_edge_positions", "check_fanouts", "place_adjacency", "KEYS_FACTOR",
-           "ResidentCache", "match_reorder", "overlap_matrix", "fetch_cost"]
+           "ResidentCache", "match_reorder", "overlap_matrix", "overlap_matrix_torch", "fetch_cost"]

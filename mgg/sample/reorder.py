@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["overlap_matrix", "match_reorder", "fetch_cost", "ResidentCache", "MATCH_METRICS"]
+__all__ = ["overlap_matrix", "overlap_matrix_torch", "match_reorder", "fetch_cost", "ResidentCache", "MATCH_METRICS"]
 
 MATCH_METRICS = ("intersection", "jaccard")
 
@@ -33,9 +33,17 @@ def _np(a) -> np.ndarray:
     return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
+#: elements of one dense [n_batches, columns] incidence chunk on a GPU (float32: 256 MiB)
+OVERLAP_CHUNK_ELEMS = 1 << 26
+
+
 def overlap_matrix(node_sets: Sequence, num_nodes: int | None = None) -> np.ndarray:
     """int64 [n, n]: |S_i ∩ S_j| of the node sets (each int64 ids, unique within a set); the diagonal
-    holds |S_i|. One sparse product of the batch-by-node incidence matrix with its transpose."""
+    holds |S_i|. The product of the batch-by-node incidence matrix with its transpose: on the GPU
+    when the sets are CUDA tensors (`overlap_matrix_torch`, only the [n, n] result is copied to
+    the host), else one scipy sparse product."""
+    if node_sets and all(isinstance(s, torch.Tensor) and s.is_cuda for s in node_sets):
+        return overlap_matrix_torch(node_sets, num_nodes).cpu().numpy()
     sets = [_np(s).astype(np.int64, copy=False) for s in node_sets]
     n = len(sets)
     if n == 0:
@@ -48,6 +56,41 @@ def overlap_matrix(node_sets: Sequence, num_nodes: int | None = None) -> np.ndar
     np.cumsum(sizes, out=indptr[1:])
     inc = sp.csr_matrix((np.ones(len(cols), np.int64), cols, indptr), shape=(n, num_nodes))
     return np.asarray((inc @ inc.T).toarray(), dtype=np.int64)
+
+
+def overlap_matrix_torch(node_sets: Sequence[torch.Tensor], num_nodes: int | None = None,
+                         chunk_elems: int = OVERLAP_CHUNK_ELEMS) -> torch.Tensor:
+    """`overlap_matrix` on the sets' device: int64 [n, n] tensor.
+
+    The node ids are cut into column ranges of at most `chunk_elems // n` ids (and at most 2^24,
+    so float32 sums of 0/1 stay exact); per range a dense float32 0/1 incidence chunk [n, C] is
+    filled by one scatter and multiplied with its transpose (one GEMM), and the counts are summed
+    in int64. Memory: n * C * 4 bytes at a time."""
+    n = len(node_sets)
+    dev = node_sets[0].device if n else torch.device("cpu")
+    if n == 0:
+        return torch.zeros((0, 0), dtype=torch.int64, device=dev)
+    cols = torch.cat([s.reshape(-1).to(torch.int64) for s in node_sets])
+    rows = torch.repeat_interleave(torch.arange(n, device=dev),
+                                   torch.tensor([s.numel() for s in node_sets], device=dev))
+    if num_nodes is None:
+        num_nodes = int(cols.max()) + 1 if cols.numel() else 1
+    width = max(1, min(num_nodes, chunk_elems // n, 1 << 24))
+    out = torch.zeros((n, n), dtype=torch.int64, device=dev)
+    if cols.numel() == 0:
+        return out
+    order = torch.argsort(cols)  # ids sorted once, so each chunk is a contiguous slice
+    cols, rows = cols[order], rows[order]
+    bounds = torch.searchsorted(cols, torch.arange(0, num_nodes + width, width, device=dev)).tolist()
+    inc = torch.empty((n, width), dtype=torch.float32, device=dev)
+    for k, c0 in enumerate(range(0, num_nodes, width)):
+        a, b = bounds[k], bounds[k + 1]
+        if a == b:
+            continue
+        inc.zero_()
+        inc[rows[a:b], cols[a:b] - c0] = 1.0
+        out += torch.round(inc @ inc.T).to(torch.int64)
+    return out
 
 
 def match_reorder(node_sets: Sequence, metric: str = "intersection", start: int = 0,

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 
 from mgg.kernels.sample_gpu import fused_map_cuda, gather_host_rows_cuda, sample_neighbors_cuda  # noqa: E402
-from mgg.sample import HostTierFeatures, NeighborLoader, fused_map, sample_neighbors  # noqa: E402
+from mgg.sample import HostTierFeatures, NeighborLoader, fused_map, overlap_matrix, sample_neighbors  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
@@ -252,3 +252,16 @@ def test_prefetch_thread_raises_in_the_caller_and_stops_on_break():
     assert not alive()
     got = list(loader)  # and the next epoch is whole
     assert len(got) == len(loader) and all(np.array_equal(b.x.cpu().numpy(), x[b.n_id.cpu().numpy()]) for b in got)
+
+
+@pytest.mark.parametrize("chunk", [None, 5000])
+def test_overlap_matrix_on_gpu_equals_scipy(chunk):
+    from mgg.sample import overlap_matrix_torch
+
+    rng = np.random.default_rng(5)
+    sets = [np.unique(rng.integers(0, 40000, rng.integers(0, 30000))) for _ in range(12)]
+    ref = overlap_matrix(sets, 40000)  # host: scipy sparse product
+    cuda_sets = [torch.from_numpy(s).cuda() for s in sets]
+    got = overlap_matrix(cuda_sets, 40000) if chunk is None else \
+        overlap_matrix_torch(cuda_sets, 40000, chunk_elems=chunk).cpu().numpy()
+    assert np.array_equal(got, ref)
