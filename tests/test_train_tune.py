@@ -102,7 +102,9 @@ def test_pinned_dims_are_not_searched(sbm):
 
 
 def test_resume_replays_the_tuner(tmp_path, sbm):
-    cfg = TrainConfig(dataset="sbm", epochs=6, eval_every=1000, backend="cpu", progress=False, tune=True,
+    # 3 epochs: fewer measurements than the shortest search ((1,1,1) and one step on each of ps,
+    # dist, wpb), so the checkpoint is always taken mid-search, whatever the CPU timings
+    cfg = TrainConfig(dataset="sbm", epochs=3, eval_every=1000, backend="cpu", progress=False, tune=True,
                       tune_cache="none", checkpoint_dir=str(tmp_path))
     first = train(cfg, SOLO, sbm)
     saved = read_checkpoint(tmp_path / LAST)["tuner"]
