@@ -9,17 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/device_env.sh
 export CI=1
 MPI+=(-x CI)
-LOGS=/tmp/mgg-logs; mkdir -p "$LOGS"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/gpu/test_sample_gpu.py > "$LOGS/sample-tests-P1.log" 2>&1
-grep -E "passed|failed" "$LOGS/sample-tests-P1.log" | tail -2
-timeout 150 "${MPI[@]}" -np "$NGPU" --output-filename "$LOGS/sample-tests-P$NGPU" python3 -m pytest -q -p no:cacheprovider \
-  -rf --tb=short tests/gpu/test_sample_gpu.py > /dev/null 2>&1
-grep -rhE "^(FAILED|E  )|passed|failed" "$LOGS/sample-tests-P$NGPU" | head -30
-RUNS=host,host+noprefetch,store,store+noprefetch
-timeout 100 python3 bench/sampled.py --graph products-like --scale 0.1 --epochs 5 --no-pyg --runs $RUNS \
-  --out "$LOGS" > "$LOGS/sampled-P1.log" 2>&1; grep -E "^mgg|nodes" "$LOGS/sampled-P1.log"
-timeout 100 "${MPI[@]}" -np "$NGPU" python3 bench/sampled.py --graph products-like --scale 0.1 --epochs 5 --no-pyg \
-  --runs $RUNS --out "$LOGS" > "$LOGS/sampled-P$NGPU.log" 2>&1; grep -E "^mgg|nodes" "$LOGS/sampled-P$NGPU.log"
+sample_tests sample-tests all
+sampled_bench sampled 100 --epochs 5 --runs host,host+noprefetch,store,store+noprefetch
 timeout 150 "${MPI[@]}" -np "$NGPU" python3 bench/tune_grid.py --graph reddit-like --scale 1 --dim 16 --no-grid \
   --grid-from bench/results/tune-grid-reddit-like-P2-20261123-030756.json --variants pipelined --tuner-runs 3 \
   --out "$LOGS" > "$LOGS/tune-reddit.log" 2>&1; grep -E "^(tuner|log)" "$LOGS/tune-reddit.log"
