@@ -276,7 +276,7 @@ class NeighborLoader:
         self.stats = st = EpochStats(epoch=self.epoch)
         self.history.append(st)
         self.cache.clear()
-        self._gpu_events: list = []
+        self._gpu_events = []
         seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(rng)]
         if self.reorder:
             t0 = time.perf_counter()
