@@ -1,4 +1,4 @@
-"""torch's current CUDA stream as a CuPy stream, so CuPy kernel launches queue behind torch's work.
+"""torch's CUDA streams for CuPy launches and nvshmem4py calls.
 
 CuPy 14 deprecates `cupy.cuda.ExternalStream` in favour of `cupy.cuda.Stream.from_external(obj)`,
 which takes any object with the CUDA stream protocol (`__cuda_stream__() -> (version, handle)`);
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["torch_stream_for_cupy"]
+__all__ = ["StreamRef", "torch_stream_for_cupy"]
 
 
-class _StreamHandle:
-    """The CUDA stream protocol (version 0) for a raw `cudaStream_t`."""
+class StreamRef:
+    """A raw `cudaStream_t` in the CUDA stream protocol (version 0), which CuPy's
+    `Stream.from_external` and nvshmem4py's `stream=` arguments accept."""
 
     def __init__(self, handle: int):
         self.handle = int(handle)
@@ -31,5 +32,5 @@ def torch_stream_for_cupy(device: torch.device | int | None = None):
     ts = torch.cuda.current_stream(device)
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
     if from_external is not None:
-        return from_external(_StreamHandle(ts.cuda_stream))
+        return from_external(StreamRef(ts.cuda_stream))
     return cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index)

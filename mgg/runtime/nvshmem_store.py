@@ -16,6 +16,7 @@ import threading
 import numpy as np
 import torch
 
+from ..kernels.streams import StreamRef
 from .comm import Communicator
 from .store import SymmetricArray, SymmetricStore
 
@@ -25,16 +26,6 @@ __all__ = ["NvshmemStore", "padded_dim"]
 def padded_dim(dim: int) -> int:
     """Row length in floats with 16-byte aligned rows."""
     return max(4, (dim + 3) // 4 * 4)
-
-
-class _StreamRef:
-    """A CUDA stream handle in the `__cuda_stream__` protocol that nvshmem4py accepts."""
-
-    def __init__(self, stream: torch.cuda.Stream):
-        self._ptr = int(stream.cuda_stream)
-
-    def __cuda_stream__(self):
-        return (0, self._ptr)
 
 
 class _NvshmemArray(SymmetricArray):
@@ -62,7 +53,7 @@ class _NvshmemArray(SymmetricArray):
     def _barrier(self) -> None:
         import nvshmem.core as nvshmem
 
-        nvshmem.barrier_all(stream=_StreamRef(torch.cuda.current_stream()))
+        nvshmem.barrier_all(stream=StreamRef(torch.cuda.current_stream().cuda_stream))
 
     def publish(self) -> None:
         self._barrier()
