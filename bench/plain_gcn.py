@@ -1,0 +1,165 @@
+"""The baselines a user would write without mgg, on one device, from the same ``.npz`` file.
+
+``--impl torch``: plain torch GCN 2 x hidden with the first Linear before the aggregation (it
+commutes with the sum), aggregation = one torch sparse CSR SpMM by D^-1/2 (A + I) D^-1/2 built on
+the device. ``--impl pyg``: PyG's ``GCNConv`` (cached normalisation) when PyG is installed.
+
+Prints one JSON line (the last line of stdout) with ``load_s`` (read the file), ``build_s``
+(matrix/edge_index on the device), ``first_epoch_end_s`` (from process start), ``median_epoch_ms``,
+``peak_gpu_mb`` and ``status`` (``ok``, ``oom`` or ``missing``). Out-of-memory is a result, not
+an error. Used by bench/e2e.py; runnable alone:
+
+    python bench/plain_gcn.py --file reddit-like.npz --impl torch --epochs 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _load(path: str):
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        indptr, indices = z["indptr"].astype(np.int64), z["indices"].astype(np.int64)
+        x, y = z["x"].astype(np.float32), z["y"].astype(np.int64)
+        train = z["train_mask"] if "train_mask" in z.files else np.ones(len(y), dtype=bool)
+    return indptr, indices, x, y, train
+
+
+def _gcn_matrix(indptr, indices, device):
+    """D^-1/2 (A + I) D^-1/2 as torch sparse CSR float32 [N, N] on `device` (row = target)."""
+    import torch
+
+    n = len(indptr) - 1
+    ptr = torch.from_numpy(indptr).to(device)
+    col = torch.from_numpy(indices).to(device)
+    deg = (ptr[1:] - ptr[:-1]).to(torch.float32) + 1.0
+    dinv = deg.rsqrt()
+    row = torch.repeat_interleave(torch.arange(n, device=device), ptr[1:] - ptr[:-1])
+    ar = torch.arange(n, device=device)
+    rows, cols = torch.cat([row, ar]), torch.cat([col, ar])
+    vals = dinv[rows] * dinv[cols]
+    a = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n)).coalesce()
+    return a.to_sparse_csr()
+
+
+def run_torch(args) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    t0 = time.perf_counter()
+    indptr, indices, x_np, y_np, train_np = _load(args.file)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    A = _gcn_matrix(indptr, indices, dev)
+    x = torch.from_numpy(x_np).to(dev)
+    y = torch.from_numpy(y_np).to(dev)
+    train = torch.from_numpy(train_np).to(dev) & (y >= 0)
+    classes = int(y_np.max()) + 1
+    W1 = torch.nn.Linear(x.shape[1], args.hidden).to(dev)
+    W2 = torch.nn.Linear(args.hidden, classes).to(dev)
+    opt = torch.optim.Adam(list(W1.parameters()) + list(W2.parameters()), lr=0.01)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+    times, first_end = [], None
+    for _ in range(args.epochs):
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        h = torch.sparse.mm(A, W1(x))                       # linear first: aggregate `hidden` wide
+        h = F.dropout(F.relu(h), args.dropout, training=True)
+        out = torch.sparse.mm(A, W2(h))
+        loss = F.cross_entropy(out[train], y[train])
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if first_end is None:
+            first_end = process_age_s()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else 0.0
+    return {"load_s": load_s, "build_s": build_s, "first_epoch_end_s": first_end,
+            "median_epoch_ms": 1e3 * sorted(times)[len(times) // 2], "peak_gpu_mb": peak,
+            "final_loss": float(loss)}
+
+
+def run_pyg(args) -> dict:
+    import torch
+    import torch.nn.functional as F
+    try:
+        from torch_geometric.nn import GCNConv
+    except ImportError:
+        return {"status": "missing"}
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    t0 = time.perf_counter()
+    indptr, indices, x_np, y_np, train_np = _load(args.file)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ptr = torch.from_numpy(indptr).to(dev)
+    dst = torch.repeat_interleave(torch.arange(len(indptr) - 1, device=dev), ptr[1:] - ptr[:-1])
+    edge_index = torch.stack([torch.from_numpy(indices).to(dev), dst])
+    x = torch.from_numpy(x_np).to(dev)
+    y = torch.from_numpy(y_np).to(dev)
+    train = torch.from_numpy(train_np).to(dev) & (y >= 0)
+    classes = int(y_np.max()) + 1
+    c1 = GCNConv(x.shape[1], args.hidden, cached=True).to(dev)
+    c2 = GCNConv(args.hidden, classes, cached=True).to(dev)
+    opt = torch.optim.Adam(list(c1.parameters()) + list(c2.parameters()), lr=0.01)
+    build_s = time.perf_counter() - t0
+    times, first_end = [], None
+    for _ in range(args.epochs):
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        h = F.dropout(F.relu(c1(x, edge_index)), args.dropout, training=True)
+        out = c2(h, edge_index)
+        loss = F.cross_entropy(out[train], y[train])
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if first_end is None:
+            first_end = process_age_s()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else 0.0
+    return {"load_s": load_s, "build_s": build_s, "first_epoch_end_s": first_end,
+            "median_epoch_ms": 1e3 * sorted(times)[len(times) // 2], "peak_gpu_mb": peak,
+            "final_loss": float(loss)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--file", required=True, help="graph .npz with indptr, indices, x, y")
+    p.add_argument("--impl", choices=("torch", "pyg"), default="torch")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--dropout", type=float, default=0.5)
+    args = p.parse_args(argv)
+    try:
+        res = run_torch(args) if args.impl == "torch" else run_pyg(args)
+        res.setdefault("status", "ok")
+    except Exception as e:  # noqa: BLE001 - out-of-memory (torch.OutOfMemoryError or a RuntimeError) is a result
+        msg = str(e).split("\n")[0][:200]
+        res = {"status": "oom" if "out of memory" in msg.lower() else "error", "error": msg}
+    print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
