@@ -104,3 +104,74 @@ class SingleGpuGraph:
 
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
         return torch.sparse.mm(self._m[(kind, transposed)], x)
+
+
+def _device_csr(indptr: np.ndarray, indices: np.ndarray, vals: torch.Tensor | None, n: int, device,
+                self_weight: float | None = None) -> torch.Tensor:
+    """Torch sparse CSR [n, n] on `device` of the (row = target) CSR, optional +self_weight*I."""
+    ptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(device)
+    col = torch.from_numpy(np.asarray(indices, np.int64)).to(device)
+    row = torch.repeat_interleave(torch.arange(n, device=device), ptr[1:] - ptr[:-1])
+    v = torch.ones(len(col), device=device) if vals is None else vals
+    if self_weight is not None:
+        ar = torch.arange(n, device=device)
+        row, col = torch.cat([row, ar]), torch.cat([col, ar])
+        v = torch.cat([v, torch.full((n,), float(self_weight), device=device)])
+    return torch.sparse_coo_tensor(torch.stack([row, col]), v, (n, n)).coalesce().to_sparse_csr()
+
+
+class PlainTorchGCN(torch.nn.Module):
+    """GCN as a user writes it in plain torch: h = A_hat (h W) + b per layer, the Linear first
+    (it commutes with the aggregation, so every SpMM runs at the output width)."""
+
+    def __init__(self, dims: list[int]):
+        super().__init__()
+        self.lins = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, A):
+        for i, lin in enumerate(self.lins):
+            x = torch.sparse.mm(A, x @ lin.weight.t()) + lin.bias
+            if i < len(self.lins) - 1:
+                x = x.relu()
+        return x
+
+
+class PlainTorchGIN(torch.nn.Module):
+    """GIN (Linear-ReLU-Linear MLP, trainable eps) in plain torch with the MLP's first Linear
+    before the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1."""
+
+    def __init__(self, dims: list[int], hidden: int):
+        super().__init__()
+        self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, hidden) for a in dims[:-1])
+        self.l2 = torch.nn.ModuleList(torch.nn.Linear(hidden, b) for b in dims[1:])
+        self.eps = torch.nn.Parameter(torch.zeros(len(self.l1)))
+
+    def forward(self, x, A):
+        for i, (l1, l2) in enumerate(zip(self.l1, self.l2)):
+            z = x @ l1.weight.t()
+            z = torch.sparse.mm(A, z) + (1 + self.eps[i]) * z + l1.bias
+            x = l2(z.relu())
+            if i < len(self.l1) - 1:
+                x = x.relu()
+        return x
+
+
+def plain_torch_model(graph, mname: str, hidden: int, layers: int, device):
+    """(model, A): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin') and its
+    aggregation matrix (D^-1/2 (A + I) D^-1/2 for GCN, the plain adjacency for GIN's sum)."""
+    n = graph.num_nodes
+    classes = int(graph.y.max()) + 1
+    dims = [graph.x.shape[1]] + [hidden] * (layers - 1) + [classes]
+    if mname == "gcn":
+        deg = torch.from_numpy(np.diff(graph.indptr).astype(np.float32) + 1).to(device)
+        dinv = deg.rsqrt()
+        ptr = torch.from_numpy(np.asarray(graph.indptr, np.int64)).to(device)
+        col = torch.from_numpy(np.asarray(graph.indices, np.int64)).to(device)
+        row = torch.repeat_interleave(torch.arange(n, device=device), ptr[1:] - ptr[:-1])
+        A = _device_csr(graph.indptr, graph.indices, dinv[row] * dinv[col], n, device)
+        A = (A.to_sparse_coo() + torch.sparse_coo_tensor(
+            torch.arange(n, device=device).repeat(2, 1), dinv * dinv, (n, n))).coalesce().to_sparse_csr()
+        return PlainTorchGCN(dims).to(device), A
+    if mname == "gin":
+        return PlainTorchGIN(dims, hidden).to(device), _device_csr(graph.indptr, graph.indices, None, n, device)
+    raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin)")
