@@ -19,6 +19,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.baselines import SparseOperator  # noqa: E402
+
 
 def process_age_s() -> float:
     """Seconds since this process started (Linux /proc; 0.0 elsewhere)."""
@@ -43,7 +46,8 @@ def _load(path: str):
 
 
 def _gcn_matrix(indptr, indices, device):
-    """D^-1/2 (A + I) D^-1/2 as torch sparse CSR float32 [N, N] on `device` (row = target)."""
+    """D^-1/2 (A + I) D^-1/2 as torch sparse CSR float32 [N, N] on `device` (row = target), with
+    its transpose kept for the backward (bench.baselines.SparseOperator)."""
     import torch
 
     n = len(indptr) - 1
@@ -56,7 +60,7 @@ def _gcn_matrix(indptr, indices, device):
     rows, cols = torch.cat([row, ar]), torch.cat([col, ar])
     vals = dinv[rows] * dinv[cols]
     a = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n)).coalesce()
-    return a.to_sparse_csr()
+    return SparseOperator(a.to_sparse_csr())
 
 
 def run_torch(args) -> dict:
@@ -83,9 +87,9 @@ def run_torch(args) -> dict:
     for _ in range(args.epochs):
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        h = torch.sparse.mm(A, W1(x))                       # linear first: aggregate `hidden` wide
+        h = A @ W1(x)                                       # linear first: aggregate `hidden` wide
         h = F.dropout(F.relu(h), args.dropout, training=True)
-        out = torch.sparse.mm(A, W2(h))
+        out = A @ W2(h)
         loss = F.cross_entropy(out[train], y[train])
         loss.backward()
         opt.step()
