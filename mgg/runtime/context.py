@@ -22,6 +22,7 @@ import torch
 from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
+from .transpose import transposed_rows
 from .store import SymmetricArray, SymmetricStore, make_store
 from .tuning.plancache import PlanCache
 from .weights import check_kind, diag_weights, pair_weights
@@ -128,18 +129,14 @@ class DistGraph:
         rows = self.lo + np.repeat(np.arange(self.hi - self.lo, dtype=np.int64), np.diff(rip))
         return _RankRows(rip, indices[a:b], rows)
 
-    def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
-        """Rows of W^T owned here: every edge j -> i whose source j lies in [lo, hi)."""
-        n = self.hi - self.lo
-        sel = np.flatnonzero((indices >= self.lo) & (indices < self.hi))
-        src = indices[sel]
-        # the target of CSR entry k is the row containing k
-        tgt = np.searchsorted(indptr, sel, side="right") - 1
-        order = np.argsort(src, kind="stable")
-        src, tgt = src[order], tgt[order]
-        ip = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(src - self.lo, minlength=n), out=ip[1:])
-        return _RankRows(ip, tgt.astype(np.int64), src)
+    def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray,
+                         device: str | torch.device | None = None) -> _RankRows:
+        """Rows of W^T owned here: every edge j -> i whose source j lies in [lo, hi), sorted by
+        source then CSR position (a counting sort on the CPU, a radix sort on `device` "cuda")."""
+        if device is None:
+            device = getattr(self, "plan_device", None)
+        ip, tgt, src = transposed_rows(indptr, indices, self.lo, self.hi, device=device)
+        return _RankRows(ip, tgt, src)
 
     # -- plans and executors -------------------------------------------------------------------
     @property

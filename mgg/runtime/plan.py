@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 import zipfile
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..atomic import atomic_write
 from .partition import owner_of
@@ -239,7 +241,8 @@ class AggregationPlan:
 
 def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.ndarray,
                self_weight: np.ndarray | None, bounds: np.ndarray, rank: int,
-               params: PlanParams = PlanParams(), node_of_pe: np.ndarray | None = None) -> AggregationPlan:
+               params: PlanParams = PlanParams(), node_of_pe: np.ndarray | None = None,
+               *, device: str | torch.device | None = None) -> AggregationPlan:
     """Build rank `rank`'s plan from its rows of the weighted global CSR.
 
     Args:
@@ -264,34 +267,13 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
         raise ValueError(f"build_plan: rank {rank} rows disagree: {len(row_indptr) - 1} rows for range "
                          f"[{lo}, {hi}), {len(row_indices)} indices, {len(row_weight)} weights")
     rows_per_pe = max(1, int(np.diff(bounds).max()))
-    target = np.repeat(np.arange(n, dtype=np.int64), np.diff(row_indptr))
-    is_local = (row_indices >= lo) & (row_indices < hi)
-
     node_of_pe = (np.zeros(world, np.int32) if node_of_pe is None
                   else np.asarray(node_of_pe, dtype=np.int32))
     if node_of_pe.shape != (world,):
         raise ValueError(f"build_plan: node_of_pe has shape {node_of_pe.shape}, expected ({world},)")
-    # stable split keeps CSR order inside each row; remote: same-node entries before other-node
-    l_idx = np.flatnonzero(is_local)
-    r_idx = np.flatnonzero(~is_local)
-    r_inter = node_of_pe[owner_of(row_indices[r_idx], bounds)] != node_of_pe[rank]
-    r_idx = r_idx[np.lexsort((r_inter, target[r_idx]))]
-    local_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(target[l_idx], minlength=n), out=local_indptr[1:])
-    remote_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(target[r_idx], minlength=n), out=remote_indptr[1:])
-
-    remote_src = row_indices[r_idx]
-    remote_pe = owner_of(remote_src, bounds)
-    remote_row = remote_src - bounds[remote_pe]
-    same_node = node_of_pe[remote_pe] == node_of_pe[rank]
-    remote_split = remote_indptr[:-1] + np.bincount(target[r_idx][same_node], minlength=n)
-
-    # halo: unique remote sources; global ids sort by (PE, row) because ranges are contiguous
-    halo_ids, remote_slot = np.unique(remote_src, return_inverse=True)
-    halo_pe = owner_of(halo_ids, bounds)
-    halo_ptr = np.zeros(world + 1, dtype=np.int64)
-    np.cumsum(np.bincount(halo_pe, minlength=world), out=halo_ptr[1:])
+    split = _split_rows(row_indptr, row_indices, row_weight, bounds, rank, node_of_pe, device)
+    (local_indptr, local_indices, local_weight, remote_indptr, remote_pe, remote_row, remote_weight,
+     remote_split, halo_ptr, halo_row, remote_slot) = split
 
     lp = cut_partitions(local_indptr, params.ps)
     rp, rp_inter = cut_remote(remote_indptr, remote_split, params.ps, params.inter_ps)
@@ -299,12 +281,90 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
     return AggregationPlan(
         rank=rank, world_size=world, lo=lo, hi=hi, rows_per_pe=rows_per_pe,
         ps=params.ps, dist=params.dist, wpb=params.wpb,
-        local_indptr=local_indptr, local_indices=row_indices[l_idx] - lo,
-        local_weight=row_weight[l_idx], remote_indptr=remote_indptr,
-        remote_pe=remote_pe.astype(np.int32), remote_row=remote_row.astype(np.int64),
-        remote_weight=row_weight[r_idx], self_weight=sw,
+        local_indptr=local_indptr, local_indices=local_indices,
+        local_weight=local_weight, remote_indptr=remote_indptr,
+        remote_pe=remote_pe, remote_row=remote_row,
+        remote_weight=remote_weight, self_weight=sw,
         local_parts=lp, remote_parts=rp, warps=warp_worklist(len(lp), len(rp), params.dist),
-        halo_ptr=halo_ptr, halo_row=(halo_ids - bounds[halo_pe]).astype(np.int64),
-        remote_slot=remote_slot.astype(np.int64).reshape(-1), remote_split=remote_split,
+        halo_ptr=halo_ptr, halo_row=halo_row,
+        remote_slot=remote_slot, remote_split=remote_split,
         remote_part_inter=rp_inter, node_of_pe=node_of_pe, ps_inter=params.inter_ps,
         has_self=self_weight is not None)
+
+
+def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """int64 [len(x) + 1]: out[0] = 0, out[k + 1] = x[0] + ... + x[k]."""
+    out = torch.zeros(x.numel() + 1, dtype=torch.int64, device=x.device)
+    if x.numel():
+        torch.cumsum(x, 0, out=out[1:])
+    return out
+
+
+def _tensor(a: np.ndarray, dev: torch.device) -> torch.Tensor:
+    """A tensor on `dev` sharing memory with `a` on the CPU (read-only arrays, e.g. memory maps,
+    are shared too: the split never writes its inputs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array": we only read it
+        return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+
+
+def _split_rows(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.ndarray,
+                bounds: np.ndarray, rank: int, node_of_pe: np.ndarray,
+                device: str | torch.device | None) -> tuple[np.ndarray, ...]:
+    """The local/remote split of a rank's rows, the node-aware order of its remote entries and the
+    halo, with scans and scatters only (no sort): O(E + n + span of the remote ids) on `device`.
+
+    Returns numpy arrays (local_indptr, local_indices, local_weight, remote_indptr, remote_pe int32,
+    remote_row, remote_weight, remote_split, halo_ptr, halo_row, remote_slot); see AggregationPlan.
+    """
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    world = len(bounds) - 1
+    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+    n = hi - lo
+    ip, idx, w, b_t = (_tensor(a, dev) for a in (row_indptr, row_indices, row_weight, bounds))
+    is_local = (idx >= lo) & (idx < hi)
+    # per-row counts from a scan of the mask: entries of row t are [ip[t], ip[t+1])
+    cl = _exclusive_cumsum(is_local)[ip]
+    local_indptr = cl - cl[0]
+    remote_indptr = (ip - ip[0]) - local_indptr
+    local_indices = idx[is_local] - lo
+    local_weight = w[is_local]
+    is_remote = ~is_local
+    r_src = idx[is_remote]
+    r_w = w[is_remote]
+    er = r_src.numel()
+    r_pe = torch.searchsorted(b_t, r_src, right=True) - 1
+    nop = _tensor(node_of_pe.astype(np.int64), dev)
+    same = nop[r_pe] == int(node_of_pe[rank]) if er else torch.zeros(0, dtype=torch.bool, device=dev)
+    cs = _exclusive_cumsum(same)  # same-node entries before each remote entry
+    same_per_row = cs[remote_indptr[1:]] - cs[remote_indptr[:-1]]
+    remote_split = remote_indptr[:-1] + same_per_row
+    if er and not bool(same.all()):
+        # stable partition inside every row: same-node entries first, then other-node ones
+        row = torch.repeat_interleave(torch.arange(n, device=dev), remote_indptr[1:] - remote_indptr[:-1],
+                                      output_size=er)
+        k = torch.arange(er, device=dev)
+        before_same = cs[:-1] - cs[remote_indptr[row]]
+        before_inter = (k - remote_indptr[row]) - before_same
+        pos = torch.where(same, remote_indptr[row] + before_same, remote_split[row] + before_inter)
+        order = torch.empty_like(pos)
+        order[pos] = k
+        r_src, r_w, r_pe = r_src[order], r_w[order], r_pe[order]
+    remote_row = r_src - b_t[r_pe]
+    # halo: the distinct remote ids in increasing order (= by (PE, row)) and each entry's slot,
+    # from a presence map over the span of the remote ids
+    if er:
+        base = int(r_src.min())
+        present = torch.zeros(int(r_src.max()) - base + 1, dtype=torch.bool, device=dev)
+        present[r_src - base] = True
+        slot_of = torch.cumsum(present, 0) - 1
+        halo_ids = torch.nonzero(present).reshape(-1) + base
+        remote_slot = slot_of[r_src - base]
+    else:
+        halo_ids = remote_slot = torch.zeros(0, dtype=torch.int64, device=dev)
+    halo_pe = torch.searchsorted(b_t, halo_ids, right=True) - 1
+    halo_ptr = _exclusive_cumsum(torch.bincount(halo_pe, minlength=world))
+    halo_row = halo_ids - b_t[halo_pe]
+    out = (local_indptr, local_indices, local_weight, remote_indptr, r_pe.to(torch.int32), remote_row,
+           r_w, remote_split, halo_ptr, halo_row, remote_slot)
+    return tuple(t.cpu().numpy() for t in out)
