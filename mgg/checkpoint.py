@@ -229,13 +229,13 @@ def capture_state(epoch: int, model, optimizer, dropout_gen, *, history: list, l
 
     `reason` records why it was written ("periodic", "end", or the signal name, e.g. "SIGTERM").
     """
-    from . import __version__
+    from .version import version
 
     return {"epoch": int(epoch), "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
             "optimizer": optimizer.state_dict(), "rng": _capture_rng(dropout_gen),
             "history": [dict(r) for r in history], "last_eval": dict(last_eval),
             "tuner": dict(tuner), "config": dict(config), "fingerprint": str(fingerprint),
-            "world_size": int(world_size), "mgg_version": __version__, "reason": str(reason)}
+            "world_size": int(world_size), "mgg_version": version(), "reason": str(reason)}
 
 
 def restore_state(state: dict, model, optimizer, dropout_gen, path: str = "?") -> None:

@@ -126,9 +126,9 @@ def local_facts(comm) -> dict:
     """Facts about this rank (no collectives; never raises)."""
     facts: dict[str, Any] = {"rank": comm.rank, "host": socket.gethostname(), "pid": os.getpid(),
                              "python": platform.python_version(), "problems": []}
-    from . import __version__
+    from .version import version
 
-    facts["mgg"] = __version__
+    facts["mgg"] = version()
     facts["env"] = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
     try:
         import torch
