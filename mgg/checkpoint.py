@@ -88,8 +88,8 @@ def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
         if os.path.exists(last):
             os.replace(last, prev)
 
-    # 0644: mkstemp's 0600 would hide checkpoints from a job's other users
-    atomic_write(last, lambda f: f.write(data), mode=0o644, before_replace=keep_previous)
+    # the mode follows the umask (mgg/atomic.py), as every other file mgg writes
+    atomic_write(last, lambda f: f.write(data), before_replace=keep_previous)
     return last
 
 
