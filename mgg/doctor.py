@@ -302,8 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     from .runtime import abort_on_error, world
+    from .runtime.comm import mpi_env_defaults
+
+    mpi_env_defaults()  # before the mpi4py import below
 
     mpi_error = None
     try:
