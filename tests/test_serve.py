@@ -336,3 +336,14 @@ def test_serve_and_dlrm_print_no_spurious_mpi_error(tables):
                        capture_output=True, text=True, env=env(osc=False), cwd=ROOT, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "step" in r.stdout and "Error" not in r.stdout + r.stderr, r.stderr
+
+
+def test_junk_npy_table_is_named_as_such(tmp_path):
+    """A .npy path that holds no NumPy data is reported as that, not as a safetensors header
+    problem (issue 17 item 10)."""
+    (tmp_path / "junk.npy").write_bytes(b"this is not a table, just some text\n" * 4)
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "junk.npy"}]))
+    r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
+                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "is not a .npy file" in r.stderr, r.stderr
+    assert "safetensors" not in r.stderr and "Traceback" not in r.stderr
