@@ -27,6 +27,7 @@ import json
 import os
 import random
 import signal
+import sys
 import threading
 from typing import Any, Callable
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from .atomic import atomic_write
 
-__all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC",
+__all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC", "read_newest",
            "STRICT_CONFIG_KEYS", "encode", "write_checkpoint", "read_checkpoint", "find_checkpoint",
            "resolve_resume", "check_compatible", "graph_fingerprint", "capture_state",
            "restore_state", "load_for_resume"]
@@ -248,19 +249,47 @@ def restore_state(state: dict, model, optimizer, dropout_gen, path: str = "?") -
     _restore_rng(state["rng"], dropout_gen)
 
 
+def read_newest(path: str, fallback: bool) -> tuple[str, dict, str]:
+    """Read `path`; when it is a damaged DIR/checkpoint.mgg and DIR/checkpoint.prev.mgg exists,
+    use that instead (`fallback`, with a warning) or name it in the error (not `fallback`: the
+    user named the file). Returns (path read, state, warning or "")."""
+    try:
+        return path, read_checkpoint(path), ""
+    except CheckpointError as e:
+        prev = os.path.join(os.path.dirname(os.path.abspath(path)), PREV)
+        if os.path.basename(path) != LAST or not os.path.isfile(prev):
+            raise
+        if not fallback:
+            raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is still there "
+                                          f"(--resume {prev} continues from it)") from e
+        try:
+            state = read_checkpoint(prev)
+        except CheckpointError as e2:
+            raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is unusable "
+                                          f"too: {e2.problem}") from e2
+        return prev, state, (f"warning: checkpoint {e.path} is unusable ({e.problem}); resuming from "
+                             f"the previous checkpoint {prev} (epoch {state['epoch']}) instead")
+
+
 def load_for_resume(spec: str | None, checkpoint_dir: str | None, comm, *, fingerprint: str,
                     config: dict) -> tuple[str, dict] | None:
     """Rank 0 resolves, reads and checks the checkpoint, then broadcasts it. Collective.
 
     Returns (path, state), or None when there is nothing to resume from. Raises the same
-    CheckpointError on every rank when the checkpoint is unusable.
+    CheckpointError on every rank when the checkpoint is unusable. With `--resume auto` (or a
+    folder) a damaged newest checkpoint falls back to checkpoint.prev.mgg, with a warning on
+    rank 0's stderr.
     """
     out: tuple = (None, None, None)
     if comm.rank == 0:
         try:
             path = resolve_resume(spec, checkpoint_dir)
             if path is not None:
-                state = read_checkpoint(path)
+                fallback = spec == "auto" or os.path.isdir(str(spec))
+                path, state, warning = read_newest(path, fallback)
+                if warning:
+                    sys.stderr.write(f"mgg: {warning}\n")
+                    sys.stderr.flush()
                 check_compatible(state, path, fingerprint=fingerprint, world_size=comm.size,
                                  config=config)
                 out = (None, path, state)
