@@ -20,15 +20,24 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 np=1
 oversubscribe=0
+help=0
 args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -np|-n|--np) np="${2:?missing value for $1}"; shift 2 ;;
     --oversubscribe) oversubscribe=1; shift ;;
+    -h|--help) help=1; shift ;;
     --) shift; args+=("$@"); break ;;
     *) args+=("$1"); shift ;;
   esac
 done
+if [[ $help == 1 ]]; then
+  # this wrapper's usage (the comment block at the top of this file), then mgg.train's flags
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "mgg.train flags (passed through to every rank):"
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python}" -m mgg.train --help
+fi
 if ! [[ "$np" =~ ^[1-9][0-9]*$ ]]; then
   echo "launch/mpirun.sh: -np must be a positive integer, got '$np'" >&2
   exit 2
