@@ -336,9 +336,14 @@ class StopSignal:
     The training loop sums the flag over ranks at the end of every epoch, so one signalled rank
     stops all of them at the same epoch; a second signal ends the process at once (the
     previous handler runs). Outside the main thread it installs nothing.
+
+    With MGG_SIGUSR2_IS_SIGTERM=1 (set by launch/mpirun.sh) SIGUSR2 counts as SIGTERM: the wrapper
+    turns a SIGTERM it gets into a SIGUSR2 for mpirun, because Open MPI's mpirun kills the ranks
+    when it gets SIGTERM itself but passes SIGUSR2 on.
     """
 
     SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGUSR2_ENV = "MGG_SIGUSR2_IS_SIGTERM"
 
     def __init__(self) -> None:
         self.requested = 0
@@ -349,11 +354,13 @@ class StopSignal:
             self._restore()
             os.kill(os.getpid(), signum)
             return
-        self.requested = signum
+        usr2 = getattr(signal, "SIGUSR2", None)
+        self.requested = signal.SIGTERM if usr2 is not None and signum == usr2 else signum
 
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
+            names = self.SIGNALS + (("SIGUSR2",) if os.environ.get(self.SIGUSR2_ENV) == "1" else ())
+            for name in names:
                 sig = getattr(signal, name, None)
                 if sig is not None:
                     self._previous[sig] = signal.signal(sig, self._handler)

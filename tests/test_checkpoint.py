@@ -225,6 +225,19 @@ def test_stop_signal_sets_flag_and_restores_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monkeypatch):
+    """launch/mpirun.sh forwards a SIGTERM as SIGUSR2 (mpirun would kill on SIGTERM) and sets
+    MGG_SIGUSR2_IS_SIGTERM=1; without that variable SIGUSR2 keeps its default meaning."""
+    monkeypatch.setenv("MGG_SIGUSR2_IS_SIGTERM", "1")
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGUSR2)
+        assert stop.requested == signal.SIGTERM and stop.name == "SIGTERM"
+    monkeypatch.delenv("MGG_SIGUSR2_IS_SIGTERM")
+    before = signal.getsignal(signal.SIGUSR2)
+    with StopSignal():
+        assert signal.getsignal(signal.SIGUSR2) == before
+
+
 # -- the CLI ---------------------------------------------------------------------------------------
 def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     ck = tmp_path / "ck"
