@@ -108,6 +108,7 @@ def test_mpirun_wrapper_help_shows_its_own_usage_first(flag):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     usage = out.index("launch/mpirun.sh [-np N]")
-    assert usage < out.index("MGG_MPIRUN_ARGS") < out.index("usage: mgg.train") < out.index("--checkpoint-dir")
+    train_usage = out.index("usage: mgg.train")
+    assert usage < out.index("MGG_MPIRUN_ARGS") < train_usage < out.index("--checkpoint-dir", train_usage)
     assert "#" not in out[:out.index("usage: mgg.train")]  # the comment block, shown as text
     assert "set -euo" not in out
