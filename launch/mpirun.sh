@@ -15,20 +15,33 @@
 # Environment: MPIRUN (mpirun binary), PYTHON (interpreter), MGG_MPIRUN_ARGS (extra mpirun args);
 # NVSHMEM_BOOTSTRAP, NVSHMEM_SYMMETRIC_SIZE, NVSHMEM_REMOTE_TRANSPORT, MGG_RANKS_PER_NODE and
 # MGG_FAULT_INJECT reach every rank when set. Inside a Slurm allocation use launch/srun.sh.
+# Signals: SIGTERM or SIGINT sent to this script stops every rank after the current epoch (with a
+# checkpoint when --checkpoint-dir is set) and the job exits 143. Open MPI's mpirun itself would
+# kill the ranks on SIGTERM (exit 1, rank output cut), so the script forwards it as SIGUSR2, which
+# mpirun passes on and the ranks read as SIGTERM (MGG_SIGUSR2_IS_SIGTERM=1). SIGUSR1 is forwarded.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 np=1
 oversubscribe=0
+help=0
 args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -np|-n|--np) np="${2:?missing value for $1}"; shift 2 ;;
     --oversubscribe) oversubscribe=1; shift ;;
+    -h|--help) help=1; shift ;;
     --) shift; args+=("$@"); break ;;
     *) args+=("$1"); shift ;;
   esac
 done
+if [[ $help == 1 ]]; then
+  # this wrapper's usage (the comment block at the top of this file), then mgg.train's flags
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "mgg.train flags (passed through to every rank):"
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python}" -m mgg.train --help
+fi
 if ! [[ "$np" =~ ^[1-9][0-9]*$ ]]; then
   echo "launch/mpirun.sh: -np must be a positive integer, got '$np'" >&2
   exit 2
@@ -78,5 +91,23 @@ if [[ -n "${MGG_MPIRUN_ARGS:-}" ]]; then
   read -r -a extra <<<"$MGG_MPIRUN_ARGS"
 fi
 
-exec "${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
-  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"}
+export MGG_SIGUSR2_IS_SIGTERM=1
+mpi_args+=(-x MGG_SIGUSR2_IS_SIGTERM)
+
+"${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
+  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} &
+child=$!
+stop_ranks() {
+  echo "launch/mpirun.sh: $1 received: every rank stops after its current epoch" >&2
+  kill -USR2 "$child" 2>/dev/null || true
+}
+trap 'stop_ranks SIGTERM' TERM
+trap 'stop_ranks SIGINT' INT
+trap 'kill -USR1 "$child" 2>/dev/null || true' USR1
+set +e
+while true; do
+  wait "$child"
+  rc=$?
+  kill -0 "$child" 2>/dev/null || break  # wait was only interrupted by a trapped signal
+done
+exit "$rc"

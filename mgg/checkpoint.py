@@ -27,6 +27,7 @@ import json
 import os
 import random
 import signal
+import sys
 import threading
 from typing import Any, Callable
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from .atomic import atomic_write
 
-__all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC",
+__all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC", "read_newest",
            "STRICT_CONFIG_KEYS", "encode", "write_checkpoint", "read_checkpoint", "find_checkpoint",
            "resolve_resume", "check_compatible", "graph_fingerprint", "capture_state",
            "restore_state", "load_for_resume"]
@@ -88,8 +89,8 @@ def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
         if os.path.exists(last):
             os.replace(last, prev)
 
-    # 0644: mkstemp's 0600 would hide checkpoints from a job's other users
-    atomic_write(last, lambda f: f.write(data), mode=0o644, before_replace=keep_previous)
+    # the mode follows the umask (mgg/atomic.py), as every other file mgg writes
+    atomic_write(last, lambda f: f.write(data), before_replace=keep_previous)
     return last
 
 
@@ -229,13 +230,13 @@ def capture_state(epoch: int, model, optimizer, dropout_gen, *, history: list, l
 
     `reason` records why it was written ("periodic", "end", or the signal name, e.g. "SIGTERM").
     """
-    from . import __version__
+    from .version import version
 
     return {"epoch": int(epoch), "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
             "optimizer": optimizer.state_dict(), "rng": _capture_rng(dropout_gen),
             "history": [dict(r) for r in history], "last_eval": dict(last_eval),
             "tuner": dict(tuner), "config": dict(config), "fingerprint": str(fingerprint),
-            "world_size": int(world_size), "mgg_version": __version__, "reason": str(reason)}
+            "world_size": int(world_size), "mgg_version": version(), "reason": str(reason)}
 
 
 def restore_state(state: dict, model, optimizer, dropout_gen, path: str = "?") -> None:
@@ -248,19 +249,47 @@ def restore_state(state: dict, model, optimizer, dropout_gen, path: str = "?") -
     _restore_rng(state["rng"], dropout_gen)
 
 
+def read_newest(path: str, fallback: bool) -> tuple[str, dict, str]:
+    """Read `path`; when it is a damaged DIR/checkpoint.mgg and DIR/checkpoint.prev.mgg exists,
+    use that instead (`fallback`, with a warning) or name it in the error (not `fallback`: the
+    user named the file). Returns (path read, state, warning or "")."""
+    try:
+        return path, read_checkpoint(path), ""
+    except CheckpointError as e:
+        prev = os.path.join(os.path.dirname(os.path.abspath(path)), PREV)
+        if os.path.basename(path) != LAST or not os.path.isfile(prev):
+            raise
+        if not fallback:
+            raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is still there "
+                                          f"(--resume {prev} continues from it)") from e
+        try:
+            state = read_checkpoint(prev)
+        except CheckpointError as e2:
+            raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is unusable "
+                                          f"too: {e2.problem}") from e2
+        return prev, state, (f"warning: checkpoint {e.path} is unusable ({e.problem}); resuming from "
+                             f"the previous checkpoint {prev} (epoch {state['epoch']}) instead")
+
+
 def load_for_resume(spec: str | None, checkpoint_dir: str | None, comm, *, fingerprint: str,
                     config: dict) -> tuple[str, dict] | None:
     """Rank 0 resolves, reads and checks the checkpoint, then broadcasts it. Collective.
 
     Returns (path, state), or None when there is nothing to resume from. Raises the same
-    CheckpointError on every rank when the checkpoint is unusable.
+    CheckpointError on every rank when the checkpoint is unusable. With `--resume auto` (or a
+    folder) a damaged newest checkpoint falls back to checkpoint.prev.mgg, with a warning on
+    rank 0's stderr.
     """
     out: tuple = (None, None, None)
     if comm.rank == 0:
         try:
             path = resolve_resume(spec, checkpoint_dir)
             if path is not None:
-                state = read_checkpoint(path)
+                fallback = spec == "auto" or os.path.isdir(str(spec))
+                path, state, warning = read_newest(path, fallback)
+                if warning:
+                    sys.stderr.write(f"mgg: {warning}\n")
+                    sys.stderr.flush()
                 check_compatible(state, path, fingerprint=fingerprint, world_size=comm.size,
                                  config=config)
                 out = (None, path, state)
@@ -307,9 +336,14 @@ class StopSignal:
     The training loop sums the flag over ranks at the end of every epoch, so one signalled rank
     stops all of them at the same epoch; a second signal ends the process at once (the
     previous handler runs). Outside the main thread it installs nothing.
+
+    With MGG_SIGUSR2_IS_SIGTERM=1 (set by launch/mpirun.sh) SIGUSR2 counts as SIGTERM: the wrapper
+    turns a SIGTERM it gets into a SIGUSR2 for mpirun, because Open MPI's mpirun kills the ranks
+    when it gets SIGTERM itself but passes SIGUSR2 on.
     """
 
     SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGUSR2_ENV = "MGG_SIGUSR2_IS_SIGTERM"
 
     def __init__(self) -> None:
         self.requested = 0
@@ -320,11 +354,13 @@ class StopSignal:
             self._restore()
             os.kill(os.getpid(), signum)
             return
-        self.requested = signum
+        usr2 = getattr(signal, "SIGUSR2", None)
+        self.requested = signal.SIGTERM if usr2 is not None and signum == usr2 else signum
 
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
+            names = self.SIGNALS + (("SIGUSR2",) if os.environ.get(self.SIGUSR2_ENV) == "1" else ())
+            for name in names:
                 sig = getattr(signal, name, None)
                 if sig is not None:
                     self._previous[sig] = signal.signal(sig, self._handler)

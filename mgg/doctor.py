@@ -126,9 +126,9 @@ def local_facts(comm) -> dict:
     """Facts about this rank (no collectives; never raises)."""
     facts: dict[str, Any] = {"rank": comm.rank, "host": socket.gethostname(), "pid": os.getpid(),
                              "python": platform.python_version(), "problems": []}
-    from . import __version__
+    from .version import version
 
-    facts["mgg"] = __version__
+    facts["mgg"] = version()
     facts["env"] = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
     try:
         import torch
@@ -302,8 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     from .runtime import abort_on_error, world
+    from .runtime.comm import mpi_env_defaults
+
+    mpi_env_defaults()  # before the mpi4py import below
 
     mpi_error = None
     try:

@@ -712,7 +712,7 @@ def _json_safe(v: Any) -> Any:
 
 def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> None:
     """Write the metrics JSON atomically (tmp file in the same directory + os.replace)."""
-    from . import __version__
+    from .version import version
 
     cfg = cfg.resolved()
     doc = {
@@ -731,7 +731,7 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         "tuner": res.tuning,
         "mode": res.mode,
         "config": asdict(cfg),
-        "version": __version__,
+        "version": version(),
     }
     if res.sampling:
         doc["sampling"] = res.sampling

@@ -225,6 +225,19 @@ def test_stop_signal_sets_flag_and_restores_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monkeypatch):
+    """launch/mpirun.sh forwards a SIGTERM as SIGUSR2 (mpirun would kill on SIGTERM) and sets
+    MGG_SIGUSR2_IS_SIGTERM=1; without that variable SIGUSR2 keeps its default meaning."""
+    monkeypatch.setenv("MGG_SIGUSR2_IS_SIGTERM", "1")
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGUSR2)
+        assert stop.requested == signal.SIGTERM and stop.name == "SIGTERM"
+    monkeypatch.delenv("MGG_SIGUSR2_IS_SIGTERM")
+    before = signal.getsignal(signal.SIGUSR2)
+    with StopSignal():
+        assert signal.getsignal(signal.SIGUSR2) == before
+
+
 # -- the CLI ---------------------------------------------------------------------------------------
 def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     ck = tmp_path / "ck"
@@ -252,6 +265,43 @@ def test_cli_resume_auto_starts_fresh_and_corrupt_file_is_refused(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith(f"error: cannot resume: checkpoint {ck / LAST}: truncated")
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_cli_resume_auto_falls_back_to_the_previous_checkpoint(tmp_path, karate):
+    """A damaged checkpoint.mgg: --resume auto continues from checkpoint.prev.mgg with a warning;
+    --resume naming the damaged file refuses and names the previous one (issue 17 item 10)."""
+    ck = tmp_path / "ck"
+    straight = train(TrainConfig(epochs=6, backend="cpu", progress=False), SOLO, karate)
+    r = train_cli("--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", str(ck))
+    assert r.returncode == 0, r.stderr
+    assert (read_checkpoint(ck / LAST)["epoch"], read_checkpoint(ck / PREV)["epoch"]) == (4, 2)
+    _damage(ck / LAST, "flip")
+    r = train_cli("--epochs", "6", "--checkpoint-dir", str(ck), "--resume", str(ck / LAST))
+    assert r.returncode == 2 and f"{ck / LAST}: corrupt" in r.stderr, r.stderr
+    assert f"--resume {ck / PREV}" in r.stderr and "Traceback" not in r.stderr
+    r = train_cli("--epochs", "6", "--checkpoint-dir", str(ck), "--resume", "auto", "--metrics-json",
+                  str(tmp_path / "m.json"))
+    assert r.returncode == 0, r.stderr
+    assert f"warning: checkpoint {ck / LAST} is unusable (corrupt" in r.stderr
+    assert f"resumed from {ck / PREV} after epoch 2" in r.stdout
+    lr = [e["loss"] for e in json.loads((tmp_path / "m.json").read_text())["epochs"]]
+    np.testing.assert_allclose(lr, losses(straight), rtol=0, atol=1e-6)
+
+
+def test_read_newest_with_both_checkpoints_damaged(tmp_path):
+    from mgg.checkpoint import read_newest
+
+    write_checkpoint(tmp_path, state(epoch=1))
+    write_checkpoint(tmp_path, state(epoch=2))
+    path, s, warning = read_newest(str(tmp_path / LAST), fallback=True)
+    assert (path, s["epoch"], warning) == (str(tmp_path / LAST), 2, "")
+    _damage(tmp_path / LAST, "truncate-payload")
+    path, s, warning = read_newest(str(tmp_path / LAST), fallback=True)
+    assert (path, s["epoch"]) == (str(tmp_path / PREV), 1) and "truncated" in warning
+    _damage(tmp_path / PREV, "empty")
+    with pytest.raises(CheckpointError, match="truncated.*previous checkpoint .* unusable too: .*bad magic"):
+        read_newest(str(tmp_path / LAST), fallback=True)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -97,3 +97,18 @@ def test_mpirun_two_ranks_metrics(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["world_size"] == 2 and doc["model"] == "sage" and len(doc["epochs"]) == 3
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_mpirun_wrapper_help_shows_its_own_usage_first(flag):
+    """`launch/mpirun.sh --help`: the wrapper's usage (its -np, defaults, environment), then
+    mgg.train's flags; nothing is launched (issue 17 item 10)."""
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", flag], cwd=ROOT, env=env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    usage = out.index("launch/mpirun.sh [-np N]")
+    train_usage = out.index("usage: mgg.train")
+    assert usage < out.index("MGG_MPIRUN_ARGS") < train_usage < out.index("--checkpoint-dir", train_usage)
+    assert "#" not in out[:out.index("usage: mgg.train")]  # the comment block, shown as text
+    assert "set -euo" not in out

@@ -132,3 +132,14 @@ def test_under_mpirun_two_simulated_nodes():
     r = doctor("--backend", "gpu", np_=2)
     if "GPUs: none" in r.stdout:
         assert r.returncode != 0 and "PROBLEM:" in r.stdout  # every rank exits 1
+
+
+@pytest.mark.slow
+def test_mpi_test_log_is_text(tmp_path):
+    """pytest --with-mpi prints pytest-mpi's MPI banner on every rank: no NUL bytes (issue 17 item 10)."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
+                        "tests/test_version.py::test_version_matches_pyproject"],
+                       cwd=ROOT, env=env(), capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stdout.decode(errors="replace")
+    assert b"MPI library version:" in r.stdout
+    assert b"\x00" not in r.stdout + r.stderr

@@ -196,3 +196,25 @@ def test_bad_config(comm):
             SparseSGD(e, lr=0)
         finally:
             e.free()
+
+
+def test_open_table_probes_the_format(tmp_path):
+    """open_table: .npy needs NumPy's header; safetensors is recognised by its bytes whatever the
+    suffix; anything else gets one clear line (issue 17 item 10)."""
+    from mgg.embedding.io import TableSpec, open_table, save_safetensors
+
+    W = np.arange(12, dtype=np.float32).reshape(4, 3)
+    save_safetensors(str(tmp_path / "w.bin"), {"weight": W})
+    np.testing.assert_array_equal(np.asarray(open_table(TableSpec("w", str(tmp_path / "w.bin")))), W)
+    np.save(tmp_path / "w.npy", W)
+    np.testing.assert_array_equal(np.asarray(open_table(TableSpec("w", str(tmp_path / "w.npy")))), W)
+    junk = b"junk junk junk junk junk junk\n" * 3
+    (tmp_path / "junk.npy").write_bytes(junk)
+    with pytest.raises(ValueError, match=r"junk\.npy is not a \.npy file"):
+        open_table(TableSpec("j", str(tmp_path / "junk.npy")))
+    (tmp_path / "junk.dat").write_bytes(junk)
+    with pytest.raises(ValueError, match="neither .npy nor safetensors"):
+        open_table(TableSpec("j", str(tmp_path / "junk.dat")))
+    (tmp_path / "junk.safetensors").write_bytes(junk)  # the suffix promises safetensors: its error
+    with pytest.raises(ValueError, match="bad safetensors header"):
+        open_table(TableSpec("j", str(tmp_path / "junk.safetensors")))

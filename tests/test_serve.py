@@ -21,28 +21,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
 
 
-def mpirun(np_: int) -> list[str]:
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx", "-x", "PYTHONPATH",
-           "-x", "OMP_NUM_THREADS", "-np", str(np_)]
+def mpirun(np_: int, osc: bool = True) -> list[str]:
+    """`osc=False`: no `--mca osc ^ucx` (the docs' plain `mpirun -np N` form)."""
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none"] + (["--mca", "osc", "^ucx"] if osc else []) + [
+           "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-np", str(np_)]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     return cmd
 
 
-def env():
+def env(osc: bool = True):
     e = dict(os.environ)
     e["PYTHONPATH"] = ROOT + (":" + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.setdefault("OMP_NUM_THREADS", "1")
     e["OMPI_MCA_osc"] = "^ucx"
+    if not osc:
+        del e["OMPI_MCA_osc"]
     e.pop("MGG_SERVE_TOKEN", None)
     return e
 
 
 class Service:
-    def __init__(self, tables_json, *extra, np_=2):
-        self.proc = subprocess.Popen(mpirun(np_) + [sys.executable, "-m", "mgg.serve", "--tables", str(tables_json),
-                                                    "--port", "0", *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+    def __init__(self, tables_json, *extra, np_=2, osc=True):
+        self.proc = subprocess.Popen(mpirun(np_, osc) + [sys.executable, "-m", "mgg.serve", "--tables",
+                                                         str(tables_json), "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(osc),
+                                     cwd=ROOT)
         deadline = time.time() + 60
         while True:
             line = self.proc.stdout.readline()
@@ -58,6 +62,16 @@ class Service:
     def raw(self, method, path, body=b"", headers=None):
         c = http.client.HTTPConnection(self.host, int(self.port), timeout=30)
         c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    def bodiless_post(self, path):
+        """POST with no body and no Content-Length header (what `curl -X POST URL` sends)."""
+        c = http.client.HTTPConnection(self.host, int(self.port), timeout=30)
+        c.putrequest("POST", path)
+        c.endheaders()
         r = c.getresponse()
         data = r.read()
         c.close()
@@ -282,3 +296,54 @@ def test_bad_tables_file_is_refused(tmp_path):
     r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
                                     "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
     assert r.returncode != 0 and "file not found" in r.stderr
+
+
+def test_bodiless_posts_on_control_endpoints(tables):
+    """`curl -X POST .../v1/shutdown` sends no Content-Length: control endpoints accept it, a lookup
+    still needs a body (411) (issue 17 item 6)."""
+    d, _ = tables
+    s = Service(d / "tables.json", "--snapshot-dir", str(d / "bodiless"))
+    try:
+        st, data = s.bodiless_post("/v1/lookup")
+        assert st == 411 and b"Content-Length" in data
+        st, data = s.bodiless_post("/v1/snapshot")
+        assert st == 200, data
+        assert os.path.exists(json.loads(data)["path"])
+        st, data = s.bodiless_post("/v1/shutdown")
+        assert st == 200 and json.loads(data)["status"] == "stopping"
+        assert s.wait(30) == 0
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+
+
+@pytest.mark.slow
+def test_serve_and_dlrm_print_no_spurious_mpi_error(tables):
+    """Plain `mpirun -np 2` (no --mca osc, no OMPI_MCA_osc): Open MPI 5's UCX one-sided component
+    must not print "Error: OSC UCX component ..." on every rank (issue 17 item 5)."""
+    d, _ = tables
+    s = Service(d / "tables.json", osc=False)
+    try:
+        assert s.bodiless_post("/v1/shutdown")[0] == 200
+        assert s.wait(30) == 0
+        out = s.proc.stdout.read() + s.proc.stderr.read()
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+    assert "Error" not in out, out
+    r = subprocess.run(mpirun(2, osc=False) + [sys.executable, "examples/dlrm.py", "--steps", "2",
+                                               "--max-rows", "2000", "--batch-size", "64"],
+                       capture_output=True, text=True, env=env(osc=False), cwd=ROOT, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "step" in r.stdout and "Error" not in r.stdout + r.stderr, r.stderr
+
+
+def test_junk_npy_table_is_named_as_such(tmp_path):
+    """A .npy path that holds no NumPy data is reported as that, not as a safetensors header
+    problem (issue 17 item 10)."""
+    (tmp_path / "junk.npy").write_bytes(b"this is not a table, just some text\n" * 4)
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "junk.npy"}]))
+    r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
+                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "is not a .npy file" in r.stderr, r.stderr
+    assert "safetensors" not in r.stderr and "Traceback" not in r.stderr

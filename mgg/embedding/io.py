@@ -115,13 +115,18 @@ def open_table(spec: TableSpec) -> np.ndarray:
     if not os.path.isfile(path):
         raise ValueError(f"table {spec.name!r}: file not found: {path}")
     with open(path, "rb") as f:
-        magic = f.read(6)
+        head = f.read(9)
+    magic = head[:6]
+    # a safetensors file starts with an 8-byte little-endian header length, then the JSON header
+    looks_safetensors = len(head) == 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= _MAX_HEADER
+    if magic != b"\x93NUMPY" and path.lower().endswith(".npy"):
+        raise ValueError(f"table {spec.name!r}: {path} is not a .npy file (no NumPy header; write it with numpy.save)")
     if magic == b"\x93NUMPY":
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
             raise ValueError(f"table {spec.name!r}: {path}: {e}") from None
-    elif path.endswith(".safetensors") or magic[:1] != b"\x93":
+    elif path.endswith(".safetensors") or looks_safetensors:
         header, data = read_safetensors_header(path)
         key = spec.key
         if key is None:
@@ -138,7 +143,7 @@ def open_table(spec: TableSpec) -> np.ndarray:
         if h["dtype"] == "BF16":
             arr = _Bf16View(arr)
     else:
-        raise ValueError(f"table {spec.name!r}: {path} is neither .npy nor safetensors")
+        raise ValueError(f"table {spec.name!r}: {path} is neither .npy nor safetensors (checked its first bytes)")
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ValueError(f"table {spec.name!r}: expected a 2-D table [rows, dim], got shape {tuple(arr.shape)}")
     if not isinstance(arr, _Bf16View) and arr.dtype.kind != "f":

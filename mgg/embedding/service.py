@@ -420,13 +420,18 @@ class _Handler(BaseHTTPRequestHandler):
         got = got[7:] if got.startswith("Bearer ") else self.headers.get("X-Auth-Token", "")
         return hmac.compare_digest(got.encode(), token.encode())
 
-    def _body(self) -> bytes:
+    def _body(self, bodiless_ok: bool = False) -> bytes:
+        """The request body (Content-Length bytes). Without Content-Length (and not chunked) an
+        HTTP/1.1 request has no body: `bodiless_ok` endpoints (snapshot, shutdown: `curl -X POST`)
+        get b"", the others answer 411."""
         limit = self.server.service.cfg.max_body_bytes
         n = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             self.close_connection = True
             raise BadRequest(411, "chunked bodies are not accepted; send Content-Length")
         if n is None:
+            if bodiless_ok:
+                return b""
             self.close_connection = True
             raise BadRequest(411, "Content-Length is required")
         try:
@@ -497,7 +502,7 @@ class _Handler(BaseHTTPRequestHandler):
                 res = svc.submit(_Job(OP_SNAPSHOT, arg=os.path.join(os.path.abspath(svc.cfg.snapshot_dir), name)))
                 self._json(200, res)
             elif url.path == "/v1/shutdown":
-                self._body()
+                self._body(bodiless_ok=True)
                 if not svc.cfg.token and not is_loopback(self.client_address[0]):
                     raise BadRequest(403, "shutdown without a token is only allowed from loopback")
                 self.close_connection = True
@@ -514,7 +519,7 @@ class _Handler(BaseHTTPRequestHandler):
             svc.metrics.record(endpoint, status, time.perf_counter() - t0 if timed else None)
 
     def _json_body(self, allow_empty: bool = False) -> dict:
-        body = self._body()
+        body = self._body(bodiless_ok=allow_empty)
         if not body and allow_empty:
             return {}
         try:

@@ -19,14 +19,26 @@ import numpy as np
 
 from .watchdog import Watchdog
 
-__all__ = ["Communicator", "world", "abort_on_error", "RankError"]
+__all__ = ["Communicator", "world", "abort_on_error", "RankError", "mpi_env_defaults"]
 
 
 class RankError(RuntimeError):
     """Raised on every rank when some rank reported a failure through `Communicator.check`."""
 
 
+def mpi_env_defaults() -> None:
+    """Environment defaults every mgg entry point sets before MPI starts (before the first
+    `import mpi4py.MPI`, which calls MPI_Init); a value the user or the launcher set wins.
+
+    OMPI_MCA_osc=^ucx: on hosts without UCX transports Open MPI 5's UCX one-sided component
+    prints "Error: OSC UCX component priority set inside component query failed" on every rank
+    and falls back; the RDMA/shared-memory components serve mgg's MPI windows. Other MPIs
+    ignore the variable."""
+    os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+
+
 def _mpi():
+    mpi_env_defaults()
     from mpi4py import MPI  # imported lazily: the data layer and tests need no MPI
 
     return MPI

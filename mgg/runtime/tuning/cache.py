@@ -47,7 +47,7 @@ VERSION = 1
 def kernel_version() -> str:
     """mgg's version plus a digest of the CUDA sources in mgg/kernels: a kernel change
     invalidates the cache entries tuned for the old kernels."""
-    from ... import __version__
+    from ...version import version
 
     h = hashlib.blake2b(digest_size=6)
     kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -56,7 +56,7 @@ def kernel_version() -> str:
         h.update(os.path.basename(p).encode())
         with open(p, "rb") as fh:
             h.update(fh.read())
-    return f"{__version__}+{h.hexdigest()}"
+    return f"{version()}+{h.hexdigest()}"
 
 
 @dataclass(frozen=True)
