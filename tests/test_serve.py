@@ -5,7 +5,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,25 +16,14 @@ import pytest
 from mgg.embedding.client import EmbeddingClient, ServiceError
 from mgg.embedding.io import save_safetensors
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
+
+pytestmark = [needs_mpirun, pytest.mark.slow]  # every test here talks to an `mpirun ... mgg.serve`
 
 
 def mpirun(np_: int) -> list[str]:
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx", "-x", "PYTHONPATH",
-           "-x", "OMP_NUM_THREADS", "-np", str(np_)]
-    if os.geteuid() == 0:
-        cmd.insert(1, "--allow-run-as-root")
-    return cmd
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + (":" + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.setdefault("OMP_NUM_THREADS", "1")
-    e["OMPI_MCA_osc"] = "^ucx"
-    e.pop("MGG_SERVE_TOKEN", None)
-    return e
+    return [*MPIRUN, "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-np", str(np_)]
 
 
 class Service:
