@@ -76,7 +76,7 @@ class NcclHaloGraph:
 
 def csr_matrix_of(graph, kind: str, device) -> torch.Tensor:
     """The whole-graph N x N aggregation matrix (weights + self term) as torch sparse CSR."""
-    from mgg.kernels.reference import aggregation_matrix
+    from mgg.testing.reference import aggregation_matrix
 
     m = aggregation_matrix(graph.indptr, graph.indices, kind).tocsr()
     return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),

@@ -1,7 +1,57 @@
-"""Test-session set-up shared by every test folder."""
+"""Shared test helpers and the suite's markers.
+
+Test modules import the helpers (`from tests.conftest import ROOT, subprocess_env`):
+
+- `ROOT`: the repository root (a `Path`).
+- `subprocess_env(**extra)`: the environment for a process a test launches.
+- `MPIRUN`: the `mpirun` prefix (oversubscribed, no binding, no UCX one-sided, root allowed when root).
+- `needs_mpirun`: skip marker for tests that launch `mpirun`.
+
+Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
+for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx"] + (
+    ["--allow-run-as-root"] if os.geteuid() == 0 else [])
+
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+
+MARKERS = (
+    "gpu: needs a CUDA GPU (skipped without one)",
+    "mpi: multi-rank test, run under mpirun with --with-mpi",
+    "slow: launches a process (python -m mgg..., mpirun) or trains for seconds; deselect with -m 'not slow'",
+)
 
 
-def pytest_configure(config):
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """os.environ with the repository first on PYTHONPATH, Open MPI's UCX one-sided component off,
+    no progress bars (CI=true), one OpenMP thread, and no test hooks inherited from the caller
+    (MGG_FAULT_INJECT, MGG_SERVE_TOKEN); `extra` is applied last."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
+    for hook in ("MGG_FAULT_INJECT", "MGG_SERVE_TOKEN"):
+        e.pop(hook, None)
+    e.update(extra)
+    return e
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    _nul_free_mpi_banner(config)
+
+
+def _nul_free_mpi_banner(config: pytest.Config) -> None:
     """Keep multi-rank test logs text: pytest-mpi's "MPI Information" summary (printed by every
     rank under --with-mpi) writes MPI_Get_library_version() verbatim, and Open MPI's string ends
     in a NUL byte, which makes `grep` call the whole log binary."""

@@ -9,7 +9,6 @@ import gzip
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,19 +25,10 @@ from mgg.data import Graph, GraphFormatError, load_dataset, load_edgelist, load_
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
+
 LIMIT_S = 60
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
-MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx"] + (
-    ["--allow-run-as-root"] if os.geteuid() == 0 else [])
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
-    e.pop("MGG_FAULT_INJECT", None)
-    return e
 
 
 def mpirun(np_, *args):
@@ -158,6 +148,7 @@ def check_rank_output(name, needle, stderr, ranks=2):
             assert needle in line, stderr
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_every_bad_input_fails_on_every_rank(tmp_path):
     """All entries in one `mpirun -np 2` job: each rank runs mgg.train.main(argv) per case (this
@@ -169,7 +160,7 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
         cases[name] = make_case(name, d)
     (tmp_path / "cases.json").write_text(json.dumps({k: v[0] for k, v in cases.items()}))
     t0 = time.monotonic()
-    r = subprocess.run(["mpirun", *MPIRUN_FLAGS, "-np", "2", sys.executable, __file__, str(tmp_path / "cases.json"),
+    r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, __file__, str(tmp_path / "cases.json"),
                         str(tmp_path / "out.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
                        timeout=LIMIT_S * 3, errors="replace")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -185,6 +176,7 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
                 assert err.startswith(f"error (rank {rank} of 2): "), (name, err)
 
 
+@pytest.mark.slow
 @needs_mpirun
 @pytest.mark.parametrize("name", ["truncated-npz", "unknown-option", "checkpoint-of-another-run"])
 def test_bad_input_ends_the_mpirun_job(tmp_path, name):
@@ -195,6 +187,7 @@ def test_bad_input_ends_the_mpirun_job(tmp_path, name):
     check_rank_output(name, needle, r.stderr)
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_more_ranks_than_nodes_trains(tmp_path):
     """Not an error: ranks without nodes take part in every collective with empty slices."""

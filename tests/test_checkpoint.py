@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,17 +16,10 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, train
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+from tests.conftest import subprocess_env as env
+
 SOLO = Communicator(comm=None)
-
-
-def env(**extra):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "1"))
-    e.pop("MGG_FAULT_INJECT", None)
-    e.update(extra)
-    return e
 
 
 def train_cli(*args, timeout=120, **extra):
@@ -166,6 +158,7 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,eval_every", [("gcn", 1), ("gin", 3), ("sage", 2)])
 def test_resume_equals_uninterrupted(tmp_path, karate, model, eval_every):
     base = TrainConfig(model=model, epochs=10, backend="cpu", progress=False, eval_every=eval_every)
@@ -239,6 +232,7 @@ def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monk
 
 
 # -- the CLI ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     ck = tmp_path / "ck"
     straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), SOLO, karate)
@@ -255,6 +249,7 @@ def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     np.testing.assert_allclose(lc, losses(straight), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cli_resume_auto_starts_fresh_and_corrupt_file_is_refused(tmp_path):
     ck = tmp_path / "ck"
     r = train_cli("--epochs", "2", "--checkpoint-dir", str(ck), "--resume", "auto")
@@ -304,6 +299,7 @@ def test_read_newest_with_both_checkpoints_damaged(tmp_path):
         read_newest(str(tmp_path / LAST), fallback=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [
     (["--resume", "auto"], "--resume auto needs --checkpoint-dir"),
     (["--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint-dir"),
@@ -317,6 +313,7 @@ def test_cli_flag_errors(args, needle):
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_bad_fault_hook_value():
     r = train_cli("--epochs", "1", MGG_FAULT_INJECT="one:two")
     assert r.returncode == 2 and "MGG_FAULT_INJECT='one:two'" in r.stderr

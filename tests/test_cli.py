@@ -1,24 +1,13 @@
 """The mgg.train command line, run as subprocesses (single process and under mpirun)."""
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e["OMPI_MCA_osc"] = "^ucx"
-    e["CI"] = "true"  # no progress bar
-    e.setdefault("OMP_NUM_THREADS", "1")
-    return e
+from tests.conftest import ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
 
 
 def train_cli(*args, timeout=120):
@@ -26,6 +15,7 @@ def train_cli(*args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_metrics_json(tmp_path):
     out = tmp_path / "sub" / "metrics.json"
     r = train_cli("--epochs", "3", "--backend", "cpu", "--metrics-json", str(out))
@@ -42,6 +32,7 @@ def test_metrics_json(tmp_path):
     assert not list(out.parent.glob(".*tmp*"))  # atomic write left no temp file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [
     (["--ps", "0"], "--ps"),
     (["--dist", "17"], "--dist"),
@@ -59,6 +50,7 @@ def test_bad_flag_values(args, needle):
     assert needle in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["/nonexistent.npz", "no-such-dataset"])
 def test_bad_dataset(dataset):
     r = train_cli("--dataset", dataset, "--epochs", "1", "--backend", "cpu")
@@ -67,6 +59,7 @@ def test_bad_dataset(dataset):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_file(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, indptr=np.array([0, 5]), indices=np.array([0]))  # indptr[-1] != len(indices)
@@ -75,9 +68,7 @@ def test_corrupt_file(tmp_path):
     assert "error:" in r.stderr and "Traceback" not in r.stderr
 
 
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
-
-
+@pytest.mark.slow
 @needs_mpirun
 def test_mpirun_bad_dataset_fails_fast_on_every_rank():
     r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--dataset",
@@ -88,6 +79,7 @@ def test_mpirun_bad_dataset_fails_fast_on_every_rank():
         assert f"error (rank {rank} of 2)" in r.stderr and "/nonexistent.npz" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_mpirun_two_ranks_metrics(tmp_path):
     out = tmp_path / "m.json"

@@ -1,27 +1,15 @@
 """`python -m mgg.doctor`: alone and under mpirun on the CPU box, plus the pure parts (topology
 parsing, problem analysis) on canned multi-GPU facts."""
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mgg.doctor import analyse, parse_topo, summarize_links
 
-ROOT = Path(__file__).resolve().parents[1]
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
-MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx"] + (
-    ["--allow-run-as-root"] if os.geteuid() == 0 else [])
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", OMP_NUM_THREADS="1")
-    return e
+from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
 
 
 def doctor(*args, np_=None, timeout=60):
@@ -112,6 +100,7 @@ def test_analyse_cpu_box():
     assert problems == ["--backend gpu, but no rank sees a CUDA GPU"]
 
 
+@pytest.mark.slow
 def test_single_process(tmp_path):
     r = doctor("--json", str(tmp_path / "d.json"))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -123,6 +112,7 @@ def test_single_process(tmp_path):
     assert doc["problems"] == [] and doc["node_of_rank"] == [0]
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_under_mpirun_two_simulated_nodes():
     r = doctor("--ranks-per-node", "1", np_=2)

@@ -201,20 +201,48 @@ def test_bad_config(comm):
 def test_open_table_probes_the_format(tmp_path):
     """open_table: .npy needs NumPy's header; safetensors is recognised by its bytes whatever the
     suffix; anything else gets one clear line (issue 17 item 10)."""
-    from mgg.embedding.io import TableSpec, open_table, save_safetensors
+    from mgg.embedding.io import open_table, save_safetensors
 
     W = np.arange(12, dtype=np.float32).reshape(4, 3)
     save_safetensors(str(tmp_path / "w.bin"), {"weight": W})
-    np.testing.assert_array_equal(np.asarray(open_table(TableSpec("w", str(tmp_path / "w.bin")))), W)
+    np.testing.assert_array_equal(np.asarray(open_table(TableConfig(None, None, name="w", path=str(tmp_path / "w.bin")))), W)
     np.save(tmp_path / "w.npy", W)
-    np.testing.assert_array_equal(np.asarray(open_table(TableSpec("w", str(tmp_path / "w.npy")))), W)
+    np.testing.assert_array_equal(np.asarray(open_table(TableConfig(None, None, name="w", path=str(tmp_path / "w.npy")))), W)
     junk = b"junk junk junk junk junk junk\n" * 3
     (tmp_path / "junk.npy").write_bytes(junk)
     with pytest.raises(ValueError, match=r"junk\.npy is not a \.npy file"):
-        open_table(TableSpec("j", str(tmp_path / "junk.npy")))
+        open_table(TableConfig(None, None, name="j", path=str(tmp_path / "junk.npy")))
     (tmp_path / "junk.dat").write_bytes(junk)
     with pytest.raises(ValueError, match="neither .npy nor safetensors"):
-        open_table(TableSpec("j", str(tmp_path / "junk.dat")))
+        open_table(TableConfig(None, None, name="j", path=str(tmp_path / "junk.dat")))
     (tmp_path / "junk.safetensors").write_bytes(junk)  # the suffix promises safetensors: its error
     with pytest.raises(ValueError, match="bad safetensors header"):
-        open_table(TableSpec("j", str(tmp_path / "junk.safetensors")))
+        open_table(TableConfig(None, None, name="j", path=str(tmp_path / "junk.safetensors")))
+
+
+def test_one_table_descriptor_for_modules_and_tables_json(comm, tmp_path):
+    """tables.json entries and module tables are the same TableConfig: one default mode ("sum"),
+    the file-backed one gets its shape from the file, a shapeless one is refused by the module."""
+    import json
+
+    from mgg.embedding.io import load_tables_json, open_table
+
+    assert TableConfig(5, 2).mode == "sum" and TableConfig(5, 2, "mean").mode == "mean"
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(tmp_path / "a.npy", w)
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "a", "path": "a.npy"},
+                                                 {"name": "b", "path": "a.npy", "mode": "max", "sharding": "hash"}]))
+    a, b = load_tables_json(str(tmp_path / "t.json"))
+    assert isinstance(a, TableConfig) and (a.mode, a.sharding, a.num_embeddings) == ("sum", "range", None)
+    assert (b.mode, b.sharding) == ("max", "hash") and a.path == str(tmp_path / "a.npy")
+    with pytest.raises(ValueError, match="unknown"):
+        MultiTableEmbeddingBag([a], comm)
+    arr = open_table(a)
+    shaped = a.with_shape(*arr.shape)
+    assert (shaped.num_embeddings, shaped.embedding_dim, shaped.name) == (4, 3, "a")
+    emb = MultiTableEmbeddingBag([shaped], comm, weights=[arr])
+    out = emb([torch.tensor([0, 3, 1])], [torch.tensor([0, 2])])[0]  # default mode sum: rows 0+3, row 1
+    assert torch.equal(out, torch.from_numpy(np.stack([w[0] + w[3], w[1]])))
+    emb.free()
+    with pytest.raises(ValueError, match="without a path"):
+        TableConfig(None, None, name="x")

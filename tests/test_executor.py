@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.reference import aggregate_reference
+from mgg.testing.reference import aggregate_reference
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 

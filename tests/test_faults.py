@@ -22,18 +22,11 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+from tests.conftest import ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
+
+pytestmark = needs_mpirun
 LIMIT_S = 60
-
-
-def env(**extra):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
-    e.pop("MGG_FAULT_INJECT", None)
-    e.update(extra)
-    return e
 
 
 def mpirun(np_, *args, fault=None, timeout=90):
@@ -50,6 +43,7 @@ def losses_of(path):
     return np.array([e["loss"] for e in json.loads(Path(path).read_text())["epochs"]])
 
 
+@pytest.mark.slow
 def test_exception_on_one_rank_aborts_the_job_with_its_message():
     r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "30", fault="1:3:raise")
     assert r.returncode != 0 and r.elapsed < LIMIT_S
@@ -57,6 +51,7 @@ def test_exception_on_one_rank_aborts_the_job_with_its_message():
     assert "watchdog" not in r.stderr  # abort_on_error ended it, not the watchdog
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["kill", "exit"])
 def test_dead_rank_ends_the_job_naming_it(kind):
     """kill: SIGKILL of rank 1 (as `kill -9`); exit: os._exit without MPI_Finalize."""
@@ -66,12 +61,14 @@ def test_dead_rank_ends_the_job_naming_it(kind):
     assert re.search(r"rank 1 with PID|@\d+,1\]|watchdog: rank 0", launcher), r.stderr
 
 
+@pytest.mark.slow
 def test_hung_rank_trips_the_watchdog():
     r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "3", fault="1:3:hang")
     assert r.returncode != 0 and r.elapsed < LIMIT_S
     assert re.search(r"mgg watchdog: rank 0 waited \d+\.\d s in '\w+' \(timeout 3 s\)", r.stderr), r.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
     ck = tmp_path / "ck"
     r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), fault="1:3:sigterm")
@@ -90,6 +87,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
                                rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
     """SIGTERM to launch/mpirun.sh (the launcher a user or supervisor kills): every rank stops after
     a checkpoint, rank 0 says so and the job exits 143, as the README promises (issue 17 item 3)."""
@@ -116,6 +114,7 @@ def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
     assert f"mgg.train: SIGTERM received: stopped after epoch {s['epoch']} of 100000" in err.decode()
 
 
+@pytest.mark.slow
 def test_simulated_two_nodes_cli_matches_one_rank(tmp_path):
     """`mpirun -np 4 ... --ranks-per-node 2`: 2 nodes x 2 ranks, other-node partitions cut by --ps-inter."""
     r = mpirun(4, "--dataset", "sbm", "--scale", "0.05", "--epochs", "6", "--ps", "8", "--ps-inter", "2",

@@ -18,7 +18,7 @@ import torch
 from mgg.kernels.adaptive import (NODE_CENTRIC_MIN_AVG_DEGREE, DegreeStats, choose_strategy,
                                   degree_stats, fused_aggregation)
 from mgg.kernels.gat_cpu import FusedCPUExecutor
-from mgg.kernels.reference import aggregation_matrix
+from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GATConv, SAGEConv, aggregate, build_model
 from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig

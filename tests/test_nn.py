@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.reference import aggregation_matrix
+from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GCNConv, GINConv, SAGEConv, aggregate, build_model, global_dropout
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig
 from tests.graphs import random_csr

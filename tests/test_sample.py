@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from scipy.stats import chi2
 
-from mgg.kernels.reference import aggregation_matrix
+from mgg.testing.reference import aggregation_matrix
 from mgg.nn import SAGE, SAGEBlockConv, SampledSAGE
 from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig, partition_ranges
 from mgg.sample import (KEYS_FACTOR, Block, HostTierFeatures, NeighborLoader, ResidentCache, StoreFeatures,
@@ -333,6 +333,7 @@ def test_loader_batches_are_valid(reorder):
     assert (st.bytes_identity_order is not None) == reorder
 
 
+@pytest.mark.slow
 def test_loader_reorder_uses_the_same_batches_and_reports_both_costs():
     a, _ = make_loader(reorder=False, seed=3)
     b, _ = make_loader(reorder=True, seed=3)
@@ -479,6 +480,7 @@ def test_block_checks_its_shape():
         Block(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 2, 3)
 
 
+@pytest.mark.slow
 def test_sampled_sage_learns_clusters():
     """A few epochs on the clustered graph: the loss goes down (labels = cluster)."""
     indptr, indices = block_graph(parts=4, size=30, seed=2)

@@ -10,6 +10,7 @@ from tests.graphs import cached_dataset
 from tests.test_cli import train_cli
 
 
+@pytest.mark.slow
 def test_sampled_cli_runs_on_the_default_dataset(tmp_path):
     out = tmp_path / "m.json"
     r = train_cli("--mode", "sampled", "--fanout", "5,5", "--batch-size", "16", "--epochs", "3",
@@ -29,6 +30,7 @@ def test_sampled_cli_runs_on_the_default_dataset(tmp_path):
     assert doc["test_acc"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [
     (["--mode", "sampled", "--fanout", "0,5"], "--fanout: fanout 0 (position 1) must be a positive integer or -1"),
     (["--mode", "sampled", "--fanout", "5,-2"], "--fanout: fanout -2 (position 2)"),
@@ -81,6 +83,7 @@ def test_sampled_train_api_errors_and_host_tier():
     assert res.mode == "sampled" and np.isfinite(res.final_loss) and 0 <= res.test_acc <= 1
 
 
+@pytest.mark.slow
 def test_sampled_training_on_sbm_learns():
     g = cached_dataset("sbm")
     cfg = TrainConfig(dataset="sbm", mode="sampled", model="sage", fanout=(10, 5), batch_size=64, epochs=5,
@@ -93,6 +96,7 @@ def test_sampled_training_on_sbm_learns():
     assert s["bytes_fetched_total"] <= s["bytes_identity_order_total"] < s["bytes_no_reuse_total"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["default", "sbm"])
 def test_sampled_with_all_neighbors_and_one_batch_is_full_graph_training(dataset):
     """fanout -1, one batch holding every training node, no dropout: the sampled step computes the

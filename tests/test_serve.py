@@ -5,7 +5,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,27 +16,26 @@ import pytest
 from mgg.embedding.client import EmbeddingClient, ServiceError
 from mgg.embedding.io import save_safetensors
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import subprocess_env
+
+pytestmark = [needs_mpirun, pytest.mark.slow]  # every test here talks to an `mpirun ... mgg.serve`
 
 
 def mpirun(np_: int, osc: bool = True) -> list[str]:
     """`osc=False`: no `--mca osc ^ucx` (the docs' plain `mpirun -np N` form)."""
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none"] + (["--mca", "osc", "^ucx"] if osc else []) + [
-           "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-np", str(np_)]
-    if os.geteuid() == 0:
-        cmd.insert(1, "--allow-run-as-root")
-    return cmd
+    base = list(MPIRUN)
+    if not osc:
+        i = base.index("--mca")
+        del base[i:i + 3]
+    return [*base, "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-np", str(np_)]
 
 
-def env(osc: bool = True):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + (":" + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.setdefault("OMP_NUM_THREADS", "1")
-    e["OMPI_MCA_osc"] = "^ucx"
+def env(osc: bool = True) -> dict[str, str]:
+    """The shared subprocess environment; `osc=False` leaves Open MPI's one-sided components alone."""
+    e = subprocess_env()
     if not osc:
         del e["OMPI_MCA_osc"]
-    e.pop("MGG_SERVE_TOKEN", None)
     return e
 
 

@@ -5,12 +5,9 @@ CPU latencies are noisy: these tests check termination, agreement and the cache 
 which configuration wins.
 """
 import json
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,19 +19,13 @@ from mgg.train import VARIANTS, TrainConfig, UserError, parse_args, train
 
 from tests.graphs import random_csr
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
+
 SOLO = Communicator(comm=None)
 # 150 epochs bound the search: at most SearchSpace.budget (12 + one per extra variant) measurements
 GRAPH = ["--dataset", "sbm", "--scale", "0.02", "--eval-every", "1000", "--backend", "cpu"]
 EPOCHS = 150
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "1"))
-    e.pop("MGG_FAULT_INJECT", None)
-    return e
 
 
 def run(*args, timeout=120):
@@ -92,6 +83,7 @@ def test_flags():
             parse_args(bad)
 
 
+@pytest.mark.slow
 def test_pinned_dims_are_not_searched(sbm):
     cfg = TrainConfig(dataset="sbm", epochs=EPOCHS, eval_every=1000, backend="cpu", progress=False,
                       tune=True, tune_cache="none", ps=4, wpb=2)
@@ -101,6 +93,7 @@ def test_pinned_dims_are_not_searched(sbm):
     assert res.tuning["config"]["ps"] == 4 and res.tuning["config"]["wpb"] == 2
 
 
+@pytest.mark.slow
 def test_resume_replays_the_tuner(tmp_path, sbm):
     # 3 epochs: fewer measurements than the shortest search ((1,1,1) and one step on each of ps,
     # dist, wpb), so the checkpoint is always taken mid-search, whatever the CPU timings
@@ -117,6 +110,7 @@ def test_resume_replays_the_tuner(tmp_path, sbm):
 
 
 # -- CLI: search, cache, log, report ------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_tune_cache_and_report(tmp_path):
     cache, log, log2, metrics = (tmp_path / n for n in ("cache.json", "log.json", "log2.json", "m.json"))
     first = run("-m", "mgg.train", *GRAPH, "--epochs", str(EPOCHS), "--tune", "--tune-cache", str(cache),
@@ -155,12 +149,11 @@ print("RANK", comm.rank, json.dumps({"config": t["config"], "best": t["best"], "
 """ % EPOCHS
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+@pytest.mark.slow
+@needs_mpirun
 def test_ranks_agree_under_mpirun(tmp_path):
     cache = tmp_path / "cache.json"
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx", "-np", "2"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
+    cmd = [*MPIRUN, "-np", "2"]
     for v in ("PYTHONPATH", "OMPI_MCA_osc", "CI", "OMP_NUM_THREADS"):
         cmd += ["-x", v]
     r = subprocess.run(cmd + [sys.executable, "-c", AGREE, str(cache)], cwd=ROOT, env=env(),

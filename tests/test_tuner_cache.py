@@ -163,6 +163,7 @@ def test_report_cli_without_matplotlib_and_errors(tmp_path, capsys, monkeypatch)
     assert "1 entries" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_report_cli_subprocess(tmp_path):
     path = _tuning_log(tmp_path)
     r = subprocess.run([sys.executable, "-m", "mgg.tune", "--report", path, "--no-plot"],

@@ -5,7 +5,8 @@ import os
 
 from .generators import PRESETS, preset, sbm
 from .graph import Graph
-from .loaders import EDGELIST_SUFFIXES, is_ogb_folder, load_edgelist, load_karate, load_npz, load_ogb
+from .formats import FORMATS, expected_formats, format_for
+from .loaders import load_karate
 from .validate import GraphFormatError
 
 __all__ = ["load_dataset", "DATASET_NAMES", "DEFAULT_DATASET"]
@@ -25,8 +26,9 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
     ``papers-like`` (power-law presets; ``scale`` in (0, 1] shrinks nodes and edges). ``seed``
     seeds generators (and the karate split).
 
-    Paths: a folder with ``raw/edge.csv[.gz]`` (ogbn layout), ``*.npz``, or an edge list
-    ``*.txt|*.edges|*.el|*.csv`` (optionally ``.gz``).
+    Paths: any format of `mgg.data.formats.FORMATS` -- built in: a folder with
+    ``raw/edge.csv[.gz]`` (ogbn layout), ``*.npz``, or an edge list ``*.txt|*.edges|*.el|*.csv``
+    (optionally ``.gz``).
 
     Raises:
         ValueError: unknown name (the message lists the valid names) or unsupported path.
@@ -42,17 +44,13 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
         return sbm(num_nodes=max(7, int(round(_SBM_NODES * scale))), seed=seed)
     if low in PRESETS:
         return preset(low, scale=scale, seed=seed)
-    if os.path.isdir(key):
-        if is_ogb_folder(key):
-            return load_ogb(key)
-        raise GraphFormatError(key, "file", "folder is not an ogbn-style dataset (no raw/edge.csv[.gz])")
     if os.path.exists(key):
-        base = low[:-3] if low.endswith(".gz") else low
-        if base.endswith(".npz"):
-            return load_npz(key)
-        if base.endswith(EDGELIST_SUFFIXES):
-            return load_edgelist(key)
-        raise ValueError(f"unsupported file type {key!r}: expected .npz, an edge list "
-                         f"({', '.join(EDGELIST_SUFFIXES)}) or an ogbn-style folder")
+        fmt = format_for(key)
+        if fmt is not None:
+            return fmt.load(key)
+        if os.path.isdir(key):
+            raise GraphFormatError(key, "file", "folder is not " + " or ".join(
+                f.not_this_folder for f in FORMATS if f.folder))
+        raise ValueError(f"unsupported file type {key!r}: expected {expected_formats()}")
     raise ValueError(f"unknown dataset {key!r}: not a file or folder, and not one of the names "
                      f"{', '.join(DATASET_NAMES)}")

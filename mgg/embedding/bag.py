@@ -28,31 +28,11 @@ import torch.nn.functional as F
 from ..runtime.comm import Communicator, world
 from ..runtime.store import SymmetricStore, make_store
 from .init import INITS, init_rows
-from .sharding import SHARDINGS, TableLayout
-from .validate import MODES, check_bag_input
+from .sharding import TableLayout
+from .table import TableConfig
+from .validate import check_bag_input
 
 __all__ = ["TableConfig", "SparseRowGrad", "MultiTableEmbeddingBag", "ShardedEmbeddingBag"]
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    """One table: name, cardinality, width, pooling mode, sharding."""
-
-    num_embeddings: int
-    embedding_dim: int
-    mode: str = "mean"
-    sharding: str = "range"
-    name: str = ""
-
-    def __post_init__(self):
-        if int(self.num_embeddings) < 1:
-            raise ValueError(f"table {self.name!r}: num_embeddings must be >= 1, got {self.num_embeddings}")
-        if int(self.embedding_dim) < 1:
-            raise ValueError(f"table {self.name!r}: embedding_dim must be >= 1, got {self.embedding_dim}")
-        if self.mode not in MODES:
-            raise ValueError(f"table {self.name!r}: mode must be one of {MODES}, got {self.mode!r}")
-        if self.sharding not in SHARDINGS:
-            raise ValueError(f"table {self.name!r}: sharding must be one of {SHARDINGS}, got {self.sharding!r}")
 
 
 @dataclass
@@ -81,7 +61,7 @@ class MultiTableEmbeddingBag(torch.nn.Module):
     """Several EmbeddingBag tables, row-sharded over the ranks in one symmetric array.
 
     Args:
-        tables: `TableConfig`s (or dicts with their fields).
+        tables: `TableConfig`s (or dicts with their fields), every one with its shape.
         comm: the communicator (default `mgg.runtime.world()`).
         store: a `SymmetricStore` over `comm` (default `make_store(comm, backend)`).
         include_last_offset: as in torch.nn.EmbeddingBag (for every table).
@@ -101,6 +81,9 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         self.tables = [t if isinstance(t, TableConfig) else TableConfig(**t) for t in tables]
         if not self.tables:
             raise ValueError("MultiTableEmbeddingBag needs at least one table")
+        for t in self.tables:
+            if not t.has_shape:
+                raise ValueError(f"table {t.name!r}: num_embeddings/embedding_dim unknown (open its file first)")
         if init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {init!r}")
         if dtype not in (torch.float32, torch.float64):

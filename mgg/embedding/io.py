@@ -10,16 +10,16 @@ import json
 import os
 import re
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..atomic import atomic_path, atomic_write, atomic_write_json
 from .sharding import SHARDINGS
+from .table import DEFAULT_MODE, TableConfig
 from .validate import MODES
 
-__all__ = ["TableSpec", "load_tables_json", "open_table", "read_safetensors_header", "write_npy_atomic",
+__all__ = ["load_tables_json", "open_table", "read_safetensors_header", "write_npy_atomic",
            "write_json_atomic", "save_safetensors", "NAME_RE"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -27,21 +27,11 @@ _ST_DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<
 _MAX_HEADER = 100 << 20
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    """One entry of tables.json."""
-
-    name: str
-    path: str
-    mode: str = "sum"
-    sharding: str = "range"
-    key: str | None = None  # tensor name inside a safetensors file (default: its only tensor)
-
-
-def load_tables_json(path: str) -> list[TableSpec]:
+def load_tables_json(path: str) -> list[TableConfig]:
     """Parse and validate tables.json: a list (or {"tables": [...]}) of {name, path, mode?, sharding?, key?}.
 
-    Relative paths are relative to the JSON file's folder.
+    Relative paths are relative to the JSON file's folder; mode defaults to `DEFAULT_MODE` ("sum").
+    The tables come back without their shape (`TableConfig.with_shape` once the file is open).
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -69,7 +59,7 @@ def load_tables_json(path: str) -> list[TableSpec]:
         seen.add(name)
         if not isinstance(p, str) or not p:
             raise ValueError(f"{path}: table {name!r}: missing path")
-        mode, sharding = e.get("mode", "sum"), e.get("sharding", "range")
+        mode, sharding = e.get("mode", DEFAULT_MODE), e.get("sharding", "range")
         if mode not in MODES:
             raise ValueError(f"{path}: table {name!r}: mode must be one of {MODES}, got {mode!r}")
         if sharding not in SHARDINGS:
@@ -77,7 +67,7 @@ def load_tables_json(path: str) -> list[TableSpec]:
         key = e.get("key")
         if key is not None and not isinstance(key, str):
             raise ValueError(f"{path}: table {name!r}: key must be a string")
-        specs.append(TableSpec(name, p if os.path.isabs(p) else os.path.join(root, p), mode, sharding, key))
+        specs.append(TableConfig(None, None, mode, sharding, name, p if os.path.isabs(p) else os.path.join(root, p), key))
     return specs
 
 
@@ -109,9 +99,11 @@ def read_safetensors_header(path: str) -> tuple[dict[str, Any], int]:
     return header, data
 
 
-def open_table(spec: TableSpec) -> np.ndarray:
+def open_table(spec: TableConfig) -> np.ndarray:
     """The table as a read-only array [N, D] (memory-mapped; rows are read on demand)."""
     path = spec.path
+    if path is None:
+        raise ValueError(f"table {spec.name!r}: no file (path) to open")
     if not os.path.isfile(path):
         raise ValueError(f"table {spec.name!r}: file not found: {path}")
     with open(path, "rb") as f:

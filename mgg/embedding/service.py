@@ -40,8 +40,9 @@ import numpy as np
 import torch
 
 from ..runtime.comm import Communicator
-from .bag import MultiTableEmbeddingBag, TableConfig
-from .io import NAME_RE, TableSpec, open_table, write_json_atomic, write_npy_atomic
+from .bag import MultiTableEmbeddingBag
+from .io import NAME_RE, open_table, write_json_atomic, write_npy_atomic
+from .table import TableConfig
 from .validate import check_bag_input
 
 __all__ = ["ServiceConfig", "EmbeddingService", "is_loopback", "BadRequest"]
@@ -118,7 +119,7 @@ class _Metrics:
 class EmbeddingService:
     """Collective: every rank constructs it (loading its rows of every table) and calls `run()`."""
 
-    def __init__(self, specs: list[TableSpec], comm: Communicator, cfg: ServiceConfig, store=None):
+    def __init__(self, specs: list[TableConfig], comm: Communicator, cfg: ServiceConfig, store=None):
         self.comm, self.cfg, self.specs = comm, cfg, specs
         self.names = {s.name: i for i, s in enumerate(specs)}
         err, arrays, shapes = None, [], []
@@ -131,7 +132,7 @@ class EmbeddingService:
         comm.check(err)
         if len(set(map(tuple, comm.allgather(shapes)))) != 1:
             raise ValueError("table files differ between ranks")
-        tables = [TableConfig(n, d, s.mode, s.sharding, s.name) for s, (n, d) in zip(specs, shapes)]
+        tables = [s.with_shape(n, d) for s, (n, d) in zip(specs, shapes)]
         self.bag = MultiTableEmbeddingBag(tables, comm, store, include_last_offset=True, weights=arrays)
         self.bag.eval()
         del arrays

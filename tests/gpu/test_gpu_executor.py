@@ -15,7 +15,7 @@ pytest.importorskip("cupy")
 pytest.importorskip("nvshmem.core")
 
 from mgg.kernels.gpu import VARIANTS  # noqa: E402
-from mgg.kernels.reference import aggregate_reference  # noqa: E402
+from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
 

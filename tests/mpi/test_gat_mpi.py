@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.reference import aggregation_matrix
+from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GATConv, SAGEConv, allreduce_gradients
 from mgg.nn.conv.gat_conv import fused_mean
 from mgg.runtime import DistGraph, RuntimeConfig, world
