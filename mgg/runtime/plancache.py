@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Hashable, Mapping
+from typing import Hashable, Mapping
 
 import numpy as np
 
