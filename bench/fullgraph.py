@@ -34,8 +34,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mgg.kernels.variants import benched_variant_names  # noqa: E402
+from mgg.runtime.layout import padded_dim  # noqa: E402
+
 MODELS = {"gcn": dict(hidden=16, layers=2, kind="gcn"), "gin": dict(hidden=64, layers=5, kind="sum")}
-VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper")
+VARIANTS = benched_variant_names()  # the registry (mgg/kernels/variants.py) says which are timed
 
 
 def log(comm, *a):
@@ -243,7 +246,7 @@ def gather_bandwidth(dim: int, comm, table_mb: float = 8.0, gathered_gb: float =
     import cupy as cp
     import torch
 
-    dp = max(4, (dim + 3) // 4 * 4)
+    dp = padded_dim(dim)
     d4 = dp // 4
     while 32 % d4:            # lane groups need a power of two; wider rows use more loads per lane
         d4 -= 1
@@ -288,7 +291,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20):
     import torch
 
     p = dg.plan(kind)
-    dp = max(4, (dim + 3) // 4 * 4)
+    dp = padded_dim(dim)
     gbw = gather_bandwidth(dim, comm)
     x = torch.randn(dg.n_local, dim, device=dg.device)
     rows = []

@@ -19,11 +19,13 @@ import sys
 from collections import defaultdict
 from typing import Sequence
 
+from .kernels.variants import DEFAULT_VARIANT
+
 __all__ = ["main", "format_table", "plot_log"]
 
 
 def _cfg(r: dict) -> tuple:
-    return (int(r["ps"]), int(r["dist"]), int(r["wpb"]), str(r.get("variant", "pipelined")),
+    return (int(r["ps"]), int(r["dist"]), int(r["wpb"]), str(r.get("variant", DEFAULT_VARIANT)),
             r.get("ps_inter"))
 
 
@@ -103,8 +105,8 @@ def plot_log(log: dict, out: str) -> None:
     ps_v = list(space.get("ps_values", [1, 2, 4, 8, 16, 32]))
     dist_v = list(space.get("dist_values", [1, 2, 4, 8, 16]))
     wpb_v = list(space.get("wpb_values", [1, 2, 4, 8, 16]))
-    base = (space.get("variants") or ["pipelined"])[0]
-    trials = [r for r in log.get("trials", []) if str(r.get("variant", "pipelined")) == base
+    base = (space.get("variants") or [DEFAULT_VARIANT])[0]
+    trials = [r for r in log.get("trials", []) if str(r.get("variant", DEFAULT_VARIANT)) == base
               and r.get("ps_inter") is None]
     tmed = _medians(trials)
     gmed = {k: v for k, v in _medians(log.get("grid") or []).items() if k[3] == base and k[4] is None}

@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from mgg.runtime.partition import partition_ranges
-from mgg.runtime.plan import AggregationPlan, PlanParams, build_plan, cut_partitions, smem_bytes, warp_worklist
+from mgg.kernels.variants import get_variant
+from mgg.runtime.plan import AggregationPlan, PlanParams, build_plan, cut_partitions, warp_worklist
 from tests.graphs import random_csr
 
 
@@ -70,7 +71,7 @@ def test_plan_invariants(n, e, world, ps, dist, wpb, seed, ps_inter, ranks_per_n
 
 
 def test_eq1_smem_and_cut():
-    assert smem_bytes(16, 4, 64) == 16 * 4 * 4 + 2 * 4 * 64 * 4
+    assert get_variant("paper").smem_bytes(16, 4, 4, 64) == 16 * 4 * 4 + 2 * 4 * 64 * 4  # Eq. 1
     parts = cut_partitions(np.array([0, 5, 5, 7]), 2)
     assert parts.tolist() == [[0, 0, 2], [0, 2, 4], [0, 4, 5], [2, 5, 7]]
     assert warp_worklist(5, 2, 2).tolist() == [[0, 2, 0, 2], [2, 4, 2, 2], [4, 5, 2, 2]]

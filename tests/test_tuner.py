@@ -55,10 +55,12 @@ def retreat_landscape(c: TuneConfig) -> float:
 def test_eq1_to_3_numbers():
     w = Workload(np.array([10, 3, 0, 33]), np.array([5, 5, 1]))
     assert w.partitions(4) == (3 + 1 + 9, 2 + 2 + 1)
-    e = estimate(TuneConfig(4, 2, 3), 130, GPU, w)
+    e = estimate(TuneConfig(4, 2, 3, variant="paper"), 130, GPU, w)
     assert e.wpw == 2 * 4 * 130 * 2
     assert padded_dim(130) == 132
-    assert e.smem == 4 * 3 * 4 + 2 * 3 * 132 * 4 == smem_bytes_for(4, 3, 130)
+    assert e.smem == 4 * 3 * 4 + 2 * 3 * 132 * 4 == smem_bytes_for(4, 3, 130, "paper")
+    # the staged pipelined kernel keeps a whole remote partition per warp in flight
+    assert estimate(TuneConfig(4, 2, 3), 130, GPU, w).smem == 3 * 4 * 132 * 4 == smem_bytes_for(4, 3, 130)
     assert e.num_warps == math.ceil(13 / 2) and e.num_blocks == math.ceil(7 / 3)
     assert e.blocks_per_sm == pytest.approx(3 / 132)
     assert e.threads_per_block == 96 and e.feasible
@@ -66,12 +68,13 @@ def test_eq1_to_3_numbers():
 
 def test_feasibility_limits():
     small = DeviceLimits(8, 8192, 16384, 256, 1024, "tiny")
-    assert feasible(TuneConfig(32, 1, 1), 256, small)           # 128 + 2048 B
-    assert not feasible(TuneConfig(1, 1, 4), 256, small)        # 16 + 8192 > 8192
-    assert not feasible(TuneConfig(1, 1, 16), 8, small)         # 512 threads > 256
-    assert "SMEM" in estimate(TuneConfig(1, 1, 4), 256, small).reason
+    assert feasible(TuneConfig(32, 1, 1, "paper"), 256, small)           # 128 + 2048 B
+    assert not feasible(TuneConfig(1, 1, 4, "paper"), 256, small)        # 16 + 8192 > 8192
+    assert not feasible(TuneConfig(1, 1, 16, "paper"), 8, small)         # 512 threads > 256
+    assert "SMEM" in estimate(TuneConfig(1, 1, 4, "paper"), 256, small).reason
     with pytest.raises(ValueError, match="infeasible"):
-        model_mod.check(TuneConfig(1, 1, 4), 256, small)
+        model_mod.check(TuneConfig(1, 1, 4, "paper"), 256, small)
+    assert not feasible(TuneConfig(32, 1, 1), 256, small)                # pipelined: 32 rows of 1 KiB
     with pytest.raises(ValueError, match="no feasible configuration"):
         CrossIterationSearch(4096, small)
 
@@ -231,13 +234,13 @@ def test_plateau_terminates_quickly():
 
 def test_infeasible_region_never_proposed():
     small = DeviceLimits(16, 8192, 65536, 1024, 2048, "small-smem")
-    dim = 256  # smem = 4*ps*wpb + 2048*wpb: wpb <= 3 fits, so wpb in {1, 2}
+    dim = 256  # paper (Eq. 1): smem = 4*ps*wpb + 2048*wpb: wpb <= 3 fits, so wpb in {1, 2}
 
     def lat(c: TuneConfig) -> float:
         assert feasible(c, dim, small), f"launched infeasible {c.label()}"
         return 1.0 + 0.05 * (L2(c.ps) - 4) ** 2 + 0.05 * (L2(c.dist) - 1) ** 2 + 0.1 * (L2(c.wpb) - 3) ** 2
 
-    s = CrossIterationSearch(dim, small)
+    s = CrossIterationSearch(dim, small, SearchSpace(variants=("paper",)))
     run_search(s, lat)
     assert s.best.wpb == 2
     assert lat(s.best) <= 1.05 * grid_optimum(s.space, lat, dim, small)

@@ -125,14 +125,15 @@ class FusedAggregation:
     `forward(feat [n, heads, C], src_score [n, heads] | None, dst, dropout, generator)` returns
     (out [n, heads, C], saved); `backward(grad_out, out, saved, feat, src_score, dst)` returns
     local gradients (feat, src_score, dst) with the remote rows' gradients already summed at
-    their owners. Both collective. CPU: gather_halo + FusedCPUExecutor + scatter_halo_add;
-    GPU: mgg.kernels.gat_gpu (tests/gpu/test_gat_gpu.py).
+    their owners. Both collective. The executor comes from mgg.kernels.factory.fused_executor:
+    CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.kernels.gat_gpu
+    (tests/gpu/test_gat_gpu.py).
     """
 
     def __init__(self, dg, mode: str, add_self_loops: bool, negative_slope: float, strategy: str | None,
                  chunk_edges: int | None = None):
-        from .gat_cpu import DEFAULT_CHUNK_EDGES, FusedCPUExecutor
         from ..runtime.halo import halo_plan
+        from .factory import fused_executor
 
         self.dg, self.mode = dg, mode
         self.plan = halo_plan(dg)
@@ -140,13 +141,8 @@ class FusedAggregation:
         self.choice = choose_strategy(global_degree_stats(degree_stats(self.plan), dg.comm),
                                       threshold=threshold_for(dg.backend), force=strategy)
         self.strategy = self.choice.strategy
-        if dg.backend == "gpu":
-            from .gat_gpu import GATGPUExecutor
-
-            self.impl = GATGPUExecutor(dg, self.plan, mode, add_self_loops, self.strategy, negative_slope)
-        else:
-            self.impl = FusedCPUExecutor(self.plan, mode, add_self_loops, self.strategy, negative_slope,
-                                         chunk_edges or DEFAULT_CHUNK_EDGES)
+        self.impl = fused_executor(dg.backend, dg, self.plan, mode, add_self_loops, self.strategy,
+                                   negative_slope, chunk_edges)
 
     def _table(self, feat, src_score):
         t = feat.reshape(feat.shape[0], feat.shape[1] * feat.shape[2])

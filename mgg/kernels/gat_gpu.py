@@ -28,7 +28,7 @@ import threading
 import numpy as np
 import torch
 
-from ..runtime.nvshmem_store import padded_dim
+from ..runtime.layout import padded_dim
 from ..runtime.plan import AggregationPlan
 from .streams import torch_stream_for_cupy
 

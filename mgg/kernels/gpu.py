@@ -2,18 +2,9 @@
 
 `GPUExecutor(plan, store, variant)` uploads the plan once into private device memory and, per
 call, writes x into the PE's symmetric slice, publishes it (NVSHMEM barrier on the stream), runs
-the variant's kernels and releases the slice. Variants:
-
-  pipelined        §5.1 interleaved kernel: per warp, async (nbi) gets of a remote partition's rows
-                   into shared memory overlap the aggregation of a local partition; atomics combine
-                   partitions of a node
-  pipelined_2pass  the same, partial sums per partition to a buffer, then a combine kernel
-  ptr              interleaved, remote rows read in place over NVLink through nvshmem_ptr
-  halo             each unique remote row fetched once into a private buffer, then the local kernel
-                   over the remote partitions
-  nonpipelined     baseline (b): local and remote partitions on different warps
-  paper            kernel 1 (local) + kernel 2 (remote, §5.2 shared-memory layout, blocking get)
-  paper_nbi        kernel 1 + kernel 2 with get_nbi + quiet
+the variant's kernels and releases the slice. The variants (pipelined, pipelined_2pass, ptr,
+halo, nonpipelined, paper, paper_nbi), their kernels and shared-memory needs are registered in
+mgg.kernels.variants; `__call__` holds their launches.
 """
 from __future__ import annotations
 
@@ -22,21 +13,29 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from .streams import torch_stream_for_cupy
+from .variants import get_variant, shared_memory_problem, variant_names
 
-__all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "kernel_smem_bytes", "vectors_per_lane"]
+__all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
+           "check_shared_memory", "vectors_per_lane"]
 
-VARIANTS = ("pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper", "paper_nbi")
+#: the registered variants (mgg.kernels.variants is the one list)
+VARIANTS = variant_names()
 #: a remote row repeated this often (remote entries per unique remote row) makes fetching each
 #: unique row once (halo) cheaper than per-edge remote reads; measured in docs/kernels.md
 HALO_MIN_REUSE = 1.5
 
 
 def choose_variant(plan: AggregationPlan) -> str:
-    """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr)."""
+    """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr).
+
+    A rank with no remote work gets `halo` too: with an empty halo it runs the plain local kernel
+    alone (mgg_local), 1.2-1.3x faster than the pipelined kernel's warp walk (docs/kernels.md)."""
     if plan.num_remote_edges == 0:
-        return "pipelined"
+        return "halo"
     reuse = plan.num_remote_edges / max(1, plan.halo_size)
     return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
+
+
 _VPL = (1, 2, 4, 8)
 
 
@@ -53,19 +52,20 @@ def vectors_per_lane(dim_padded: int) -> int:
     raise ValueError(f"embedding width {dim_padded} is above the kernels' limit of {32 * 4 * _VPL[-1]}")
 
 
-def kernel_smem_bytes(variant: str, ps: int, wpb: int, dim_padded: int) -> int:
-    """Dynamic shared memory per block of a variant.
+def launch_smem_bytes(plan: AggregationPlan, variant: str, dim_padded: int) -> int:
+    """Dynamic shared memory per block the variant's launch asks for on this plan (the registry's
+    formula at the plan's largest partition size; 0 for a stage without remote partitions)."""
+    ps_max = max(plan.ps, plan.ps_inter or plan.ps)
+    return get_variant(variant).launch_smem_bytes(ps_max, plan.dist, plan.wpb, dim_padded,
+                                                  has_remote=len(plan.remote_parts) > 0)
 
-    `paper` / `paper_nbi` use Eq. 1 exactly (ps ids + partial sums + one remote row per warp).
-    The staged kernels (`pipelined*`, `nonpipelined`) keep a whole remote partition in flight:
-    ps rows per warp, i.e. Eq. 1 with the remote buffer grown from D to ps * D floats (partial sums
-    live in registers). `ptr` and `halo` need none.
-    """
-    if variant in ("paper", "paper_nbi"):
-        return ps * wpb * 4 + 2 * wpb * dim_padded * 4
-    if variant in ("pipelined", "pipelined_2pass", "nonpipelined"):
-        return wpb * ps * dim_padded * 4
-    return 0
+
+def check_shared_memory(variant: str, smem: int, limit: int, plan: AggregationPlan) -> None:
+    """The launcher's refusal: ValueError when `smem` exceeds the device's opt-in `limit`."""
+    problem = shared_memory_problem(smem, limit)
+    if problem:
+        raise ValueError(f"{variant}: {smem} bytes of shared memory per block exceed the "
+                         f"device limit {limit} (ps={plan.ps}, wpb={plan.wpb})")
 
 
 def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
@@ -115,8 +115,7 @@ class GPUExecutor:
     def __init__(self, plan: AggregationPlan, store, variant: str = "pipelined"):
         if variant == "auto":
             variant = choose_variant(plan)
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown GPU kernel variant {variant!r}; expected one of {VARIANTS}")
+        get_variant(variant)  # ValueError naming the registered variants
         self.plan, self.store, self.variant = plan, store, variant
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -149,9 +148,7 @@ class GPUExecutor:
     # -- helpers ------------------------------------------------------------------------------
     def _fn(self, name: str, smem: int):
         fn = self.module.get_function(name)
-        if smem > self.smem_limit:
-            raise ValueError(f"{self.variant}: {smem} bytes of shared memory per block exceed the "
-                             f"device limit {self.smem_limit} (ps={self.plan.ps}, wpb={self.plan.wpb})")
+        check_shared_memory(self.variant, smem, self.smem_limit, self.plan)
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         return fn
@@ -183,7 +180,7 @@ class GPUExecutor:
         if not p.num_warps:
             return
         # no remote partition, no stage: keeps occupancy up for wide rows
-        smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp) if len(p.remote_parts) else 0
+        smem = launch_smem_bytes(p, self.variant, dp)
         fn = self._fn(f"mgg_pipelined_v{v}", smem)
         atomic = lpo is None
         fn((p.num_blocks,), (32 * p.wpb,), (
@@ -224,7 +221,7 @@ class GPUExecutor:
                     comb(grid, block, (np.int64(n), _p(self.lptr), _p(self.rptr), _p(lpo), _p(rpo),
                                        np.int32(d4), _p(out)))
             elif self.variant == "nonpipelined":
-                smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                smem = launch_smem_bytes(p, self.variant, dp)
                 fn = self._fn(f"mgg_split_v{v}", smem)
                 if L + R:
                     grid, block = self._grid(L + R, p.wpb)
@@ -243,7 +240,7 @@ class GPUExecutor:
             else:  # paper / paper_nbi: kernel 1 then kernel 2
                 self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)
                 if R:
-                    smem = kernel_smem_bytes(self.variant, self.ps_max, p.wpb, dp)
+                    smem = launch_smem_bytes(p, self.variant, dp)
                     fn = self._fn("mgg_remote_get", smem)
                     grid, block = self._grid(min(R, self.num_sms * 64), p.wpb)
                     fn(grid, block, (np.int64(R), _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt),

@@ -8,18 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.stream_ref import StreamRef
+
 __all__ = ["StreamRef", "torch_stream_for_cupy"]
-
-
-class StreamRef:
-    """A raw `cudaStream_t` in the CUDA stream protocol (version 0), which CuPy's
-    `Stream.from_external` and nvshmem4py's `stream=` arguments accept."""
-
-    def __init__(self, handle: int):
-        self.handle = int(handle)
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
 
 
 def torch_stream_for_cupy(device: torch.device | int | None = None):

@@ -6,26 +6,32 @@ PE, Dp = D rounded up to a multiple of 4 so that each row starts on a 16-byte bo
 kernels read rows as float4); `local` is the [rows_per_pe, D] view. `publish` and `release` are
 NVSHMEM barriers on the current CUDA stream, so they order the kernels before and after them
 without a host synchronisation.
+
+Reading other PEs' rows (`get_halo` / `get_rows`) runs a gather kernel, which the store does not
+own: it is handed in as `gather_rows` by the factory one layer up (`mgg.runtime.backends.make_store`,
+which passes mgg.kernels.gpu.halo_gather), so the store never imports the kernels.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import threading
+from typing import Callable
 
 import numpy as np
 import torch
 
-from ..kernels.streams import StreamRef
+
 from .comm import Communicator
+from .layout import padded_dim
 from .store import SymmetricArray, SymmetricStore
+from .stream_ref import StreamRef
 
-__all__ = ["NvshmemStore", "padded_dim"]
+__all__ = ["NvshmemStore", "RowGather", "padded_dim"]
 
-
-def padded_dim(dim: int) -> int:
-    """Row length in floats with 16-byte aligned rows."""
-    return max(4, (dim + 3) // 4 * 4)
+#: (array, pe int32 [k], rows int32 [k]) -> float32 [k, array.dim] on the GPU: row rows[i] of PE
+#: pe[i]'s slice of the symmetric array (a kernel launch on torch's current stream)
+RowGather = Callable[["_NvshmemArray", np.ndarray, np.ndarray], torch.Tensor]
 
 
 class _NvshmemArray(SymmetricArray):
@@ -62,10 +68,12 @@ class _NvshmemArray(SymmetricArray):
         self._barrier()
 
     def get_halo(self, halo_ptr: np.ndarray, halo_row: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
-        from ..kernels.gpu import halo_gather
-
+        gather = self.store.gather_rows
+        if gather is None:
+            raise RuntimeError("NvshmemStore has no row-gather kernel: build it with "
+                               "mgg.runtime.make_store(comm, 'gpu') or pass gather_rows=")
         pe = np.repeat(np.arange(len(halo_ptr) - 1, dtype=np.int32), np.diff(halo_ptr))
-        rows = halo_gather(self, pe, np.asarray(halo_row))
+        rows = gather(self, pe, np.asarray(halo_row))
         if out is None:
             return rows
         out.copy_(rows)
@@ -94,13 +102,14 @@ class NvshmemStore(SymmetricStore):
 
     NVSHMEM is initialised once per process: `NvshmemStore(comm)` returns the process's store
     (it is the store context of the brief), and finalises it at exit, after every array was freed.
+    `gather_rows` (a `RowGather`) reads other PEs' rows; the first store given one keeps it.
     """
 
     name = "nvshmem"
     _instance: "NvshmemStore | None" = None
     _guard = threading.Lock()
 
-    def __new__(cls, comm: Communicator):
+    def __new__(cls, comm: Communicator, gather_rows: RowGather | None = None):
         with cls._guard:
             if cls._instance is None:
                 inst = super().__new__(cls)
@@ -109,9 +118,11 @@ class NvshmemStore(SymmetricStore):
                 atexit.register(inst.finalize)
             elif cls._instance.comm.size != comm.size:
                 raise RuntimeError("NvshmemStore: NVSHMEM is already initialised over another communicator")
+            if cls._instance.gather_rows is None:
+                cls._instance.gather_rows = gather_rows
             return cls._instance
 
-    def __init__(self, comm: Communicator):
+    def __init__(self, comm: Communicator, gather_rows: RowGather | None = None):
         pass
 
     def _init(self, comm: Communicator) -> None:
@@ -137,6 +148,7 @@ class NvshmemStore(SymmetricStore):
         nvshmem.init(device=dev, mpi_comm=mpi_comm, initializer_method="mpi")
         self._live = 0
         self._closed = False
+        self.gather_rows: RowGather | None = None
 
     def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         arr = _NvshmemArray(self, rows_per_pe, dim, dtype)

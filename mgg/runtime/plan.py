@@ -12,7 +12,7 @@ This is MGG sections 4.1-5.2 as data. A rank owning global nodes [lo, hi) keeps:
 * the **warp worklist** of §5.1: numWarps = ceil(max(#local, #remote) / dist); warp w owns local
   partitions [w*dist, (w+1)*dist) and remote partitions [w*dist, (w+1)*dist), processed as
   interleaved pairs (issue remote get k, aggregate local k, wait, aggregate remote k);
-  numBlocks = ceil(numWarps / wpb); dynamic shared memory per block from Eq. 1;
+  numBlocks = ceil(numWarps / wpb) (shared memory per block: mgg.kernels.variants);
 * the **halo**: the unique remote (PE, row) pairs, sorted by PE, and for every remote edge its
   slot in the halo (the CPU executor and the GPU halo variant fetch each unique row once).
 
@@ -34,7 +34,7 @@ from ..atomic import atomic_write
 from .partition import owner_of
 
 __all__ = ["AggregationPlan", "build_plan", "cut_partitions", "cut_segments", "cut_remote",
-           "warp_worklist", "smem_bytes",
+           "warp_worklist",
            "PlanParams", "INT_BYTES", "FLOAT_BYTES"]
 
 INT_BYTES = 4
@@ -126,11 +126,6 @@ def warp_worklist(num_local_parts: int, num_remote_parts: int, dist: int) -> np.
                     axis=1) if num_warps else np.zeros((0, 4), dtype=np.int64)
 
 
-def smem_bytes(ps: int, wpb: int, dim: int) -> int:
-    """Eq. 1: SMEM = ps * wpb * IntS + 2 * wpb * D * FloatS (neighbor ids, partial sums, remote buffer)."""
-    return ps * wpb * INT_BYTES + 2 * wpb * dim * FLOAT_BYTES
-
-
 @dataclass
 class AggregationPlan:
     """One rank's plan for out = W x (+ diag * x) over its target nodes [lo, hi).
@@ -179,9 +174,6 @@ class AggregationPlan:
     @property
     def num_blocks(self) -> int:
         return -(-self.num_warps // self.wpb)
-
-    def smem_bytes(self, dim: int) -> int:
-        return smem_bytes(self.ps, self.wpb, dim)
 
     @property
     def num_local_edges(self) -> int:

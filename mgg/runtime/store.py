@@ -3,7 +3,8 @@
 `SymmetricStore` is the interface; `MPIStore` implements it with MPI-3 RMA windows
 (`Win.Allocate`, passive target `Lock_all` / `Get` / `Flush`), `LocalStore` for a single process
 without MPI. The NVSHMEM backend (GPU) lives in `mgg.runtime.nvshmem_store` and implements the
-same interface over `nvshmem.core` symmetric memory.
+same interface over `nvshmem.core` symmetric memory. `mgg.runtime.backends.make_store` (also
+`mgg.runtime.make_store`) builds the store of a backend.
 
 Protocol of one exchange (what `DistGraph.aggregate` does):
     arr.write(x)        # fill my slice (rows [0, n_local))
@@ -21,7 +22,7 @@ import torch
 
 from .comm import Communicator
 
-__all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "make_store"]
+__all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "cpu_store"]
 
 _MAX_ROWS_PER_GET = 1 << 20  # keep MPI counts and datatype sizes well inside int32
 
@@ -242,12 +243,6 @@ class MPIStore(SymmetricStore):
         return _MPIArray(self.comm, rows_per_pe, dim, dtype)
 
 
-def make_store(comm: Communicator, backend: str = "cpu") -> SymmetricStore:
-    """The store for `backend` ("cpu" -> MPI RMA or LocalStore; "gpu" -> NVSHMEM)."""
-    if backend == "gpu":
-        from .nvshmem_store import NvshmemStore
-
-        return NvshmemStore(comm)
-    if backend != "cpu":
-        raise ValueError(f"unknown store backend {backend!r}")
+def cpu_store(comm: Communicator) -> SymmetricStore:
+    """The CPU store of `comm`: MPI RMA windows, or a LocalStore without MPI."""
     return LocalStore(comm) if comm.comm is None else MPIStore(comm)

@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 pytest.importorskip("nvshmem.core")
 
-from mgg.kernels.gpu import VARIANTS  # noqa: E402
+from mgg.kernels.variants import variant_names  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
@@ -37,7 +37,7 @@ def _run(indptr, indices, x, kind, transposed, variant, ps, dist, wpb):
     return outs, lo, hi, remote
 
 
-@pytest.mark.parametrize("variant", VARIANTS + ("auto",))
+@pytest.mark.parametrize("variant", variant_names() + ("auto",))
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_variants_match_reference(variant, kind, transposed):
@@ -87,10 +87,10 @@ def test_gpu_matches_cpu_executor_and_autograd():
 
 
 def test_symmetric_store_get_rows():
-    from mgg.runtime.nvshmem_store import NvshmemStore
+    from mgg.runtime import make_store
 
     comm = world()
-    store = NvshmemStore(comm)
+    store = make_store(comm, "gpu")
     arr = store.allocate(6, 5)
     base = torch.arange(6, dtype=torch.float32, device="cuda").unsqueeze(1).repeat(1, 5)
     arr.write(base + 100 * comm.rank)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ...kernels.adaptive import fused_aggregation
+from ..fused import FusedMean, fused_mean  # noqa: F401 (re-exported: shared with SAGEConv)
 
 __all__ = ["GATConv", "FusedAttention", "FusedMean", "attention_aggregate", "fused_mean"]
 
@@ -43,25 +44,6 @@ class FusedAttention(torch.autograd.Function):
         return gf, gs, gd, None, None, None
 
 
-class FusedMean(torch.autograd.Function):
-    """out [n, D] = mean over in-neighbors (SAGE mean; isolated nodes 0), fused path. Collective."""
-
-    @staticmethod
-    def forward(ctx, x, fa):  # type: ignore[override]
-        feat = x.detach().contiguous().unsqueeze(1)
-        out, saved = fa.forward(feat, None, None)
-        ctx.fa, ctx.saved_state = fa, saved
-        ctx.save_for_backward(feat)
-        return out.squeeze(1)
-
-    @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
-        (feat,) = ctx.saved_tensors
-        g = grad_out.contiguous().unsqueeze(1)
-        gf, _, _ = ctx.fa.backward(g, None, ctx.saved_state, feat, None, None)
-        return gf.squeeze(1), None
-
-
 def attention_aggregate(feat: torch.Tensor, src_score: torch.Tensor | None, dst: torch.Tensor, dg,
                         attention: str = "additive", negative_slope: float = 0.2,
                         add_self_loops: bool = True, dropout: float = 0.0,
@@ -77,11 +59,6 @@ def attention_aggregate(feat: torch.Tensor, src_score: torch.Tensor | None, dst:
     """
     fa = fused_aggregation(dg, attention, add_self_loops, negative_slope, strategy)
     return FusedAttention.apply(feat, src_score, dst, fa, float(dropout), generator)
-
-
-def fused_mean(x: torch.Tensor, dg, strategy: str | None = None) -> torch.Tensor:
-    """Differentiable mean aggregation through the fused executor (== aggregate(x, dg, "mean"))."""
-    return FusedMean.apply(x, fused_aggregation(dg, "mean", False, 0.0, strategy))
 
 
 class GATConv(nn.Module):

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from ..functional import aggregate
-from .gat_conv import fused_mean
+from ..fused import fused_mean
 
 __all__ = ["SAGEConv"]
 

@@ -3,7 +3,9 @@
 For a configuration (ps, dist, wpb) and embedding width D:
 
     WPW          = 2 * ps * D * dist                      (Eq. 1, floats a warp aggregates)
-    SMEM         = ps * wpb * IntS + 2 * wpb * D * FloatS (Eq. 1, bytes of shared memory per block)
+    SMEM         = the variant's dynamic shared memory per block (mgg.kernels.variants: Eq. 1
+                   ps*wpb*IntS + 2*wpb*Dp*FloatS for `paper`, wpb*ps*Dp*FloatS for the staged
+                   pipelined kernels, 0 for ptr/halo), Dp = padded_dim(D)
     numWarps     = ceil(max(#local, #remote partitions) / dist)          (Eq. 2)
     numBlocks    = ceil(numWarps / wpb),  blocksPerSM = numBlocks / numSMs (Eq. 3)
 
@@ -21,7 +23,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..plan import FLOAT_BYTES, INT_BYTES, PlanParams
+from ...kernels.variants import DEFAULT_VARIANT, get_variant, shared_memory_problem
+from ..layout import padded_dim
+from ..plan import PlanParams
 
 __all__ = ["TuneConfig", "DeviceLimits", "Workload", "Estimate", "PruneRules", "padded_dim",
            "smem_bytes_for", "estimate", "feasible", "check"]
@@ -39,7 +43,7 @@ class TuneConfig:
     ps: int
     dist: int
     wpb: int
-    variant: str = "pipelined"
+    variant: str = DEFAULT_VARIANT
     ps_inter: int | None = None
 
     def params(self) -> PlanParams:
@@ -52,7 +56,7 @@ class TuneConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TuneConfig":
         pi = d.get("ps_inter")
-        return cls(int(d["ps"]), int(d["dist"]), int(d["wpb"]), str(d.get("variant", "pipelined")),
+        return cls(int(d["ps"]), int(d["dist"]), int(d["wpb"]), str(d.get("variant", DEFAULT_VARIANT)),
                    None if pi is None else int(pi))
 
     def sort_key(self) -> tuple:
@@ -274,15 +278,13 @@ class Workload:
         return out
 
 
-def padded_dim(dim: int) -> int:
-    """The kernels store rows as float4: D rounded up to a multiple of 4 (mgg/kernels/aggregate.cu)."""
-    return _ceil_div(int(dim), 4) * 4
-
-
-def smem_bytes_for(ps: int, wpb: int, dim: int) -> int:
-    """Eq. 1 with the kernels' padded width: ps*wpb*IntS + 2*wpb*Dp*FloatS (an upper bound for
-    every variant; the ptr/halo variants use less)."""
-    return int(ps) * int(wpb) * INT_BYTES + 2 * int(wpb) * padded_dim(dim) * FLOAT_BYTES
+def smem_bytes_for(ps: int, wpb: int, dim: int, variant: str = DEFAULT_VARIANT, dist: int = 1,
+                   ps_inter: int | None = None) -> int:
+    """Dynamic shared memory per block that `variant`'s launch asks for at embedding width `dim`
+    (the registry's formula, mgg.kernels.variants, at padded_dim(dim) and the largest partition
+    size max(ps, ps_inter)), assuming remote partitions."""
+    ps_max = max(int(ps), int(ps_inter or ps))
+    return get_variant(variant).smem_bytes(ps_max, dist, wpb, padded_dim(dim))
 
 
 @dataclass(frozen=True)
@@ -328,15 +330,13 @@ def estimate(cfg: TuneConfig, dim: int, limits: DeviceLimits, workload: Workload
              rules: PruneRules | None = None, min_ps: int = 1, min_dist: int = 1) -> Estimate:
     """Evaluate Eq. 1-3 for `cfg` at embedding width `dim` and check feasibility/pruning."""
     wpw = 2 * cfg.ps * int(dim) * cfg.dist
-    smem = smem_bytes_for(cfg.ps, cfg.wpb, dim)
+    smem = smem_bytes_for(cfg.ps, cfg.wpb, dim, cfg.variant, cfg.dist, cfg.ps_inter)
     tpb = WARP * cfg.wpb
     res = min(limits.smem_per_sm // max(1, smem), limits.max_threads_per_sm // tpb)
-    reason = ""
-    if smem > limits.smem_per_block_optin:
-        reason = f"SMEM {smem} B > {limits.smem_per_block_optin} B per block"
-    elif tpb > limits.max_threads_per_block:
+    reason = shared_memory_problem(smem, limits.smem_per_block_optin)  # the launcher's rule
+    if not reason and tpb > limits.max_threads_per_block:
         reason = f"{tpb} threads > {limits.max_threads_per_block} per block"
-    elif res < 1:
+    elif not reason and res < 1:
         reason = "no block fits on an SM"
     feasible_ = not reason
     nw = nb = bps = None

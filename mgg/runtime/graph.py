@@ -8,6 +8,9 @@ through `set_config`: the partition cuts of the last few ps values stay in a `Pl
 executors of the last few configurations stay built (on the GPU: their plans stay uploaded), so
 switching back to a configuration costs neither a re-cut nor an upload. `release_unused` frees
 both once the tuner has settled.
+
+Layering: this module sits above mgg.kernels (its executors come from mgg.kernels.factory) and
+below mgg.nn; `from mgg.runtime import DistGraph` reaches it through the package's lazy exports.
 """
 from __future__ import annotations
 
@@ -19,22 +22,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels.factory import plan_executor
+from .backends import BACKENDS, make_store, resolve_backend
 from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
+from .plancache import PlanCache
+from .store import SymmetricArray, SymmetricStore
 from .transpose import transposed_rows
-from .store import SymmetricArray, SymmetricStore, make_store
-from .tuning.plancache import PlanCache
 from .weights import check_kind, diag_weights, pair_weights
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
 
-BACKENDS = ("auto", "cpu", "gpu")
-
 
 @dataclass
 class RuntimeConfig:
-    """Runtime knobs. `variant` picks the GPU kernel (see mgg.kernels.gpu); the CPU ignores it."""
+    """Runtime knobs. `variant` picks the GPU kernel (mgg.kernels.variants, or "auto"); the CPU ignores it."""
 
     ps: int = 16
     dist: int = 4
@@ -54,20 +57,6 @@ class RuntimeConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def resolve_backend(backend: str) -> str:
-    """"auto" -> "gpu" when CUDA and NVSHMEM are usable, else "cpu"."""
-    if backend != "auto":
-        return backend
-    try:
-        if torch.cuda.is_available():
-            import nvshmem.core  # noqa: F401
-
-            return "gpu"
-    except ImportError:
-        pass
-    return "cpu"
 
 
 @dataclass
@@ -230,14 +219,7 @@ class DistGraph:
         key = (kind, transposed)
         if key not in per:
             plan = self.plan(kind, transposed)
-            if self.backend == "gpu":
-                from ..kernels.gpu import GPUExecutor
-
-                per[key] = GPUExecutor(plan, self.store, variant=self.config.variant)
-            else:
-                from ..kernels.cpu import CPUExecutor
-
-                per[key] = CPUExecutor(plan)
+            per[key] = plan_executor(self.backend, plan, self.store, self.config.variant)
         return per[key]
 
     def prepare(self) -> None:

@@ -1,0 +1,39 @@
+"""The one executor factory: which executor runs a plan, or a fused aggregation, on a backend.
+
+`DistGraph.executor` (the plan path: out = W x + diag * x) and `FusedAggregation` (the fused
+GAT / mean path, mgg.kernels.adaptive) both ask here, so a backend's executors are chosen in
+one place. GPU modules are imported only when the GPU backend is asked for.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.plan import AggregationPlan
+
+__all__ = ["plan_executor", "fused_executor"]
+
+
+def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str = "auto"):
+    """The executor of `plan` on `backend` ("gpu": GPUExecutor of kernel `variant`, uploading the
+    plan; "cpu": CPUExecutor, which ignores the variant). Call it as `ex(x, sym)`."""
+    if backend == "gpu":
+        from .gpu import GPUExecutor
+
+        return GPUExecutor(plan, store, variant=variant)
+    from .cpu import CPUExecutor
+
+    return CPUExecutor(plan)
+
+
+def fused_executor(backend: str, dg: Any, plan: AggregationPlan, mode: str, add_self_loops: bool,
+                   strategy: str, negative_slope: float, chunk_edges: int | None = None):
+    """The fused attention / mean executor of `plan` on `backend` ("gpu": GATGPUExecutor, which
+    runs its own halo exchanges over `dg`; "cpu": FusedCPUExecutor over a gathered table)."""
+    if backend == "gpu":
+        from .gat_gpu import GATGPUExecutor
+
+        return GATGPUExecutor(dg, plan, mode, add_self_loops, strategy, negative_slope)
+    from .gat_cpu import DEFAULT_CHUNK_EDGES, FusedCPUExecutor
+
+    return FusedCPUExecutor(plan, mode, add_self_loops, strategy, negative_slope,
+                            chunk_edges or DEFAULT_CHUNK_EDGES)

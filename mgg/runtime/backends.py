@@ -1,0 +1,43 @@
+"""Backends: which one "auto" means here, and the symmetric store of each.
+
+This module sits above the kernels (it hands the NVSHMEM store its row-gather kernel), so the
+stores themselves (mgg.runtime.store, mgg.runtime.nvshmem_store) import no kernel and no other
+store backend. The executors of a backend come from mgg.kernels.factory.
+"""
+from __future__ import annotations
+
+from .comm import Communicator
+from .store import SymmetricStore, cpu_store
+
+__all__ = ["BACKENDS", "resolve_backend", "make_store"]
+
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+def resolve_backend(backend: str) -> str:
+    """"auto" -> "gpu" when CUDA and NVSHMEM are usable, else "cpu"."""
+    if backend != "auto":
+        return backend
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            import nvshmem.core  # noqa: F401
+
+            return "gpu"
+    except ImportError:
+        pass
+    return "cpu"
+
+
+def make_store(comm: Communicator, backend: str = "cpu") -> SymmetricStore:
+    """The store for `backend` ("cpu" -> MPI RMA or LocalStore; "gpu" -> NVSHMEM, reading other
+    PEs' rows with the mgg_halo_gather kernel)."""
+    if backend == "gpu":
+        from ..kernels.gpu import halo_gather
+        from .nvshmem_store import NvshmemStore
+
+        return NvshmemStore(comm, gather_rows=halo_gather)
+    if backend != "cpu":
+        raise ValueError(f"unknown store backend {backend!r}")
+    return cpu_store(comm)

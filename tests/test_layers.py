@@ -1,0 +1,221 @@
+"""mgg's modules form one-way layers (docs/architecture.md): read the import graph with `ast`.
+
+Every import counts, at module level or inside a function. The test fails on
+  * a module no layer claims (add it to LAYERS),
+  * an import from a lower layer to a higher one,
+  * a cycle between modules,
+  * a module whose import would, through a parent package's `__init__`, run code of a higher
+    layer (importing `a.b.c` first runs `a/__init__.py` and `a/b/__init__.py`; their module-level
+    imports must stay at or below the importer's layer -- `mgg.runtime` exports `DistGraph`
+    lazily for this reason),
+and names the offending edge.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "mgg"
+
+#: lowest first; a module belongs to the layer of its longest matching prefix
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("mgg", "mgg.atomic", "mgg.version")),
+    ("data", ("mgg.data",)),
+    ("runtime core", ("mgg.runtime.comm", "mgg.runtime.watchdog", "mgg.runtime.partition",
+                      "mgg.runtime.plan", "mgg.runtime.weights", "mgg.runtime.layout",
+                      "mgg.runtime.stream_ref", "mgg.runtime.store", "mgg.runtime.nvshmem_store",
+                      "mgg.runtime.halo", "mgg.runtime.plancache")),
+    ("kernels", ("mgg.kernels",)),
+    ("executor", ("mgg.runtime", "mgg.runtime.graph", "mgg.runtime.backends")),
+    ("tuner", ("mgg.runtime.tuning", "mgg.runtime.tuner")),
+    ("nn", ("mgg.nn",)),
+    ("sample, embedding", ("mgg.sample", "mgg.embedding")),
+    ("apps", ("mgg.apps", "mgg.train", "mgg.train_sampled", "mgg.serve", "mgg.tune", "mgg.doctor",
+              "mgg.checkpoint", "mgg.testing")),
+]
+
+
+#: cycles that exist today and are being removed elsewhere; each entry must still be a cycle
+#: (test_known_cycles_are_still_real), so the list cannot go stale. mgg.train <-> mgg.train_sampled
+#: goes with the training app's split into mgg/apps/ (issue 15, item 3): then delete the entry.
+KNOWN_CYCLES: set[frozenset[str]] = {frozenset({"mgg.train", "mgg.train_sampled"})}
+
+
+def module_files() -> dict[str, Path]:
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def layer_of(mod: str) -> int | None:
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for pre in prefixes:
+            if (mod == pre or (mod.startswith(pre + ".") and pre != "mgg")) and len(pre) > best_len:
+                best, best_len = i, len(pre)
+    return best
+
+
+def _target(name: str, mods: dict[str, Path]) -> str | None:
+    """The mgg module an imported dotted name lands in (longest existing prefix)."""
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(mod: str, path: Path, mods: dict[str, Path]) -> list[tuple[str, int, bool]]:
+    """(imported mgg module, line, at module level) for every import statement of `mod`."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    top_level = {id(n) for n in tree.body}
+    for n in tree.body:  # imports under a module-level if/try still run at import time
+        if isinstance(n, (ast.If, ast.Try)):
+            top_level.update(id(c) for c in ast.walk(n))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base_name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base_name = node.module or ""
+            # `from pkg import sub` imports the submodule pkg.sub when there is one
+            names = [f"{base_name}.{a.name}" if f"{base_name}.{a.name}" in mods else base_name
+                     for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] != "mgg":
+                continue
+            tgt = _target(name, mods)
+            if tgt is not None and tgt != mod:
+                out.append((tgt, node.lineno, id(node) in top_level))
+    return out
+
+
+def import_graph():
+    mods = module_files()
+    return mods, {m: imports_of(m, p, mods) for m, p in sorted(mods.items())}
+
+
+def _where(mods, mod, line) -> str:
+    return f"{mods[mod].relative_to(ROOT)}:{line}"
+
+
+def test_every_module_has_a_layer():
+    mods = module_files()
+    missing = sorted(m for m in mods if layer_of(m) is None)
+    assert not missing, f"modules without a layer (add them to LAYERS in tests/test_layers.py): {missing}"
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    mods, graph = import_graph()
+    bad = []
+    for mod, edges in graph.items():
+        lm = layer_of(mod)
+        for tgt, line, _ in edges:
+            lt = layer_of(tgt)
+            if lm is not None and lt is not None and lt > lm:
+                bad.append(f"{mod} ({LAYERS[lm][0]}) -> {tgt} ({LAYERS[lt][0]}) at {_where(mods, mod, line)}")
+    assert not bad, "imports from a lower layer to a higher one:\n  " + "\n  ".join(bad)
+
+
+def _adjacency(graph, skip_known: bool = True) -> dict[str, list[str]]:
+    adj = {}
+    for m, e in graph.items():
+        adj[m] = sorted({t for t, _, _ in e
+                         if not (skip_known and any({m, t} <= c for c in KNOWN_CYCLES))})
+    return adj
+
+
+def test_known_cycles_are_still_real():
+    _, graph = import_graph()
+    adj = _adjacency(graph, skip_known=False)
+    for c in KNOWN_CYCLES:
+        a, b = sorted(c)
+        assert b in adj.get(a, ()) and a in adj.get(b, ()), \
+            f"{a} <-> {b} is no longer a cycle: remove it from KNOWN_CYCLES in tests/test_layers.py"
+
+
+def test_no_import_cycle():
+    mods, graph = import_graph()
+    adj = _adjacency(graph)
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for t in adj.get(m, ()):
+            if state.get(t) == 1:
+                return stack[stack.index(t):] + [t]
+            if t not in state:
+                cyc = visit(t)
+                if cyc:
+                    return cyc
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in adj:
+        if m not in state:
+            cyc = visit(m)
+            assert cyc is None, "import cycle: " + " -> ".join(cyc)
+
+
+def test_parent_package_inits_run_nothing_higher():
+    """Importing a.b.c runs a/__init__ and a/b/__init__: their eager imports (transitively) must
+    not reach above the importer's layer."""
+    mods, graph = import_graph()
+    eager = {m: [t for t, _, top in e if top] for m, e in graph.items()}
+
+    def eager_closure(m: str) -> set[str]:
+        seen, todo = set(), [m]
+        while todo:
+            x = todo.pop()
+            for t in eager.get(x, ()):
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return seen
+
+    bad = []
+    for mod, edges in graph.items():
+        lm = layer_of(mod)
+        for tgt, line, _ in edges:
+            parts = tgt.split(".")
+            for k in range(1, len(parts)):
+                parent = ".".join(parts[:k])
+                if parent not in mods or mod == parent or mod.startswith(parent + "."):
+                    continue  # already running inside that package
+                for x in eager_closure(parent):
+                    lx = layer_of(x)
+                    if lx is not None and lm is not None and lx > lm and x != mod:
+                        bad.append(f"{mod} ({LAYERS[lm][0]}) imports {tgt} at {_where(mods, mod, line)}, "
+                                   f"whose package {parent} loads {x} ({LAYERS[lx][0]})")
+    assert not bad, "\n  ".join(["package __init__ imports reaching a higher layer:"] + sorted(set(bad)))
+
+
+@pytest.mark.parametrize("src,expect", [
+    ("from ..kernels.gpu import GPUExecutor\n", "mgg.runtime.store (runtime core) -> mgg.kernels.gpu (kernels)"),
+    ("def f():\n    from ..nn import GCN\n", "mgg.runtime.store (runtime core) -> mgg.nn (nn)"),
+])
+def test_the_checker_catches_a_back_arrow(tmp_path, monkeypatch, src, expect):
+    """The checker itself: a function-level or module-level import upward is reported by name."""
+    fake = tmp_path / "store.py"
+    fake.write_text(src)
+    mods = module_files()
+    edges = imports_of("mgg.runtime.store", fake, mods)
+    lm = layer_of("mgg.runtime.store")
+    found = [f"mgg.runtime.store ({LAYERS[lm][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+             for t, _, _ in edges if layer_of(t) > lm]
+    assert found == [expect]
