@@ -14,7 +14,8 @@ from typing import Any
 
 from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
 from .faults import fault_point, parse_fault
-from .loop import EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs, untimed
+from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs,
+                   untimed)
 
 __all__ = ["train_full", "resume_state", "start_tuner"]
 

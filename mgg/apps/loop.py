@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -177,8 +178,6 @@ class LoopState:
 
 def _timed_step(state: LoopState, hooks: EpochHooks, epoch: int) -> tuple[float, Any]:
     """(epoch milliseconds between barriers, this rank's loss) of one training step."""
-    import time
-
     import torch
 
     hooks.model.train()
