@@ -37,8 +37,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mgg.kernels.variants import benched_variant_names  # noqa: E402
 from mgg.runtime.layout import padded_dim  # noqa: E402
 
-MODELS = {"gcn": dict(hidden=16, layers=2, kind="gcn"), "gin": dict(hidden=64, layers=5, kind="sum")}
 VARIANTS = benched_variant_names()  # the registry (mgg/kernels/variants.py) says which are timed
+
+
+def model_spec(name: str) -> dict:
+    """hidden, layers and aggregation kind of model `name`, from the model registry (mgg.nn.registry);
+    SystemExit for a model whose aggregation does not run through the plan (nothing to compare)."""
+    from mgg.nn.registry import model_entry, tunable_models
+
+    try:
+        e = model_entry(name)
+    except ValueError as err:
+        raise SystemExit(f"bench/fullgraph.py: --models: {err}") from None
+    if e.aggregation is None:
+        raise SystemExit(f"bench/fullgraph.py: --models {name}: its aggregation does not run through the plan; "
+                         f"choose from {', '.join(tunable_models())}")
+    return dict(hidden=e.defaults.hidden, layers=e.defaults.layers, kind=e.aggregation)
 
 
 def log(comm, *a):
@@ -129,7 +143,7 @@ def time_system(build_G, mname, g, comm, args, device):
 
     from mgg.nn import build_model
 
-    m = MODELS[mname]
+    m = model_spec(mname)
     try:
         G = build_G()
         x = torch.from_numpy(np.ascontiguousarray(G.local(g.x))).to(device)
@@ -157,7 +171,7 @@ def plain_torch_epoch(g, mname, args, device, comm):
 
     from bench.baselines import plain_torch_model
 
-    m = MODELS[mname]
+    m = model_spec(mname)
     try:
         torch.manual_seed(0)
         model, A = plain_torch_model(g, mname, m["hidden"], m["layers"], device)
@@ -186,7 +200,9 @@ def pyg_epoch(g, mname, args, device, comm):
         from torch_geometric.nn import GCNConv, GINConv
     except ImportError:
         return None, "torch_geometric not installed"
-    m = MODELS[mname]
+    if mname not in ("gcn", "gin"):
+        return None, f"no PyG baseline for {mname}"
+    m = model_spec(mname)
     try:
         ei = torch.from_numpy(g.edge_index()).to(device)
         x = torch.from_numpy(g.x).to(device)
@@ -344,7 +360,7 @@ def run(args) -> None:
         g = load_graph(name, float(sc or 1), args.cache, comm)
         t = time.perf_counter()
         dg = DistGraph.build(g, comm, RuntimeConfig(args.ps, args.dist, args.wpb, backend="gpu"))
-        for kind in ("gcn", "sum"):
+        for kind in sorted({"gcn"} | {model_spec(mn)["kind"] for mn in args.models.split(",")}):
             dg.plan(kind), dg.plan(kind, True)
         dg.num_nodes = g.num_nodes
         from mgg.kernels.gpu import choose_variant
@@ -353,7 +369,7 @@ def run(args) -> None:
                   f"{time.perf_counter() - t:.1f} s; rank0 {dg.plan('gcn').stats()}; "
                   f"auto variant: {choose_variant(dg.plan('gcn'))}")
         for mname in args.models.split(","):
-            m = MODELS[mname]
+            m = model_spec(mname)
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
             for v in VARIANTS:

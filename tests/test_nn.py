@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mgg.testing.reference import aggregation_matrix
-from mgg.nn import GCNConv, GINConv, SAGEConv, aggregate, build_model, global_dropout
+from mgg.nn import GCNConv, GINConv, SAGEConv, aggregate, build_model, global_dropout, model_names
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 
@@ -82,7 +82,7 @@ def test_sage_conv_dense(fin, fout):
     assert torch.allclose(conv(x, dg).double(), ref, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["gcn", "gin", "sage"])
+@pytest.mark.parametrize("name", model_names())  # every registered model
 def test_models_backward_reaches_every_parameter(name):
     dg, _, _ = make_dg(seed=7)
     model = build_model(name, 5, 8, 3, layers=None, dropout=0.5)

@@ -19,6 +19,7 @@ from torch import nn
 
 from .conv.sage_block import SAGEBlockConv
 from .models import SAGE, _dims
+from .registry import RegistryView, register_sampled_model
 
 __all__ = ["SampledSAGE", "SAMPLED_MODELS", "dropout"]
 
@@ -70,4 +71,6 @@ class SampledSAGE(nn.Module):
         return full.to(p.device).eval()
 
 
-SAMPLED_MODELS = {"sage": SampledSAGE}
+register_sampled_model("sage", SampledSAGE)
+#: name -> sampled model class, read from the registry (mgg.nn.registry)
+SAMPLED_MODELS: RegistryView = RegistryView(lambda e: e.sampled_model, keep=lambda e: e.supports_sampled)

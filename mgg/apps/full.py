@@ -1,0 +1,207 @@
+"""Full-graph training (`--mode full`) on the shared epoch skeleton (loop.py).
+
+Every rank builds its part of the `DistGraph`, holds a replica of the model and trains on its own
+node range; gradients are summed over ranks after each backward and the loss is normalised by
+the *global* number of training nodes, so P ranks follow the 1-rank run (dropout masks are drawn
+for the whole graph from an identically seeded generator). Adds to the skeleton: resuming from a
+checkpoint, checkpoints, the runtime tuner (`--tune`) and fault injection.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
+from .faults import fault_point, parse_fault
+from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs,
+                   untimed)
+
+__all__ = ["train_full", "resume_state", "start_tuner"]
+
+
+def resume_state(cfg: TrainConfig, comm, graph: Any):
+    """(path, state) of the checkpoint `cfg.resume` names, None when there is none. Collective;
+    an unusable checkpoint raises the same UserError on every rank."""
+    from ..checkpoint import CheckpointError, graph_fingerprint, load_for_resume
+
+    if not cfg.resume:
+        return None
+    try:
+        found = load_for_resume(cfg.resume, cfg.checkpoint_dir, comm, fingerprint=graph_fingerprint(graph),
+                                config=asdict(cfg))
+    except CheckpointError as e:
+        raise UserError(f"cannot resume: {e}") from e
+    if found is not None and found[1]["epoch"] >= cfg.epochs:
+        raise UserError(f"cannot resume: checkpoint {found[0]} is at epoch {found[1]['epoch']}; "
+                        f"--epochs {cfg.epochs} leaves nothing to train")
+    return found
+
+
+def _search_space(cfg: TrainConfig, backend: str):
+    """(SearchSpace, variants, cache key extra) of a --tune run: pinned knobs are not searched."""
+    from ..runtime.tuner import SearchSpace
+
+    if backend != "gpu":
+        variants = ("pipelined",)  # the CPU executor has one kernel
+    else:
+        variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
+    pins = cfg.pinned()
+    space = SearchSpace(**{f"{k}_values": (v,) for k, v in pins.items()}, variants=variants,
+                        tune_ps_inter=False if cfg.ps_inter is not None else None)
+    extra = ",".join(f"{k}={v}" for k, v in {**pins, "ps_inter": cfg.ps_inter}.items() if v is not None)
+    return space, variants, extra
+
+
+def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict | None):
+    """The runtime tuner of a --tune run and the timer of its aggregations (None, None without
+    --tune). Collective. `state`: the tuner state of the checkpoint resumed from."""
+    if not cfg.tune:
+        return None, None
+    from ..checkpoint import graph_fingerprint
+    from ..nn.registry import model_entry
+    from ..runtime import RankError
+    from ..runtime.tuner import AggregationTimer, AggregationTuner
+
+    space, variants, extra = _search_space(cfg, dg.backend)
+    cache = os.path.expanduser(cfg.tune_cache or DEFAULT_TUNE_CACHE)
+    tuner = err = None
+    try:
+        tuner = AggregationTuner.for_distgraph(
+            dg, dim=width, kinds=(model_entry(cfg.model).aggregation,), fingerprint=graph_fingerprint(graph),
+            cache_path=None if cfg.tune_cache in ("", "none") else cache, extra=extra, space=space,
+            variants=variants, log_path=cfg.tune_log)
+    except ValueError as e:  # no feasible configuration (e.g. pinned knobs that do not fit)
+        err = e
+    if tuner is not None and state and state.get("enabled"):
+        try:
+            tuner.load_state_dict(state)  # replays the checkpoint's trials
+        except ValueError as e:
+            err = ValueError(f"the checkpoint's tuner state belongs to another search (other "
+                             f"--ps/--dist/--wpb/--variant/--ps-inter?): {e}")
+    try:
+        comm.check(err)
+    except (ValueError, RankError) as e:
+        raise UserError(f"--tune: {e}") from e
+    return tuner, AggregationTimer(dg)
+
+
+class FullGraphHooks(EpochHooks):
+    """One optimizer step over the whole graph per epoch, then the tuner's step and checkpoints."""
+
+    def __init__(self, state: LoopState, model, opt, gen, fault):
+        self.cfg, self.comm, self.dg, self.data, self.res = state.cfg, state.comm, state.dg, state.data, state.res
+        self.model, self.opt, self.gen, self.fault = model, opt, gen, fault
+        self.tuner = self.timer = self.ckpt = None
+        self.fingerprint = ""
+
+    def train_step(self, epoch: int):
+        import torch.nn.functional as F
+
+        from ..nn import allreduce_gradients
+
+        d = self.data
+        self.opt.zero_grad(set_to_none=False)
+        logits = self.model(d.x, self.dg, self.gen)
+        tm = d.masks[0]
+        loss = F.cross_entropy(logits[tm], d.y[tm], reduction="sum") / d.n_train
+        fault_point(self.fault, self.comm.rank, epoch)
+        loss.backward()
+        allreduce_gradients(self.model, self.comm)
+        self.opt.step()
+        return loss.detach()
+
+    def after_step(self, epoch: int) -> None:
+        if self.tuner is not None:  # this iteration's aggregation time; the next config applies
+            self.tuner.step(self.timer.lap())  # collective (max over ranks) while searching
+            self.res.tuner = self.tuner.state_dict()
+
+    def eval_logits(self, data: LocalData):
+        self.model.eval()
+        with untimed(self.timer):
+            return self.model(data.x, self.dg, None)
+
+    def end_epoch(self, epoch: int, state: LoopState) -> None:
+        """A checkpoint when one is due, at the last epoch, or when the ranks stop on a signal."""
+        from ..checkpoint import CheckpointError, capture_state
+
+        res, ckpt = state.res, self.ckpt
+        if ckpt is None or not (ckpt.due(epoch) or res.stopped or epoch == self.cfg.epochs):
+            return
+        why = res.stopped or ("end" if epoch == self.cfg.epochs else "periodic")
+        try:
+            res.checkpoint = ckpt.save(lambda: capture_state(
+                epoch, self.model, self.opt, self.gen, history=res.epochs, last_eval=state.last, tuner=res.tuner,
+                config=asdict(self.cfg), fingerprint=self.fingerprint, world_size=self.comm.size, reason=why))
+        except CheckpointError as e:
+            raise UserError(str(e)) from e
+
+
+def _restore(resume, hooks: FullGraphHooks, state: LoopState) -> int:
+    """Load the checkpoint `resume` = (path, state) into the model, optimizer, generator and the
+    result; returns the epoch it was taken after (0 without one)."""
+    from ..checkpoint import CheckpointError, restore_state
+
+    if resume is None:
+        return 0
+    res = state.res
+    res.resumed_from, saved = resume
+    try:
+        restore_state(saved, hooks.model, hooks.opt, hooks.gen, res.resumed_from)
+    except CheckpointError as e:  # the same on every rank: all hold rank 0's state
+        raise UserError(f"cannot resume: {e}") from e
+    res.start_epoch = int(saved["epoch"])
+    state.last, res.epochs, res.tuner = dict(saved["last_eval"]), list(saved["history"]), dict(saved["tuner"])
+    return res.start_epoch
+
+
+def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, LoopState]:
+    """The model replica (same initial weights on every rank), optimizer, dropout generator and
+    the loop state of a fresh run."""
+    import torch
+
+    from ..nn import broadcast_parameters, build_model
+
+    data = local_data(dg, prep)
+    model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
+                        cfg.dropout).to(dg.device)
+    broadcast_parameters(model, comm)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
+    state = LoopState(cfg, comm, dg, data, TrainResult(model=model, world_size=comm.size, backend=dg.backend))
+    return FullGraphHooks(state, model, opt, gen, fault), state
+
+
+def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,
+               stop=None) -> TrainResult:
+    """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks.
+
+    With `cfg.resume` it continues from a checkpoint (the losses then match the uninterrupted
+    run); with `cfg.checkpoint_dir` it writes checkpoints. `stop` (a StopSignal) ends the run
+    at the end of the epoch in which any rank got the signal, after a checkpoint.
+    """
+    from ..checkpoint import Checkpointer, graph_fingerprint
+    from ..data.prepare import prepare_graph
+
+    check_model_support(cfg.model, cfg.mode, cfg.tune)
+    cfg = cfg.resolved()
+    fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
+    resume = resume_state(cfg, comm, graph)
+    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
+    with distgraph_session(cfg, comm, graph) as (dg, teardown):
+        hooks, state = _setup(cfg, comm, dg, prep, fault)
+        state.stop = stop
+        start = _restore(resume, hooks, state)
+        hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(prep.x.shape[1], cfg.hidden),
+                                               state.res.tuner)
+        if hooks.timer is not None:
+            teardown.always.append(hooks.timer.close)
+        if cfg.checkpoint_dir:
+            hooks.ckpt = Checkpointer(cfg.checkpoint_dir, cfg.checkpoint_every, comm)
+            hooks.fingerprint = graph_fingerprint(graph)
+        state.bar = progress_bar(cfg, comm, start) if verbose else None
+        run_epochs(state, hooks, start)
+        finish(state, hooks.tuner)
+        if hooks.tuner is not None and cfg.tune_log and comm.rank == 0:
+            hooks.tuner.write_log(cfg.tune_log)  # also when the search did not finish, or was cached
+        return state.res

@@ -1,0 +1,276 @@
+"""The epoch skeleton that the full-graph (full.py) and the sampled (sampled.py) loops share.
+
+Per epoch: barrier, the loop's timed training step, barrier (the epoch time), then one all-reduce
+that agrees on the loss, the stop flag, the loop's named counters and, on evaluation epochs, the
+correct/total counts of the train/val/test masks; then the epoch is recorded, the progress bar
+advanced and the loop's end-of-epoch work (checkpoints) done. What differs between the loops is
+an `EpochHooks` object.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .config import TrainConfig, TrainResult, UserError
+
+__all__ = ["LocalData", "EpochHooks", "EpochSums", "LoopState", "Teardown", "build_distgraph", "distgraph_session",
+           "local_data", "mask_counts", "reduce_epoch", "run_epochs", "finish", "untimed", "tuning_summary",
+           "progress_bar", "MASKS"]
+
+MASKS = ("train", "val", "test")
+
+
+@dataclass
+class LocalData:
+    """This rank's rows on dg.device."""
+
+    x: Any                 # torch float32 [n_local, F]
+    y: Any                 # torch int64 [n_local]
+    masks: tuple           # torch bool [n_local] each: train, val, test
+    n_train: float         # the global number of training nodes
+
+
+def build_distgraph(cfg: TrainConfig, comm, graph: Any):
+    """Seed torch and numpy with cfg.seed and build the DistGraph (collective); --ranks-per-node
+    applies to this build only (node-aware plans see the simulated nodes)."""
+    import torch
+
+    from ..runtime import DistGraph, RuntimeConfig
+
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
+    saved_rpn = comm.ranks_per_node
+    if cfg.ranks_per_node:
+        comm.ranks_per_node = cfg.ranks_per_node
+    try:
+        return DistGraph.build(graph, comm, rcfg)
+    finally:
+        comm.ranks_per_node = saved_rpn
+
+
+@dataclass
+class Teardown:
+    """What a loop must close before the DistGraph: `always` on any exit of this rank (local
+    resources), `together` only when every rank gets there (collective ones)."""
+
+    always: list[Callable[[], None]] = field(default_factory=list)
+    together: list[Callable[[], None]] = field(default_factory=list)
+
+
+@contextmanager
+def distgraph_session(cfg: TrainConfig, comm, graph: Any) -> Iterator[tuple[Any, Teardown]]:
+    """Build the DistGraph; on leaving, close what the loop registered and then the DistGraph.
+
+    dg.close() is collective: it runs only on a normal exit or a UserError (agreed on by every
+    rank); after any other error the peers may be elsewhere and closing would hang.
+    """
+    dg = build_distgraph(cfg, comm, graph)
+    teardown = Teardown()
+    together = False
+    try:
+        yield dg, teardown
+        together = True
+    except UserError:
+        together = True
+        raise
+    finally:
+        for close in teardown.always:
+            close()
+        if together:
+            for close in teardown.together:
+                close()
+            dg.close()
+
+
+def local_data(dg, prep) -> LocalData:
+    """This rank's rows of `prep` (a mgg.data.PreparedGraph) on dg.device."""
+    import torch
+
+    def local(a: np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(dg.local(a))).to(dg.device)
+
+    return LocalData(local(prep.x), local(prep.y), tuple(local(m) for m in (prep.train, prep.val, prep.test)),
+                     float(prep.train.sum()))
+
+
+def mask_counts(logits, data: LocalData) -> dict[str, float]:
+    """{"<mask>_correct", "<mask>_total"} per mask of this rank's nodes (floats, to be summed)."""
+    pred = logits.argmax(dim=1)
+    out: dict[str, float] = {}
+    for name, m in zip(MASKS, data.masks):
+        out[f"{name}_correct"] = float((pred[m] == data.y[m]).sum().item())
+        out[f"{name}_total"] = float(m.sum().item())
+    return out
+
+
+@dataclass
+class EpochSums:
+    """An epoch's values summed over the ranks (one all-reduce)."""
+
+    loss: float
+    stop: bool                              # some rank was asked to stop
+    values: dict[str, float]                # the loop's named counters
+    accuracies: dict[str, float] | None     # train_acc/val_acc/test_acc on evaluation epochs
+
+
+def reduce_epoch(comm, loss: float, stop_requested: bool, values: dict[str, float],
+                 counts: dict[str, float] | None) -> EpochSums:
+    """Sum the loss, the stop flag, `values` and the mask `counts` over the ranks in one all-reduce."""
+    counts = counts or {}
+    names = ["loss", "stop", *values, *counts]
+    raw = [float(loss), float(bool(stop_requested)), *values.values(), *counts.values()]
+    summed = dict(zip(names, comm.allreduce_(np.asarray(raw, dtype=np.float64)).tolist()))
+    accs = None
+    if counts:
+        accs = {f"{m}_acc": (summed[f"{m}_correct"] / summed[f"{m}_total"] if summed[f"{m}_total"]
+                             else float("nan")) for m in MASKS}
+    return EpochSums(summed["loss"], summed["stop"] > 0, {k: summed[k] for k in values}, accs)
+
+
+class EpochHooks:
+    """What differs between the loops. `model` is put in training mode before each timed step."""
+
+    model: Any
+
+    def train_step(self, epoch: int) -> Any:
+        """The timed work of one epoch; returns this rank's share of the loss (float or tensor)."""
+        raise NotImplementedError
+
+    def after_step(self, epoch: int) -> None:
+        """Right after the timed section (the tuner's step)."""
+
+    def epoch_values(self) -> dict[str, float]:
+        """Named counters of this rank to sum over the ranks with the loss."""
+        return {}
+
+    def eval_logits(self, data: LocalData):
+        """Logits float32 [n_local, classes] of this rank's nodes for evaluation (under no_grad)."""
+        raise NotImplementedError
+
+    def record(self, rec: dict, values: dict[str, float]) -> None:
+        """Add the summed counters to the epoch's record."""
+
+    def end_epoch(self, epoch: int, state: "LoopState") -> None:
+        """After the epoch is recorded (checkpoints)."""
+
+
+@dataclass
+class LoopState:
+    """A loop's running state; `res` collects the epochs."""
+
+    cfg: TrainConfig
+    comm: Any
+    dg: Any
+    data: LocalData
+    res: TrainResult
+    stop: Any = None                        # a StopSignal (or None)
+    bar: Any = None                         # tqdm progress bar (or None)
+    last: dict = field(default_factory=lambda: {"train_acc": None, "val_acc": None, "test_acc": None})
+    times: list[float] = field(default_factory=list)
+
+
+def _timed_step(state: LoopState, hooks: EpochHooks, epoch: int) -> tuple[float, Any]:
+    """(epoch milliseconds between barriers, this rank's loss) of one training step."""
+    import torch
+
+    hooks.model.train()
+    state.comm.barrier()
+    t0 = time.perf_counter()
+    loss = hooks.train_step(epoch)
+    if state.dg.device.type == "cuda":
+        torch.cuda.synchronize(state.dg.device)
+    state.comm.barrier()
+    return (time.perf_counter() - t0) * 1e3, loss
+
+
+def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
+    """Epochs start + 1 .. cfg.epochs, or until the ranks agree to stop (`state.res.stopped`)."""
+    import torch
+
+    cfg, res = state.cfg, state.res
+    for epoch in range(start + 1, cfg.epochs + 1):
+        ms, loss = _timed_step(state, hooks, epoch)
+        state.times.append(ms)
+        hooks.after_step(epoch)
+        requested = state.stop is not None and state.stop.requested
+        counts = None
+        if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+            with torch.no_grad():
+                counts = mask_counts(hooks.eval_logits(state.data), state.data)
+        sums = reduce_epoch(state.comm, float(loss), requested, hooks.epoch_values(), counts)
+        if sums.accuracies is not None:
+            state.last = sums.accuracies
+        rec = {"epoch": epoch, "loss": sums.loss, "train_acc": state.last["train_acc"],
+               "val_acc": state.last["val_acc"], "epoch_ms": ms}
+        hooks.record(rec, sums.values)
+        _close_epoch(state, rec, sums.stop, epoch)
+        hooks.end_epoch(epoch, state)
+        if res.stopped:
+            break
+
+
+def _close_epoch(state: LoopState, rec: dict, stop: bool, epoch: int) -> None:
+    """Record the epoch, advance the progress bar, and set res.stopped when some rank was asked
+    to stop (`stop` is all-reduced, so every rank decides alike)."""
+    state.res.epochs.append(rec)
+    last = state.last
+    if state.bar is not None:
+        state.bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
+                              val=f"{last['val_acc'] or 0:.3f}", refresh=False)
+        state.bar.update(1)
+    if stop and epoch < state.cfg.epochs:  # some rank got SIGTERM: all stop here
+        s = state.stop
+        state.res.stopped = (s.name if s is not None and s.requested else "") or "SIGTERM"
+
+
+def finish(state: LoopState, tuner=None) -> None:
+    """Close the bar and fill the result's final metrics."""
+    res, last = state.res, state.last
+    if state.bar is not None:
+        state.bar.close()
+    res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]
+    res.final_loss = res.epochs[-1]["loss"]
+    res.median_epoch_ms = float(statistics.median(state.times))
+    res.tuning = tuning_summary(state.dg, tuner)
+
+
+def progress_bar(cfg: TrainConfig, comm, start: int = 0):
+    """The epoch progress bar (rank 0; hidden with --no-progress, under CI, or alone off a TTY)."""
+    from tqdm import tqdm
+
+    show = cfg.progress and comm.rank == 0 and not os.environ.get("CI")
+    # under mpirun stderr is a pipe: show the bar anyway (mpirun forwards it); alone, only on a TTY
+    disable = (not show) or (None if comm.size == 1 else False)
+    return tqdm(total=cfg.epochs, initial=start, desc=f"{cfg.model} x{comm.size}", unit="epoch",
+                disable=disable, dynamic_ncols=True, leave=True)
+
+
+@contextmanager
+def untimed(timer) -> Iterator[None]:
+    """Aggregations inside are not counted by the tuner's timer (the eval forward)."""
+    if timer is not None:
+        timer.paused = True
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.paused = False
+
+
+def tuning_summary(dg, tuner) -> dict:
+    """What the metrics JSON and the final line report: the configuration in effect and, with
+    --tune, the tuner's summary (its best, search iterations, cache hit)."""
+    p = dg.params
+    doc = {"enabled": tuner is not None,
+           "config": {"ps": p.ps, "dist": p.dist, "wpb": p.wpb, "ps_inter": p.ps_inter,
+                      "variant": dg.config.variant}}
+    if tuner is not None:
+        doc.update(tuner.summary(), iterations=tuner.iterations)
+    return doc
