@@ -39,7 +39,7 @@ METHODS = ("none", "degree", "rcm", "cluster")
 # CSR entries handled per chunk when gathering and sorting rows (bounded temporaries).
 _EDGE_CHUNK = 1 << 22
 # rounds of label propagation of the "cluster" method
-_LP_ROUNDS = 5
+_LP_ROUNDS = 10
 
 
 def _check_method(method: str) -> None:
