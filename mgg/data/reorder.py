@@ -95,6 +95,8 @@ def _degree_order(graph: Graph) -> np.ndarray:
 def _rcm_order(graph: Graph) -> np.ndarray:
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+    if graph.num_nodes == 0:  # scipy's RCM fails on an empty matrix
+        return np.zeros(0, dtype=np.int64)
     a = _pattern(graph, symmetric=True)
     return np.asarray(reverse_cuthill_mckee(a, symmetric_mode=True), dtype=np.int64)
 
