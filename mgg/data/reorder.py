@@ -1,0 +1,242 @@
+"""Optional node reordering before partitioning (locality for the contiguous-range partitioner).
+
+mgg partitions nodes into contiguous id ranges (mgg.runtime.partition), so the node numbering
+decides which edges cross ranks and how many unique remote rows (the halo) each rank reads. This
+module relabels a graph's nodes; it never changes the edge set.
+
+Convention: ``perm`` is int64 [N] with ``perm[new] = old`` (new node ``k`` is old node
+``perm[k]``); ``inverse_permutation(perm)`` gives ``inv[old] = new``. Per-node arrays go
+old -> new with ``a[perm]`` (:func:`to_new_order`) and back with ``a_new[inv]``
+(:func:`to_old_order`). An edge ``j -> i`` of the input becomes ``inv[j] -> inv[i]``.
+
+Methods (``METHODS``):
+
+* ``none``   -- identity (the input graph object itself is returned).
+* ``degree`` -- in-degree descending, ties by old id (stable).
+* ``rcm``    -- reverse Cuthill-McKee (scipy.sparse.csgraph) on the symmetrised pattern: a
+  bandwidth-reducing BFS order, so neighbours get nearby ids.
+* ``cluster`` -- communities found by a few rounds of vectorised label propagation on the
+  symmetrised pattern, laid out one after another (largest first); inside a community, in-degree
+  descending. A cheap stand-in for Rabbit-order-like clustering orders.
+
+Whether any of them helps is measured in docs/reorder.md (bench/reorder.py); none is on by
+default.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.sparse as sp
+
+from .graph import Graph
+
+__all__ = ["METHODS", "reorder_nodes", "permutation", "permute_graph", "inverse_permutation",
+           "to_new_order", "to_old_order"]
+
+METHODS = ("none", "degree", "rcm", "cluster")
+
+# CSR entries handled per chunk when gathering and sorting rows (bounded temporaries).
+_EDGE_CHUNK = 1 << 22
+# rounds of label propagation of the "cluster" method
+_LP_ROUNDS = 10
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ValueError(f"unknown reorder method {method!r}; expected one of {', '.join(METHODS)}")
+
+
+def inverse_permutation(perm: np.ndarray) -> np.ndarray:
+    """int64 [N] ``inv`` with ``inv[perm[k]] = k`` (old id -> new id).
+
+    Raises ValueError when ``perm`` is not a permutation of ``[0, N)``.
+    """
+    perm = np.asarray(perm, dtype=np.int64)
+    n = len(perm)
+    if perm.ndim != 1 or (n and (perm.min() < 0 or perm.max() >= n)):
+        raise ValueError(f"inverse_permutation: perm must be a 1-D array of ids in [0, {n})")
+    inv = np.full(n, -1, dtype=np.int64)
+    inv[perm] = np.arange(n, dtype=np.int64)
+    if n and inv.min() < 0:
+        raise ValueError("inverse_permutation: perm repeats an id (not a permutation)")
+    return inv
+
+
+def to_new_order(a: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """Per-node array in old order ([N, ...]) -> the same data in new order: ``a[perm]``."""
+    return a[perm]
+
+
+def to_old_order(a_new: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """Per-node array in new order ([N, ...], e.g. a model output) -> old order: ``a_new[inv]``."""
+    return a_new[inverse_permutation(perm)]
+
+
+# -------------------------------------------------------------------------------- orders
+def _pattern(graph: Graph, symmetric: bool) -> sp.csr_matrix:
+    """The N x N 0/1 pattern (int8, duplicates merged), A[i, j] = 1 for an edge j -> i;
+    with `symmetric`, A + A^T."""
+    n = graph.num_nodes
+    a = sp.csr_matrix((np.ones(graph.num_edges, dtype=np.int8), graph.indices, graph.indptr),
+                      shape=(n, n))
+    a.sum_duplicates()
+    if symmetric:
+        a = (a + a.T.tocsr()).tocsr()
+        a.data[:] = 1
+    return a
+
+
+def _degree_order(graph: Graph) -> np.ndarray:
+    deg = graph.in_degree()
+    return np.argsort(-deg, kind="stable").astype(np.int64)
+
+
+def _rcm_order(graph: Graph) -> np.ndarray:
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    if graph.num_nodes == 0:  # scipy's RCM fails on an empty matrix
+        return np.zeros(0, dtype=np.int64)
+    a = _pattern(graph, symmetric=True)
+    return np.asarray(reverse_cuthill_mckee(a, symmetric_mode=True), dtype=np.int64)
+
+
+def _label_propagation(a: sp.csr_matrix, rounds: int, seed: int = 0) -> np.ndarray:
+    """int64 [N] community labels: synchronous label propagation on the symmetric pattern `a`.
+
+    Each round every node takes the most frequent label among its neighbours (ties: broken by a
+    fresh random priority of the labels each round; isolated nodes keep theirs). Starts from label = node id and updates a random half of
+    the nodes per round (seeded), which avoids the two-colouring oscillation of fully synchronous
+    updates. Vectorised: one sort of the (node, neighbour label priority) pairs per round.
+    """
+    n = a.shape[0]
+    labels = np.arange(n, dtype=np.int64)
+    if n == 0 or a.nnz == 0:
+        return labels
+    rng = np.random.default_rng(seed)
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.indptr))
+    col = a.indices.astype(np.int64)
+    has = np.diff(a.indptr) > 0
+    for _ in range(rounds):
+        prio = rng.permutation(n)  # label -> priority; ties go to the smallest priority
+        label_of_prio = np.empty(n, dtype=np.int64)
+        label_of_prio[prio] = np.arange(n, dtype=np.int64)
+        key = np.sort(row * n + prio[labels[col]])  # (node, label priority) pairs grouped
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.append(starts, len(key)))
+        node, lab = np.divmod(key[starts], n)
+        lab = label_of_prio[lab]
+        # per node: the label with the largest count (ties: smallest priority, first in order)
+        group = np.ones(len(node), dtype=bool)
+        group[1:] = node[1:] != node[:-1]
+        gstart = np.flatnonzero(group)
+        best_count = np.maximum.reduceat(counts, gstart)
+        is_best = counts == np.repeat(best_count, np.diff(np.append(gstart, len(node))))
+        cand = np.flatnonzero(is_best)
+        keep = np.ones(len(cand), dtype=bool)
+        keep[1:] = node[cand[1:]] != node[cand[:-1]]
+        cand = cand[keep]
+        new = labels.copy()
+        new[node[cand]] = lab[cand]
+        update = has & (rng.random(n) < 0.5)
+        changed = update & (new != labels)
+        labels = np.where(update, new, labels)
+        if not changed.any():
+            break
+    return labels
+
+
+def _cluster_order(graph: Graph) -> np.ndarray:
+    a = _pattern(graph, symmetric=True)
+    labels = _label_propagation(a, _LP_ROUNDS)
+    del a
+    _, comp, size = np.unique(labels, return_inverse=True, return_counts=True)
+    comp = comp.reshape(-1)
+    # communities largest first (ties: smallest label), inside one: in-degree descending, then id
+    rank_of_comp = np.empty(len(size), dtype=np.int64)
+    rank_of_comp[np.lexsort((np.arange(len(size)), -size))] = np.arange(len(size))
+    return np.lexsort((np.arange(graph.num_nodes), -graph.in_degree(), rank_of_comp[comp])).astype(np.int64)
+
+
+def permutation(graph: Graph, method: str) -> np.ndarray:
+    """int64 [N] ``perm`` (``perm[new] = old``) of `method` for `graph`, without relabelling."""
+    _check_method(method)
+    if method == "none":
+        return np.arange(graph.num_nodes, dtype=np.int64)
+    if method == "degree":
+        return _degree_order(graph)
+    if method == "rcm":
+        return _rcm_order(graph)
+    return _cluster_order(graph)
+
+
+# --------------------------------------------------------------------------- relabelling
+def permute_graph(graph: Graph, perm: np.ndarray, sort_rows: bool = True) -> Graph:
+    """The graph relabelled by ``perm`` (``perm[new] = old``): edge j -> i becomes
+    inv[j] -> inv[i]; x, y and the masks follow (``a[perm]``).
+
+    Args:
+        graph: target-major CSR Graph (indptr int64 [N+1], indices int64 [E]).
+        perm: int64 [N], a permutation of [0, N).
+        sort_rows: sort the sources inside every new row ascending (else rows keep the input's
+            entry order, relabelled).
+
+    Returns:
+        A new Graph with int64 CSR; the same edge multiset under the relabelling.
+    """
+    n, e = graph.num_nodes, graph.num_edges
+    perm = np.asarray(perm, dtype=np.int64)
+    if perm.shape != (n,):
+        raise ValueError(f"permute_graph: perm has shape {perm.shape}, expected ({n},)")
+    inv = inverse_permutation(perm)
+    indptr_old = np.asarray(graph.indptr, dtype=np.int64)
+    indices_old = np.asarray(graph.indices, dtype=np.int64)
+    deg = np.diff(indptr_old)[perm]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    indices = np.empty(e, dtype=np.int64)
+    shift = indptr_old[perm] - indptr[:-1]  # old position = new position + shift[new row]
+    row = 0
+    while row < n:
+        # new rows [row, hi) holding about _EDGE_CHUNK entries (at least one row)
+        hi = int(np.searchsorted(indptr, indptr[row] + _EDGE_CHUNK, side="right")) - 1
+        hi = min(max(hi, row + 1), n)
+        e0, e1 = int(indptr[row]), int(indptr[hi])
+        if e1 > e0:
+            pos = np.arange(e0, e1, dtype=np.int64)
+            local = np.repeat(np.arange(hi - row, dtype=np.int64), deg[row:hi])
+            pos += shift[row:hi][local]
+            src = inv[indices_old[pos]]
+            if sort_rows:
+                key = local * n + src  # rows of the chunk stay in order, sources ascend within
+                key.sort()
+                src = key - local * n  # `local` is non-decreasing, so it matches sorted keys
+            indices[e0:e1] = src
+        row = hi
+
+    def follow(a):
+        return None if a is None else np.asarray(a)[perm]
+
+    return dataclasses.replace(graph, indptr=indptr, indices=indices, x=follow(graph.x),
+                               y=follow(graph.y), train_mask=follow(graph.train_mask),
+                               val_mask=follow(graph.val_mask), test_mask=follow(graph.test_mask))
+
+
+def reorder_nodes(graph: Graph, method: str, sort_rows: bool = True) -> tuple[Graph, np.ndarray]:
+    """Relabel the nodes of `graph` by `method` (one of ``METHODS``).
+
+    Returns:
+        ``(reordered Graph, perm)`` with perm int64 [N], ``perm[new] = old``; map results back
+        with :func:`to_old_order` (or ``inverse_permutation(perm)``). ``method="none"`` returns
+        `graph` itself and the identity.
+
+    Raises:
+        ValueError: unknown method (the message lists the valid ones).
+    """
+    _check_method(method)
+    perm = permutation(graph, method)
+    if method == "none":
+        return graph, perm
+    return permute_graph(graph, perm, sort_rows=sort_rows), perm
