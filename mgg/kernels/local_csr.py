@@ -275,6 +275,17 @@ class CsrRowsExecutor:
             self._schedules[groups] = (s, arrays)
         return self._schedules[groups][0]
 
+    def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
+        """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
+        if wpb is not None:
+            if not 1 <= wpb <= 32:
+                raise ValueError(f"csr_rows: wpb must be in [1, 32], got {wpb}")
+            self.wpb = wpb
+        if (long_threshold, chunk) != (None, None):
+            self.long_threshold = long_threshold if long_threshold is not None else self.long_threshold
+            self.chunk = chunk if chunk is not None else self.chunk
+            self._schedules.clear()
+
     def _buf(self, rows: int, dp: int) -> torch.Tensor:
         if self.poison:
             return torch.full((rows, dp), float("nan"), dtype=torch.float32, device=self.device)
