@@ -136,31 +136,34 @@ class WeightFactors:
     note: str = field(default="")
 
 
-def _edge_blocks(indptr: np.ndarray, block: int = 1 << 23):
-    """Yield (row ids int64 [k], entry slice) over the CSR in blocks of about `block` entries."""
+def _row_blocks(indptr: np.ndarray, block: int = 1 << 23):
+    """Yield (r0, r1) row ranges of the CSR holding about `block` entries each."""
     n = len(indptr) - 1
     r0 = 0
     while r0 < n:
         r1 = int(np.searchsorted(indptr, indptr[r0] + block, side="right")) - 1
         r1 = min(n, max(r1, r0 + 1))
-        a, b = int(indptr[r0]), int(indptr[r1])
-        yield np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0: r1 + 1])), slice(a, b)
+        yield r0, r1
         r0 = r1
 
 
 def _max_rel_dev(indptr, indices, w, rf, cf) -> float:
-    """max |rf[row] * cf[col] - w| / |w| over all entries (float64; None factors are 1)."""
+    """max |rf[row] * cf[col] - w| / |w| over all entries (float32 [n] factors, None = 1),
+    computed in float32 blocks (a plan-time check)."""
     worst = 0.0
-    for rows, sl in _edge_blocks(indptr):
-        f = np.ones(sl.stop - sl.start, np.float64)
-        if rf is not None:
-            f *= rf[rows]
+    for r0, r1 in _row_blocks(indptr):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if a == b:
+            continue
+        f = (np.repeat(rf[r0:r1], np.diff(indptr[r0: r1 + 1])) if rf is not None
+             else np.ones(b - a, np.float32))
         if cf is not None:
-            f *= cf[indices[sl]]
-        ws = w[sl].astype(np.float64)
-        dev = np.abs(f - ws) / np.maximum(np.abs(ws), 1e-30)
-        if len(dev):
-            worst = max(worst, float(dev.max()))
+            f = f * cf[indices[a:b]]
+        ws = w[a:b]
+        np.subtract(f, ws, out=f)
+        np.abs(f, out=f)
+        f /= np.maximum(np.abs(ws), np.float32(1e-30))
+        worst = max(worst, float(f.max()))
     return worst
 
 
@@ -199,7 +202,7 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6) 
         if np.all(sw > 0):
             deg1 = np.rint(1.0 / sw)
             dinv = (deg1 ** -0.5).astype(np.float32)
-            dev = _max_rel_dev(ip, idx, w, dinv.astype(np.float64), dinv.astype(np.float64))
+            dev = _max_rel_dev(ip, idx, w, dinv, dinv)
             if dev <= rtol:
                 return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
                                      note="gcn: w = dinv[row] * dinv[col]")
