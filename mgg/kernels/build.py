@@ -141,6 +141,8 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> Ker
             want = os.environ.get("MGG_KERNEL_BUILD", "nvcc") if nvshmem else "plain"
             methods = {"plain": [_build_plain], "nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
                        "auto": [_build_nvrtc, _build_nvcc]}.get(want)
+            if nvshmem and want == "plain":
+                methods = None
             if methods is None:
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
             errors = []
