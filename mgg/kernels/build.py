@@ -107,15 +107,27 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
         f.write(bytes(linked.code))
 
 
-def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
-    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is."""
+def _build_plain(src: str, out: str, arch: str, root: str, tmp: str) -> None:
+    """A kernel without NVSHMEM calls: one nvcc -cubin, no device link."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", src, "-o", out])
+
+
+def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> KernelBuild:
+    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+
+    `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
+    NVSHMEM install needed)."""
     arch = arch or cuda_arch()
     src = os.path.join(_HERE, f"{name}.cu")
-    root = nvshmem_root()
     with open(src, "rb") as f:
         text = f.read()
-    lib = os.path.join(root, "lib", "libnvshmem_device.a")
-    libsig = f"{os.path.getsize(lib)}:{int(os.path.getmtime(lib))}" if os.path.exists(lib) else root
+    if nvshmem:
+        root = nvshmem_root()
+        lib = os.path.join(root, "lib", "libnvshmem_device.a")
+        libsig = f"{os.path.getsize(lib)}:{int(os.path.getmtime(lib))}" if os.path.exists(lib) else root
+    else:
+        root, libsig = "", "plain"
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
     out = os.path.join(d, f"{name}-{arch}-{key}.cubin")
@@ -126,9 +138,11 @@ def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
             if os.path.exists(out):
                 m = json.load(open(meta)) if os.path.exists(meta) else {"method": "unknown"}
                 return KernelBuild(out, m.get("method", "unknown"), 0.0, True)
-            want = os.environ.get("MGG_KERNEL_BUILD", "nvcc")
-            methods = {"nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
+            want = os.environ.get("MGG_KERNEL_BUILD", "nvcc") if nvshmem else "plain"
+            methods = {"plain": [_build_plain], "nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
                        "auto": [_build_nvrtc, _build_nvcc]}.get(want)
+            if nvshmem and want == "plain":
+                methods = None
             if methods is None:
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
             errors = []
@@ -154,15 +168,21 @@ def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
             fcntl.flock(lk, fcntl.LOCK_UN)
 
 
-def load_module(name: str):
-    """The CuPy RawModule of mgg/kernels/<name>.cu, built (cached) and NVSHMEM-initialised once."""
+def load_module(name: str, nvshmem: bool = True):
+    """The CuPy RawModule of mgg/kernels/<name>.cu, built (cached) and NVSHMEM-initialised once
+    (`nvshmem=False`: a plain module, see build_cubin)."""
     with _LOCK:
         if name not in _MODULES:
             import cupy
+
+            b = build_cubin(name, nvshmem=nvshmem)
+            mod = cupy.RawModule(path=b.path)
+            if not nvshmem:
+                BUILDS[name] = b
+                _MODULES[name] = mod
+                return mod
             import nvshmem.bindings as nb
 
-            b = build_cubin(name)
-            mod = cupy.RawModule(path=b.path)
             status = nb.cumodule_init(int(mod.module.ptr))
             if status not in (0, None):
                 raise RuntimeError(f"nvshmem cumodule_init({name}) failed with status {status}")

@@ -1,0 +1,239 @@
+"""Micro-benchmark of the single-GPU aggregation: csr_rows (mgg/kernels/local_csr.cu) against the
+`paper` local path (mgg_local, one float4 atomic per partition) and torch CSR SpMM, with floors.
+
+    python bench/local_csr.py [--datasets reddit-like:1,products-like:1] [--dims 16,64]
+                              [--kinds gcn,sum] [--reps 30] [--json out.json]
+
+One GPU, one process (P = 1). Per dataset, width D and kind it prints the median of `--reps`
+CUDA-event timings of one aggregation call (whole call: `paper` includes its symmetric-array
+write, zero-fill and self-term add; csr_rows writes every row once with the self term fused) for
+  * csr_rows with the kind's weight-free mode (and with per-edge weights, `csr_rows-weighted`),
+    over a small grid of (wpb, chunk),
+  * GPUExecutor variant `paper` (on P = 1 it runs only mgg_local) through DistGraph,
+  * torch sparse CSR @ x (cuSPARSE),
+and two floors:
+  * HBM floor: compulsory bytes (int32 index per edge, float32 weight per edge only where the
+    kernel reads it, int64 row pointers, each distinct source row once, the self rows, the output)
+    / the measured device-copy bandwidth;
+  * L2 floor: gathered bytes (E * Dp * 4) / the best of two L2 gather microbenchmarks at this
+    width (random rows of an 8 MB table: bench/fullgraph.py's and an unrolled one here).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_L2_SRC = r"""
+extern "C" __global__ void l2_gather_unrolled(const float4* __restrict__ table, const int* __restrict__ idx,
+                                              long long n_idx, int d4, float4* __restrict__ out) {
+    // groups of d4 lanes (d4 a power of two <= 32); each group keeps 8 independent rows in flight
+    const int lane = threadIdx.x & 31, groups = 32 / d4, g = lane / d4, c = lane % d4;
+    const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long per = (n_idx + nwarps - 1) / nwarps, lo = warp * per;
+    const long long hi = lo + per < n_idx ? lo + per : n_idx;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long k = lo + g; k < hi; k += 8 * groups) {
+        int j[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) { long long q = k + (long long)u * groups; j[u] = q < hi ? __ldcs(idx + q) : -1; }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) if (j[u] >= 0) {
+            float4 v = __ldg(table + (long long)j[u] * d4 + c);
+            acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+        }
+    }
+    out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc;
+}
+"""
+
+
+def event_ms(fn, reps: int, warmup: int = 3) -> float:
+    """Median milliseconds of fn() over `reps` CUDA-event timings."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def hbm_bandwidth() -> float:
+    """GB/s of a 1 GiB device-to-device copy (read + write bytes)."""
+    import torch
+
+    n = 1 << 28
+    a = torch.empty(n, device="cuda").uniform_()
+    b = torch.empty_like(a)
+    ms = event_ms(lambda: b.copy_(a), 10)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * 4 * n / ms / 1e6
+
+
+def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.0) -> dict:
+    """GB/s of random-row gathers from an L2-resident table at width `dim` (two kernels)."""
+    import cupy as cp
+    import torch
+
+    from bench.fullgraph import _GATHER_SRC
+
+    dp = max(4, (dim + 3) // 4 * 4)
+    d4 = dp // 4
+    while 32 % d4:
+        d4 -= 1
+    rows = max(1, int(table_mb * 2**20) // (16 * d4))
+    n_idx = int(gathered_gb * 1e9) // (16 * d4)
+    table = torch.randn(rows, 4 * d4, device="cuda")
+    idx = torch.randint(0, rows, (n_idx,), device="cuda", dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(table.device).multi_processor_count
+    grid, block = sms * 8, 256
+    out = torch.empty(grid * block, 4, device="cuda")
+    res = {}
+    for name, src, fn_name in (("fullgraph", _GATHER_SRC, "gather_sum"), ("unrolled", _L2_SRC, "l2_gather_unrolled")):
+        fn = cp.RawKernel(src, fn_name)
+        args = (np.uint64(table.data_ptr()), np.uint64(idx.data_ptr()), np.int64(n_idx), np.int32(d4),
+                np.uint64(out.data_ptr()))
+        ms = event_ms(lambda: fn((grid,), (block,), args), 10)
+        res[name] = n_idx * 16 * d4 / (ms * 1e6)
+    del table, idx, out
+    torch.cuda.empty_cache()
+    res["best"] = max(res["fullgraph"], res["unrolled"])
+    return res
+
+
+def distinct_sources(plan) -> int:
+    """How many distinct source rows the plan's local CSR reads."""
+    if not plan.num_local_edges:
+        return 0
+    seen = np.zeros(plan.n_local, bool)
+    seen[plan.local_indices] = True
+    return int(seen.sum())
+
+
+def compulsory_bytes(plan, dp: int, weights: bool, uniq: int) -> int:
+    """Bytes any kernel must move from/to HBM once for out = W x (+ diag x) at width dp."""
+    row = dp * 4
+    per_edge = 4 + (4 if weights else 0)
+    return (per_edge * plan.num_local_edges + 8 * (plan.n_local + 1)
+            + row * (uniq + (plan.n_local if plan.has_self else 0) + plan.n_local))
+
+
+def load_graph(name: str, scale: float, cache: str):
+    from mgg.data import load_dataset, load_npz, save_npz
+
+    path = os.path.join(cache, f"{name}-{scale:g}.npz")
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        g = load_dataset(name, scale=scale, seed=0)
+        print(f"  generated {name} scale {scale:g} in {time.perf_counter() - t:.1f} s", flush=True)
+        os.makedirs(cache, exist_ok=True)
+        save_npz(g, path)
+    return load_npz(path, name=name)
+
+
+def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
+    import torch
+
+    from mgg.kernels.local_csr import CsrRowsExecutor
+    from mgg.runtime import DistGraph, RuntimeConfig, world
+
+    rows = []
+    comm = world()
+    with DistGraph(g.indptr, g.indices, comm, RuntimeConfig(backend="gpu", variant="paper")) as dg:
+        a_csr = torch.sparse_csr_tensor(torch.from_numpy(g.indptr), torch.from_numpy(g.indices),
+                                        torch.ones(g.num_edges), size=(g.num_nodes, g.num_nodes)).cuda()
+        for kind in kinds:
+            plan = dg.plan(kind)
+            w_csr = torch.sparse_csr_tensor(a_csr.crow_indices(), a_csr.col_indices(),
+                                            torch.from_numpy(plan.local_weight).cuda(), size=a_csr.shape)
+            t0 = time.perf_counter()
+            fast = CsrRowsExecutor(plan, None, kind)
+            weighted = CsrRowsExecutor(plan, None, None)
+            prep = time.perf_counter() - t0
+            uniq = distinct_sources(plan)
+            for dim in dims:
+                dp = max(4, (dim + 3) // 4 * 4)
+                x = torch.randn(g.num_nodes, dim, device="cuda")
+                l2 = l2_gather_bandwidth(dim)
+                gathered = plan.num_local_edges * dp * 4
+                l2_floor = gathered / (l2["best"] * 1e6)
+                res = {}
+                for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
+                    for wpb in args.wpb:
+                        for chunk in args.chunks:
+                            ex.retune(wpb=wpb, chunk=chunk)
+                            ms = event_ms(lambda: ex(x), args.reps)
+                            hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
+                            res[f"{label} wpb={wpb} chunk={chunk}"] = (ms, hb)
+                dg.set_variant("paper")
+                ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)
+                res["paper (mgg_local)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
+                diag = torch.from_numpy(plan.self_weight).cuda().unsqueeze(1) if plan.has_self else None
+                ms = event_ms(lambda: (w_csr @ x) + (diag * x if diag is not None else 0), args.reps)
+                res["torch csr (cuSPARSE)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
+                ref = (w_csr @ x) + (diag * x if diag is not None else 0)
+                err = float((fast(x) - ref).norm() / ref.norm())
+                print(f"  {g.name} D={dim} {kind}: mode {fast.factors.mode} ({fast.factors.note}), "
+                      f"prep {prep:.2f} s, rel err vs cuSPARSE {err:.1e}; "
+                      f"L2 gather {l2['best']:.0f} GB/s (fullgraph {l2['fullgraph']:.0f}, unrolled "
+                      f"{l2['unrolled']:.0f}), L2 floor {l2_floor:.3f} ms", flush=True)
+                for label, (ms, hb) in res.items():
+                    print(f"    {label:>36}: {ms:7.3f} ms | HBM floor {hb:.3f} ms ({hb / ms * 100:3.0f}%) | "
+                          f"L2 floor {l2_floor:.3f} ms ({l2_floor / ms * 100:3.0f}%)", flush=True)
+                    rows.append({"dataset": g.name, "nodes": g.num_nodes, "edges": g.num_edges, "dim": dim,
+                                 "kind": kind, "system": label, "ms": ms, "hbm_floor_ms": hb,
+                                 "l2_floor_ms": l2_floor, "l2_GBps": l2, "hbm_GBps": hbm,
+                                 "mode": fast.factors.mode, "prep_s": prep, "rel_err": err})
+                del x
+            del fast, weighted, w_csr
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="reddit-like:1,products-like:1")
+    ap.add_argument("--dims", default="16,64")
+    ap.add_argument("--kinds", default="gcn,sum")
+    ap.add_argument("--wpb", default="4,8")
+    ap.add_argument("--chunks", default="1024,4096")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "mgg", "bench"))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    args.wpb = [int(v) for v in args.wpb.split(",")]
+    args.chunks = [int(v) for v in args.chunks.split(",")]
+    import torch
+
+    print(f"device {torch.cuda.get_device_name()}", flush=True)
+    hbm = hbm_bandwidth()
+    print(f"HBM copy bandwidth {hbm:.0f} GB/s", flush=True)
+    rows = []
+    for spec in args.datasets.split(","):
+        name, _, scale = spec.partition(":")
+        g = load_graph(name, float(scale or 1), args.cache)
+        print(f"{name}: {g.num_nodes} nodes, {g.num_edges} edges", flush=True)
+        rows += bench_dataset(g, [int(d) for d in args.dims.split(",")], args.kinds.split(","), args, hbm)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""Single-GPU aggregation from the plan's local CSR: launcher of mgg/kernels/local_csr.cu.
+
+`CsrRowsExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with no remote work
+(P = 1, or a rank whose rows need no other rank's data) with the `mgg_csr_rows` kernels: every
+output row is written exactly once (no atomics, no zero-fill), hub rows are split over several
+warps and combined by a tiny second pass, short rows are packed several per warp, and the
+per-edge weight array is not read at all where the kind's weights factor exactly:
+
+  one      w = 1 * rf[row]          `sum` (rf = none); `mean` forward (rf = 1 / deg_in(row))
+  column   w = cf[col] * rf[row]    `gcn` (cf = rf = dinv); `mean` transposed (cf = 1 / deg_in(col))
+  weighted w = plan.local_weight    everything else (and any plan whose weights do not match)
+
+The factorisation is derived from the plan itself (its weights, and its self weights for gcn)
+and checked against every plan weight once (`factor_weights`), so it is only used where it
+reproduces the plan. Host-side preparation (weights check, row schedule) is a plan-time cost,
+recorded in `CsrRowsExecutor.prep_seconds`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..runtime.plan import AggregationPlan
+
+__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights",
+           "lanes_for_width", "MAX_DIM_PADDED", "WEIGHT_MODES"]
+
+#: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
+WEIGHT_MODES = {"weighted": 0, "one": 1, "column": 2}
+_VPL = (1, 2, 4)
+MAX_DIM_PADDED = 32 * 4 * _VPL[-1]  # 512 floats
+#: default entries per warp task of a hub row (rows longer than this are split)
+DEFAULT_CHUNK = 2048
+
+
+def lanes_for_width(dim_padded: int) -> tuple[int, int]:
+    """(L lanes per group, V float4 columns per lane) of the kernel for rows of dim_padded floats."""
+    if dim_padded < 4 or dim_padded % 4:
+        raise ValueError(f"padded width must be a positive multiple of 4, got {dim_padded}")
+    d4 = dim_padded // 4
+    lanes = 1
+    while lanes < d4 and lanes < 32:
+        lanes <<= 1
+    need = -(-d4 // lanes)
+    for v in _VPL:
+        if v >= need:
+            return lanes, v
+    raise ValueError(f"embedding width {dim_padded} is above the csr_rows kernels' limit of {MAX_DIM_PADDED}")
+
+
+def default_long_threshold(groups: int) -> int:
+    """Rows with more entries than this get whole warps (others are packed `groups` per warp)."""
+    return min(32 * groups, 256)
+
+
+# -------------------------------------------------------------------------------------------------
+@dataclass
+class RowSchedule:
+    """Row -> warp mapping of mgg_csr_rows for one CSR and one lane-group count G.
+
+    long_tasks: int64 [n_long, 4] (row, start, end, slot), longest first; slot -1 writes out[row],
+        slot >= 0 writes partial[slot] (a chunk of a split row).
+    short_rows: int32 [n_short], rows packed G per warp, by degree descending (isolated rows last).
+    split: int64 [n_split, 3] (row, first slot, slots) of the rows split over several tasks.
+    """
+
+    groups: int
+    long_threshold: int
+    chunk: int
+    long_tasks: np.ndarray
+    short_rows: np.ndarray
+    split: np.ndarray
+    num_slots: int
+    seconds: float = 0.0
+
+    @property
+    def num_warps(self) -> int:
+        return len(self.long_tasks) + -(-len(self.short_rows) // self.groups)
+
+
+def row_schedule(indptr: np.ndarray, groups: int, long_threshold: int | None = None,
+                 chunk: int = DEFAULT_CHUNK) -> RowSchedule:
+    """The degree-aware mapping of the rows of CSR `indptr` (int64 [n + 1]) for G = `groups`.
+
+    Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
+    chunks; the others (isolated rows included) are packed G per warp. Vectorised numpy.
+    """
+    t0 = time.perf_counter()
+    if groups not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"groups must be a power of two in [1, 32], got {groups}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    thr = default_long_threshold(groups) if long_threshold is None else int(long_threshold)
+    if thr < 0:
+        raise ValueError(f"long_threshold must be >= 0, got {thr}")
+    indptr = np.asarray(indptr, dtype=np.int64)
+    deg = np.diff(indptr)
+    is_long = deg > thr
+    long_rows = np.flatnonzero(is_long)
+    ldeg = deg[long_rows]
+    nch = -(-ldeg // chunk)
+    total = int(nch.sum())
+    row = np.repeat(long_rows, nch)
+    first = np.cumsum(nch) - nch                                 # first task of each long row
+    k = np.arange(total, dtype=np.int64) - np.repeat(first, nch)  # chunk number inside the row
+    rdeg, rn = np.repeat(ldeg, nch), np.repeat(nch, nch)
+    # chunk k of a row of d entries in m chunks: [k * d // m, (k + 1) * d // m)
+    start = indptr[row] + k * rdeg // rn
+    end = indptr[row] + (k + 1) * rdeg // rn
+    is_split = rn > 1
+    slot = np.where(is_split, np.cumsum(is_split) - 1, -1)
+    srow = nch > 1
+    split = np.stack([long_rows[srow], slot[first[srow]], nch[srow]], axis=1) if srow.any() \
+        else np.zeros((0, 3), np.int64)
+    tasks = np.stack([row, start, end, slot], axis=1) if total else np.zeros((0, 4), np.int64)
+    tasks = tasks[np.argsort(start - end, kind="stable")]        # longest first
+    short = np.flatnonzero(~is_long)
+    short = short[np.argsort(-deg[short], kind="stable")].astype(np.int32)
+    return RowSchedule(groups, thr, int(chunk), tasks.astype(np.int64), short, split.astype(np.int64),
+                       int(is_split.sum()), time.perf_counter() - t0)
+
+
+# -------------------------------------------------------------------------------------------------
+@dataclass
+class WeightFactors:
+    """How the kernel gets edge weights: mode (see WEIGHT_MODES), optional float32 [n] row factor
+    rf and column factor cf, and the largest relative deviation from the plan's weights."""
+
+    mode: str
+    row: np.ndarray | None = None
+    col: np.ndarray | None = None
+    max_rel_dev: float = 0.0
+    note: str = field(default="")
+
+
+def _row_blocks(indptr: np.ndarray, block: int = 1 << 23):
+    """Yield (r0, r1) row ranges of the CSR holding about `block` entries each."""
+    n = len(indptr) - 1
+    r0 = 0
+    while r0 < n:
+        r1 = int(np.searchsorted(indptr, indptr[r0] + block, side="right")) - 1
+        r1 = min(n, max(r1, r0 + 1))
+        yield r0, r1
+        r0 = r1
+
+
+def _max_rel_dev(indptr, indices, w, rf, cf) -> float:
+    """max |rf[row] * cf[col] - w| / |w| over all entries (float32 [n] factors, None = 1),
+    computed in float32 blocks (a plan-time check)."""
+    worst = 0.0
+    for r0, r1 in _row_blocks(indptr):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if a == b:
+            continue
+        f = (np.repeat(rf[r0:r1], np.diff(indptr[r0: r1 + 1])) if rf is not None
+             else np.ones(b - a, np.float32))
+        if cf is not None:
+            f = f * cf[indices[a:b]]
+        ws = w[a:b]
+        np.subtract(f, ws, out=f)
+        np.abs(f, out=f)
+        f /= np.maximum(np.abs(ws), np.float32(1e-30))
+        worst = max(worst, float(f.max()))
+    return worst
+
+
+def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6) -> WeightFactors:
+    """The cheapest exact weight mode of `plan`'s local CSR for aggregation `kind`.
+
+    sum: every weight 1 -> "one". mean: weights constant per row (forward, 1/deg_in(target)) ->
+    "one" with a row factor; constant per column (transposed, 1/deg_in(column)) -> "column".
+    gcn: w = dinv[row] * dinv[col] with dinv recovered from the self weights 1/(deg_in + 1) ->
+    "column" with cf = rf = dinv (checked to `rtol`, float32 rounding of the product). Anything
+    else, or a plan whose weights do not match: "weighted".
+    """
+    ip = np.asarray(plan.local_indptr, np.int64)
+    idx = np.asarray(plan.local_indices, np.int64)
+    w = np.asarray(plan.local_weight, np.float32)
+    n = plan.n_local
+    if kind is None:
+        return WeightFactors("weighted", note="no kind given")
+    if len(w) == 0:
+        return WeightFactors("one", note="no edges")
+    if kind == "sum":
+        if bool(np.all(w == 1.0)):
+            return WeightFactors("one", note="sum: w = 1")
+    elif kind == "mean":
+        deg = np.diff(ip)
+        rf = np.zeros(n, np.float32)
+        rf[deg > 0] = w[ip[:-1][deg > 0]]
+        if _max_rel_dev(ip, idx, w, rf, None) == 0.0:
+            return WeightFactors("one", row=rf, note="mean forward: w = rf[row]")
+        cf = np.zeros(n, np.float32)
+        cf[idx] = w
+        if _max_rel_dev(ip, idx, w, None, cf) == 0.0:
+            return WeightFactors("column", col=cf, note="mean transposed: w = cf[col]")
+    elif kind == "gcn" and plan.has_self:
+        sw = np.asarray(plan.self_weight, np.float64)
+        if np.all(sw > 0):
+            deg1 = np.rint(1.0 / sw)
+            dinv = (deg1 ** -0.5).astype(np.float32)
+            dev = _max_rel_dev(ip, idx, w, dinv, dinv)
+            if dev <= rtol:
+                return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
+                                     note="gcn: w = dinv[row] * dinv[col]")
+    return WeightFactors("weighted", note=f"{kind}: weights do not factor, per-edge weights read")
+
+
+# -------------------------------------------------------------------------------------------------
+def _dev(a: np.ndarray | None, dtype, device) -> torch.Tensor | None:
+    if a is None:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(device)
+
+
+def _p(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+class CsrRowsExecutor:
+    """Runs `out = W x + diag * x` for one plan with no remote work, with mgg_csr_rows.
+
+    Args:
+        plan: an AggregationPlan with num_remote_edges == 0.
+        store: the symmetric store (unused at P = 1; may be None).
+        kind: the aggregation kind of the plan ("sum", "mean", "gcn") or None; picks the weight mode
+            (see factor_weights).
+        wpb: warps per block of the rows kernel.
+        long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
+
+    Attributes:
+        poison: when True, the output and partial buffers are NaN-filled before the kernels run.
+        factors: the WeightFactors in use; prep_seconds: host preparation time (weights check and
+            every row schedule built so far).
+    """
+
+    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
+                 long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK):
+        if plan.num_remote_edges:
+            raise ValueError(f"csr_rows: rank {plan.rank}'s plan has {plan.num_remote_edges} remote edges; "
+                             f"this kernel aggregates local rows only (use GPUExecutor)")
+        if not 1 <= wpb <= 32:
+            raise ValueError(f"csr_rows: wpb must be in [1, 32], got {wpb}")
+        if plan.num_local_edges >= 2**31 or plan.n_local >= 2**31:
+            raise ValueError(f"csr_rows: {plan.num_local_edges} edges / {plan.n_local} rows exceed int32 indices")
+        t0 = time.perf_counter()
+        self.plan, self.store, self.kind, self.wpb = plan, store, kind, wpb
+        self.long_threshold, self.chunk = long_threshold, chunk
+        self.poison = False
+        self.factors = factor_weights(plan, kind)
+        self.prep_seconds = time.perf_counter() - t0
+        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
+        dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
+        f = self.factors
+        self.indptr = _dev(plan.local_indptr, np.int64, dev)
+        self.src = _dev(plan.local_indices, np.int32, dev)
+        self.wt = _dev(plan.local_weight, np.float32, dev) if f.mode == "weighted" else None
+        self.rf = _dev(f.row, np.float32, dev)
+        self.cf = _dev(f.col, np.float32, dev)
+        self.diag = _dev(plan.self_weight, np.float32, dev) if plan.has_self else None
+        from .build import load_module
+
+        self.module = load_module("local_csr", nvshmem=False)
+        self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
+
+    def schedule(self, groups: int) -> RowSchedule:
+        """The (cached) row schedule for lane-group count `groups`, built and uploaded once."""
+        if groups not in self._schedules:
+            s = row_schedule(self.plan.local_indptr, groups, self.long_threshold, self.chunk)
+            self.prep_seconds += s.seconds
+            arrays = {"tasks": _dev(s.long_tasks, np.int64, self.device),
+                      "short": _dev(s.short_rows, np.int32, self.device),
+                      "split": _dev(s.split, np.int64, self.device)}
+            self._schedules[groups] = (s, arrays)
+        return self._schedules[groups][0]
+
+    def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
+        """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
+        if wpb is not None:
+            if not 1 <= wpb <= 32:
+                raise ValueError(f"csr_rows: wpb must be in [1, 32], got {wpb}")
+            self.wpb = wpb
+        if (long_threshold, chunk) != (None, None):
+            self.long_threshold = long_threshold if long_threshold is not None else self.long_threshold
+            self.chunk = chunk if chunk is not None else self.chunk
+            self._schedules.clear()
+
+    def _buf(self, rows: int, dp: int) -> torch.Tensor:
+        if self.poison:
+            return torch.full((rows, dp), float("nan"), dtype=torch.float32, device=self.device)
+        return torch.empty((rows, dp), dtype=torch.float32, device=self.device)
+
+    def __call__(self, x: torch.Tensor, sym=None) -> torch.Tensor:
+        """x: float32 [n_local, D] on this GPU (D <= 512); sym: the symmetric array of width D,
+        written and published (collective) only when world_size > 1, so that other ranks can read
+        this rank's rows. Returns float32 [n_local, D]."""
+        from .streams import torch_stream_for_cupy
+
+        p = self.plan
+        n = p.n_local
+        if x.dim() != 2 or x.shape[0] != n or x.dtype != torch.float32 or not x.is_cuda:
+            raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
+                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
+        dim = int(x.shape[1])
+        dp = max(4, -(-dim // 4) * 4)
+        lanes, vpl = lanes_for_width(dp)
+        groups = 32 // lanes
+        d4 = dp // 4
+        if p.world_size > 1:
+            if sym is None:
+                raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")
+            sym.write(x)
+            sym.publish()
+        if dp == dim and x.is_contiguous() and x.data_ptr() % 16 == 0:
+            xin = x
+        else:
+            xin = torch.zeros((n, dp), dtype=torch.float32, device=self.device)
+            xin[:, :dim] = x
+        out = self._buf(n, dp)
+        sched = self.schedule(groups)
+        arrays = self._schedules[groups][1]
+        partial = self._buf(max(sched.num_slots, 1), dp)
+        mode = WEIGHT_MODES[self.factors.mode]
+        if n:
+            with torch_stream_for_cupy():
+                fn = self.module.get_function(f"mgg_csr_rows_l{lanes}_v{vpl}_w{mode}")
+                blocks = -(-sched.num_warps // self.wpb)
+                fn((blocks,), (32 * self.wpb,), (
+                    np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
+                    _p(arrays["short"]), _p(self.indptr), _p(self.src), _p(self.wt), _p(self.cf), _p(self.rf),
+                    _p(self.diag), _p(xin), np.int32(d4), _p(out), _p(partial)))
+                ns = len(sched.split)
+                if ns:
+                    comb = self.module.get_function("mgg_csr_combine")
+                    cblocks = max(1, min(-(-ns // 8), self.num_sms * 8))
+                    comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(self.rf),
+                                              _p(self.diag), _p(xin), np.int32(d4), _p(out)))
+        if p.world_size > 1:
+            sym.release()
+        return out if dp == dim else out[:, :dim].contiguous()

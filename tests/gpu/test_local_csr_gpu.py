@@ -1,0 +1,133 @@
+"""CsrRowsExecutor (mgg/kernels/local_csr.cu) against the float64 reference on one GPU.
+
+Power-law graphs with isolated rows and hub rows (degree >> 32, split over several warps with
+small chunks), every width class, sum / mean / gcn, forward and transposed plans, each weight
+mode (the factored ones and the per-edge fallback). Outputs and partial buffers are NaN-poisoned
+before every launch, so an unwritten element fails. Needs CUDA and cupy, not NVSHMEM:
+
+    python -m pytest -q -p no:cacheprovider tests/gpu/test_local_csr_gpu.py
+"""
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+from mgg.kernels.local_csr import CsrRowsExecutor, lanes_for_width  # noqa: E402
+from mgg.kernels.reference import aggregate_reference  # noqa: E402
+from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
+from tests.test_local_csr import power_law_csr  # noqa: E402
+
+DIMS = (1, 3, 4, 16, 33, 64, 128, 512)
+#: (long_threshold, chunk): defaults; every non-empty row a warp task cut in chunks of 64;
+#: hubs (degree >= 700) split at 500
+SCHEDULES = ((None, 2048), (0, 64), (None, 500))
+_GRAPH = {}
+
+
+def rel_err(a, b):
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def graph():
+    if "g" not in _GRAPH:
+        _GRAPH["g"] = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
+    return _GRAPH["g"]
+
+
+def plans(indptr, indices, kind):
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        return {False: dg.plan(kind, False), True: dg.plan(kind, True)}
+
+
+def run(ex, x, times=2):
+    ex.poison = True
+    xt = torch.from_numpy(x).cuda()
+    outs = [ex(xt).cpu().numpy() for _ in range(times)]  # buffers and schedules reused
+    return outs
+
+
+@pytest.mark.parametrize("sched", SCHEDULES)
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+def test_matches_reference(kind, dim, sched):
+    indptr, indices = graph()
+    x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
+    for transposed, plan in plans(indptr, indices, kind).items():
+        ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1])
+        assert ex.factors.mode != "weighted", ex.factors.note
+        if sched[1] < 1000 and not transposed:  # the forward hubs (degree >= 3000) are split
+            groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
+            assert len(ex.schedule(groups).split) >= 4
+        ref = aggregate_reference(indptr, indices, x, kind, transposed)
+        for out in run(ex, x):
+            assert out.shape == (len(indptr) - 1, dim) and out.dtype == np.float32
+            assert not np.isnan(out).any()
+            assert rel_err(out, ref) < 1e-5, (transposed, ex.factors.mode)
+            # the isolated rows carry only the self term (0 without one)
+            iso = np.flatnonzero(np.diff(plan.local_indptr) == 0)
+            np.testing.assert_allclose(out[iso], ref[iso], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dim", (3, 16, 64, 512))
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+def test_weighted_path(kind, dim):
+    """kind=None forces the per-edge weights; perturbed weights must fall back to them."""
+    indptr, indices = graph()
+    x = np.random.default_rng(dim + 1).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
+    for transposed, plan in plans(indptr, indices, kind).items():
+        ex = CsrRowsExecutor(plan, None, None, chunk=300)
+        assert ex.factors.mode == "weighted"
+        ref = aggregate_reference(indptr, indices, x, kind, transposed)
+        assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
+    plan = plans(indptr, indices, kind)[False]
+    rng = np.random.default_rng(3)
+    plan.local_weight = (plan.local_weight * rng.uniform(0.5, 2.0, plan.num_local_edges)).astype(np.float32)
+    ex = CsrRowsExecutor(plan, None, kind, chunk=300)
+    assert ex.factors.mode == "weighted"
+    rows = np.repeat(np.arange(plan.n_local), np.diff(plan.local_indptr))
+    ref = np.zeros((plan.n_local, dim))
+    np.add.at(ref, rows, plan.local_weight[:, None].astype(np.float64) * x[plan.local_indices])
+    if plan.has_self:
+        ref += plan.self_weight[:, None].astype(np.float64) * x
+    assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
+
+
+def test_strided_input_and_no_edges():
+    indptr, indices = graph()
+    n = len(indptr) - 1
+    big = np.random.default_rng(0).standard_normal((n, 21)).astype(np.float32)
+    plan = plans(indptr, indices, "gcn")[False]
+    ex = CsrRowsExecutor(plan, None, "gcn")
+    xt = torch.from_numpy(big).cuda()[:, 1:17]  # D = 16 but not contiguous: padded copy path
+    out = ex(xt).cpu().numpy()
+    assert rel_err(out, aggregate_reference(indptr, indices, big[:, 1:17], "gcn")) < 1e-5
+    empty_ptr = np.zeros(n + 1, np.int64)
+    eplan = plans(empty_ptr, np.zeros(0, np.int64), "gcn")[True]
+    ex = CsrRowsExecutor(eplan, None, "gcn")
+    ex.poison = True
+    out = ex(torch.from_numpy(big).cuda()).cpu().numpy()
+    np.testing.assert_allclose(out, big, rtol=1e-6)  # deg 0: diag = 1 / (0 + 1)
+
+
+def test_large_hub_graph_many_warps():
+    """More warps than resident slots, long hubs, at D=64 (the benchmark's shape class)."""
+    from tests.graphs import random_csr
+
+    indptr, indices = random_csr(20000, 600000, seed=2)
+    hub = np.random.default_rng(1).integers(0, 20000, 50000)
+    src = np.concatenate([np.repeat(np.arange(20000), np.diff(indptr)), np.zeros(50000, np.int64)])
+    dst = np.concatenate([indices, hub])
+    order = np.argsort(src, kind="stable")
+    ip = np.zeros(20001, np.int64)
+    np.cumsum(np.bincount(src, minlength=20000), out=ip[1:])
+    ind = dst[order]
+    x = np.random.default_rng(4).standard_normal((20000, 64)).astype(np.float32)
+    for kind in ("sum", "gcn"):
+        for transposed, plan in plans(ip, ind, kind).items():
+            ex = CsrRowsExecutor(plan, None, kind)
+            out = run(ex, x, 1)[0]
+            assert rel_err(out, aggregate_reference(ip, ind, x, kind, transposed)) < 1e-5

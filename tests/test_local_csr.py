@@ -1,0 +1,132 @@
+"""CPU side of the csr_rows kernels: the row schedule, the weight factorisation, bad input, and
+that local_csr.cu compiles (when nvcc is installed). The GPU results are in
+tests/gpu/test_local_csr_gpu.py."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from mgg.kernels.local_csr import (CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule)
+from mgg.kernels.reference import aggregation_matrix
+from mgg.runtime import DistGraph, RuntimeConfig
+from mgg.runtime.comm import Communicator
+from mgg.runtime.partition import partition_ranges
+from mgg.runtime.plan import build_plan
+from tests.graphs import random_csr
+
+
+def power_law_csr(n: int, seed: int, hubs: int = 3, hub_deg: int = 700):
+    """Power-law in-degrees, isolated rows, and `hubs` rows of degree >= hub_deg."""
+    rng = np.random.default_rng(seed)
+    deg = np.minimum((rng.pareto(1.3, n) * 3).astype(np.int64), 200)
+    deg[rng.choice(n, n // 10, replace=False)] = 0
+    deg[rng.choice(n, hubs, replace=False)] = hub_deg + rng.integers(0, 300, hubs)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    return indptr, rng.integers(0, n, int(indptr[-1])).astype(np.int64)
+
+
+def emulate(sched, indptr, indices, w, x):
+    """What mgg_csr_rows + mgg_csr_combine compute from a schedule (float64), and how often each
+    output row is written."""
+    n = len(indptr) - 1
+    out = np.full((n, x.shape[1]), np.nan)
+    writes = np.zeros(n, np.int64)
+    partial = np.zeros((sched.num_slots, x.shape[1]))
+    used = np.zeros(len(indices), np.int64)
+    for t, s, e, slot in sched.long_tasks:
+        acc = (w[s:e, None] * x[indices[s:e]]).sum(0)
+        used[s:e] += 1
+        assert indptr[t] <= s <= e <= indptr[t + 1]
+        if slot < 0:
+            out[t] = acc
+            writes[t] += 1
+        else:
+            partial[slot] = acc
+    for t in sched.short_rows:
+        s, e = indptr[t], indptr[t + 1]
+        assert e - s <= sched.long_threshold
+        out[t] = (w[s:e, None] * x[indices[s:e]]).sum(0)
+        used[s:e] += 1
+        writes[t] += 1
+    for t, first, cnt in sched.split:
+        out[t] = partial[first:first + cnt].sum(0)
+        writes[t] += 1
+    assert np.all(used == 1)  # every entry exactly once
+    return out, writes
+
+
+@pytest.mark.parametrize("groups,thr,chunk", [(8, None, 2048), (1, 0, 64), (32, 5, 100), (2, 64, 7)])
+def test_schedule_covers_every_row_once(groups, thr, chunk):
+    indptr, indices = power_law_csr(3000, seed=groups + chunk)
+    w = np.random.default_rng(1).standard_normal(len(indices))
+    x = np.random.default_rng(2).standard_normal((3000, 3))
+    sched = row_schedule(indptr, groups, thr, chunk)
+    out, writes = emulate(sched, indptr, indices, w, x)
+    assert np.all(writes == 1)
+    m = aggregation_matrix(indptr, indices, "sum")
+    m.data = w
+    np.testing.assert_allclose(out, m @ x, rtol=1e-10, atol=1e-10)
+    lens = sched.long_tasks[:, 2] - sched.long_tasks[:, 1]
+    assert np.all(np.diff(lens) <= 0)                       # longest first
+    assert lens.max(initial=0) <= chunk
+    if chunk < 700:
+        assert len(sched.split) >= 3                        # the hubs are split
+    assert np.all(np.diff(np.diff(indptr)[sched.short_rows]) <= 0)
+    assert sched.num_warps == len(sched.long_tasks) + -(-len(sched.short_rows) // groups)
+
+
+def _plans(indptr, indices, kind):
+    comm = Communicator()
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="cpu")) as dg:
+        return dg.plan(kind, False), dg.plan(kind, True)
+
+
+@pytest.mark.parametrize("kind,fwd_mode,bwd_mode", [("sum", "one", "one"), ("mean", "one", "column"),
+                                                    ("gcn", "column", "column")])
+def test_weight_factors_reproduce_the_plan(kind, fwd_mode, bwd_mode):
+    indptr, indices = random_csr(600, 8000, seed=4)
+    for plan, mode in zip(_plans(indptr, indices, kind), (fwd_mode, bwd_mode)):
+        f = factor_weights(plan, kind)
+        assert f.mode == mode, f.note
+        rows = np.repeat(np.arange(plan.n_local), np.diff(plan.local_indptr))
+        got = np.ones(plan.num_local_edges)
+        if f.row is not None:
+            got *= f.row[rows]
+        if f.col is not None:
+            got *= f.col[plan.local_indices]
+        np.testing.assert_allclose(got, plan.local_weight, rtol=2e-6, atol=0)
+
+
+def test_weight_factors_fall_back_when_weights_do_not_factor():
+    indptr, indices = random_csr(300, 3000, seed=8)
+    for kind in ("sum", "mean", "gcn"):
+        plan, _ = _plans(indptr, indices, kind)
+        plan.local_weight = plan.local_weight.copy()
+        plan.local_weight[7] *= 1.5
+        assert factor_weights(plan, kind).mode == "weighted", kind
+    assert factor_weights(plan, None).mode == "weighted"
+
+
+def test_refuses_remote_work_and_wide_rows():
+    indptr, indices = random_csr(200, 2000, seed=1)
+    bounds = partition_ranges(indptr, 2)
+    plan = build_plan(indptr[: bounds[1] + 1], indices[: indptr[bounds[1]]],
+                      np.ones(indptr[bounds[1]], np.float32), None, bounds, 0)
+    assert plan.num_remote_edges > 0
+    with pytest.raises(ValueError, match="remote edges"):
+        CsrRowsExecutor(plan, None, "sum")
+    assert lanes_for_width(512) == (32, 4)
+    assert lanes_for_width(16) == (4, 1)
+    with pytest.raises(ValueError, match="limit of 512"):
+        lanes_for_width(516)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_local_csr_compiles_without_nvshmem(tmp_path, monkeypatch):
+    from mgg.kernels.build import build_cubin
+
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    b = build_cubin("local_csr", "sm_90", nvshmem=False)
+    assert os.path.getsize(b.path) > 0 and b.method == "plain"
