@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mgg.kernels.local_csr import (CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule)
-from mgg.kernels.reference import aggregation_matrix
+from mgg.testing.reference import aggregation_matrix
 from mgg.runtime import DistGraph, RuntimeConfig
 from mgg.runtime.comm import Communicator
 from mgg.runtime.partition import partition_ranges

@@ -11,7 +11,7 @@ import torch
 from mgg.data import Graph, load_dataset
 from mgg.data.reorder import (METHODS, inverse_permutation, permute_graph, reorder_nodes,
                               to_new_order, to_old_order)
-from mgg.kernels.reference import aggregate_reference
+from mgg.testing.reference import aggregate_reference
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig
 
 from .graphs import random_csr

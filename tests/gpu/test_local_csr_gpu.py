@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 
 from mgg.kernels.local_csr import CsrRowsExecutor, lanes_for_width  # noqa: E402
-from mgg.kernels.reference import aggregate_reference  # noqa: E402
+from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 
