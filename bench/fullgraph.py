@@ -40,6 +40,15 @@ from mgg.runtime.layout import padded_dim  # noqa: E402
 VARIANTS = benched_variant_names()  # the registry (mgg/kernels/variants.py) says which are timed
 
 
+def variants_for(dg) -> tuple[str, ...]:
+    """The benched variants that can run this partition: local-only kernels (csr_rows) need every
+    rank free of remote work (the same answer on all ranks)."""
+    from mgg.kernels.variants import get_variant
+
+    remote = dg.comm.allreduce_scalar(float(sum(dg.plan(k).num_remote_edges for k in ("gcn", "sum"))), "max")
+    return tuple(v for v in VARIANTS if not (get_variant(v).local_only and remote > 0))
+
+
 def model_spec(name: str) -> dict:
     """hidden, layers and aggregation kind of model `name`, from the model registry (mgg.nn.registry);
     SystemExit for a model whose aggregation does not run through the plan (nothing to compare)."""
@@ -311,7 +320,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20):
     gbw = gather_bandwidth(dim, comm)
     x = torch.randn(dg.n_local, dim, device=dg.device)
     rows = []
-    for v in VARIANTS:
+    for v in variants_for(dg):
         dg.set_variant(v)
         dg.aggregate(x, kind)
         ms = statistics.median(cuda_ms(lambda: dg.aggregate(x, kind), reps, comm))
@@ -372,7 +381,7 @@ def run(args) -> None:
             m = model_spec(mname)
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
-            for v in VARIANTS:
+            for v in variants_for(dg):
                 dg.set_variant(v)
                 ms, err = time_system(lambda: dg, mname, g, comm, args, device)
                 row["systems"][f"mgg-{v}"] = ms

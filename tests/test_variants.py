@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mgg.kernels import gpu
-from mgg.kernels.variants import (DEFAULT_VARIANT, get_variant, tuned_variant_names, variant_names)
+from mgg.kernels.variants import (DEFAULT_VARIANT, get_variant, plan_variant_names, tuned_variant_names,
+                                  variant_names)
 from mgg.runtime import partition_ranges
 from mgg.runtime.layout import padded_dim
 from mgg.runtime.plan import PlanParams, build_plan
@@ -75,8 +76,8 @@ def test_no_remote_partition_no_stage():
 
 
 def test_auto_runs_the_local_kernel_without_remote_work():
-    assert gpu.choose_variant(_plan(PlanParams(), world=1)) == "halo"
-    assert get_variant("halo").kernels[-1] == "mgg_local_v{v}"
+    assert gpu.choose_variant(_plan(PlanParams(), world=1)) == "csr_rows"
+    assert get_variant("csr_rows").local_only and get_variant("csr_rows").executor == "csr"
     with_remote = _plan(PlanParams(), world=2)
     assert with_remote.num_remote_edges > 0
     reuse = with_remote.num_remote_edges / with_remote.halo_size
@@ -85,7 +86,9 @@ def test_auto_runs_the_local_kernel_without_remote_work():
 
 def test_registry_lists():
     names = variant_names()
-    assert names == gpu.VARIANTS and len(set(names)) == len(names) and "auto" not in names
+    assert len(set(names)) == len(names) and "auto" not in names
+    assert gpu.VARIANTS == plan_variant_names() == tuple(n for n in names if get_variant(n).executor == "plan")
+    assert "csr_rows" in names and "csr_rows" not in gpu.VARIANTS
     assert set(tuned_variant_names()) == {"pipelined", "ptr", "halo"}
     assert DEFAULT_VARIANT in names
     with pytest.raises(ValueError, match="unknown GPU kernel variant 'nope'"):

@@ -7,14 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..kernels.variants import tuned_variant_names, variant_names
+
 __all__ = ["TrainConfig", "TrainResult", "UserError", "BACKENDS", "VARIANTS", "TUNED_VARIANTS", "KNOB_DEFAULTS",
            "DEFAULT_TUNE_CACHE", "MODES", "DEFAULT_FANOUT", "DEFAULT_BATCH_SIZE", "SAMPLED_FLAGS",
            "model_names", "sampled_models", "check_model_support"]
 
 BACKENDS = ("auto", "cpu", "gpu")
-#: GPU kernel variants (mgg.kernels.gpu.VARIANTS, not imported here: it pulls in CuPy) + "auto"
-VARIANTS = ("auto", "pipelined", "pipelined_2pass", "ptr", "halo", "nonpipelined", "paper", "paper_nbi")
-TUNED_VARIANTS = ("pipelined", "ptr", "halo")  # what --tune compares on the GPU with --variant auto
+#: GPU kernel variants (the registry mgg.kernels.variants, cheap to import) + "auto"
+VARIANTS = ("auto", *variant_names())
+TUNED_VARIANTS = tuned_variant_names()  # what --tune compares on the GPU with --variant auto
 KNOB_DEFAULTS = {"ps": 16, "dist": 4, "wpb": 4}  # --ps/--dist/--wpb when not given
 DEFAULT_TUNE_CACHE = "~/.cache/mgg/tuning.json"
 MODES = ("full", "sampled")

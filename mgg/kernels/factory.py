@@ -13,12 +13,22 @@ from ..runtime.plan import AggregationPlan
 __all__ = ["plan_executor", "fused_executor"]
 
 
-def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str = "auto"):
-    """The executor of `plan` on `backend` ("gpu": GPUExecutor of kernel `variant`, uploading the
-    plan; "cpu": CPUExecutor, which ignores the variant). Call it as `ex(x, sym)`."""
+def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str = "auto",
+                  kind: str | None = None):
+    """The executor of `plan` on `backend` ("gpu": the launcher of kernel `variant` -- "auto"
+    resolved by `choose_variant` -- uploading the plan; "cpu": CPUExecutor, which ignores the
+    variant). `kind` (the plan's aggregation kind) lets csr_rows skip the per-edge weights.
+    Call it as `ex(x, sym)`."""
     if backend == "gpu":
-        from .gpu import GPUExecutor
+        from .gpu import GPUExecutor, choose_variant
+        from .variants import get_variant
 
+        if variant == "auto":
+            variant = choose_variant(plan)
+        if get_variant(variant).executor == "csr":
+            from .local_csr import CsrRowsExecutor
+
+            return CsrRowsExecutor(plan, store, kind)
         return GPUExecutor(plan, store, variant=variant)
     from .cpu import CPUExecutor
 

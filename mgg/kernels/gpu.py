@@ -13,13 +13,13 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from .streams import torch_stream_for_cupy
-from .variants import get_variant, shared_memory_problem, variant_names
+from .variants import get_variant, plan_variant_names, shared_memory_problem
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
            "check_shared_memory", "vectors_per_lane"]
 
 #: the registered variants (mgg.kernels.variants is the one list)
-VARIANTS = variant_names()
+VARIANTS = plan_variant_names()  # the variants this executor launches (csr_rows: local_csr.py)
 #: a remote row repeated this often (remote entries per unique remote row) makes fetching each
 #: unique row once (halo) cheaper than per-edge remote reads; measured in docs/kernels.md
 HALO_MIN_REUSE = 1.5
@@ -28,10 +28,10 @@ HALO_MIN_REUSE = 1.5
 def choose_variant(plan: AggregationPlan) -> str:
     """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr).
 
-    A rank with no remote work gets `halo` too: with an empty halo it runs the plain local kernel
-    alone (mgg_local), 1.2-1.3x faster than the pipelined kernel's warp walk (docs/kernels.md)."""
+    A rank with no remote work gets `csr_rows`: the degree-aware local CSR kernel
+    (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md)."""
     if plan.num_remote_edges == 0:
-        return "halo"
+        return "csr_rows"
     reuse = plan.num_remote_edges / max(1, plan.halo_size)
     return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["KernelVariant", "VARIANTS", "get_variant", "variant_names", "tuned_variant_names",
-           "benched_variant_names", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem"]
+           "benched_variant_names", "plan_variant_names", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem"]
 
 INT_BYTES = 4
 FLOAT_BYTES = 4
@@ -45,6 +45,10 @@ class KernelVariant:
         buffers: device buffers beyond the plan's arrays (names, for docs and tests).
         tunable: the runtime tuner compares it under `--tune --variant auto`.
         benched: bench/fullgraph.py times it.
+        local_only: it aggregates a plan without remote partitions only (a rank with no remote
+            work); `auto` picks it there, and benchmarks and tests skip it elsewhere.
+        executor: which launcher runs it: "plan" (GPUExecutor, the partition kernels of
+            aggregate.cu) or "csr" (CsrRowsExecutor, mgg/kernels/local_csr.py).
     """
 
     name: str
@@ -55,6 +59,8 @@ class KernelVariant:
     buffers: tuple[str, ...] = ()
     tunable: bool = False
     benched: bool = True
+    local_only: bool = False
+    executor: str = "plan"
 
     def smem_bytes(self, ps: int, dist: int, wpb: int, dim_padded: int) -> int:
         """Dynamic shared memory per block (bytes) when the plan has remote partitions."""
@@ -128,6 +134,10 @@ _register(KernelVariant(
     "paper", "kernel 1 (local) + kernel 2 (remote, §5.2 shared-memory layout, blocking get)",
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1))
 _register(KernelVariant(
+    "csr_rows", "a rank without remote work: degree-aware rows of the local CSR (hubs split over warps, "
+    "short rows packed), each output row written once, no atomics; weight-free for sum/mean/gcn",
+    ("mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"), _none, local_only=True, executor="csr"))
+_register(KernelVariant(
     "paper_nbi", "kernel 1 + kernel 2 with get_nbi + quiet",
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1, benched=False))
 
@@ -135,6 +145,11 @@ _register(KernelVariant(
 def variant_names() -> tuple[str, ...]:
     """Every registered variant, in registration order (not "auto", which picks one of them)."""
     return tuple(_REGISTRY)
+
+
+def plan_variant_names() -> tuple[str, ...]:
+    """The variants GPUExecutor launches (the partition kernels of aggregate.cu)."""
+    return tuple(n for n, v in _REGISTRY.items() if v.executor == "plan")
 
 
 def tuned_variant_names() -> tuple[str, ...]:

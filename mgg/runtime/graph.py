@@ -219,7 +219,7 @@ class DistGraph:
         key = (kind, transposed)
         if key not in per:
             plan = self.plan(kind, transposed)
-            per[key] = plan_executor(self.backend, plan, self.store, self.config.variant)
+            per[key] = plan_executor(self.backend, plan, self.store, self.config.variant, kind)
         return per[key]
 
     def prepare(self) -> None:
