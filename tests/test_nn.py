@@ -107,3 +107,132 @@ def test_global_dropout_is_partition_independent():
 def test_build_model_rejects_unknown():
     with pytest.raises(ValueError, match="unknown model"):
         build_model("foo", 3, 4, 2)
+
+
+# -- narrow side (GIN's first Linear before the sum, SAGE's projection before the mean) ----------
+
+def _leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+@pytest.mark.parametrize("fin,hidden", [(6, 3), (3, 6), (4, 4)])
+def test_gin_conv_both_orders_match_dense_float64_with_grads(fin, hidden):
+    torch.manual_seed(fin * 10 + hidden)
+    dg, indptr, indices = make_dg(seed=8)
+    mlp = torch.nn.Sequential(torch.nn.Linear(fin, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2)).double()
+    conv = GINConv(mlp, eps=0.25, train_eps=True).double()
+    assert conv.projects_first == (hidden < fin)
+    x = torch.randn(dg.n_local, fin, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(dg.n_local, 2, dtype=torch.float64)
+    conv(x, dg).backward(g)
+    # independent reference: dense adjacency, the sum first, the MLP written out
+    a = dense(indptr, indices, "sum")
+    xr, w1, b1, w2, b2, eps = (_leaf(t) for t in (x, mlp[0].weight, mlp[0].bias, mlp[2].weight,
+                                                  mlp[2].bias, conv.eps))
+    h = (1 + eps) * xr + a @ xr
+    ref = torch.relu(h @ w1.T + b1) @ w2.T + b2
+    ref.backward(g)
+    out = conv(x.detach(), dg)
+    assert torch.allclose(out, ref, atol=1e-10)
+    for got, want in ((x.grad, xr.grad), (mlp[0].weight.grad, w1.grad), (mlp[0].bias.grad, b1.grad),
+                      (mlp[2].weight.grad, w2.grad), (conv.eps.grad, eps.grad)):
+        assert torch.allclose(got, want, atol=1e-10)
+
+
+def test_gin_conv_narrow_gradcheck():
+    dg, _, _ = make_dg(n=20, e=70, seed=9)
+    mlp = torch.nn.Sequential(torch.nn.Linear(5, 2), torch.nn.ReLU(), torch.nn.Linear(2, 3)).double()
+    conv = GINConv(mlp, eps=0.1, train_eps=True).double()
+    assert conv.projects_first
+    x = torch.randn(dg.n_local, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: conv(t, dg), (x,), eps=1e-6, atol=1e-5)
+
+
+def test_gin_conv_single_linear_projects_first():
+    dg, indptr, indices = make_dg(seed=10)
+    lin = torch.nn.Linear(6, 2).double()
+    conv = GINConv(lin, eps=0.0).double()
+    assert conv.projects_first
+    x = torch.randn(dg.n_local, 6, dtype=torch.float64)
+    ref = (x + dense(indptr, indices, "sum") @ x) @ lin.weight.T + lin.bias
+    assert torch.allclose(conv(x, dg), ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
+def test_sage_conv_both_orders_grads_float64(fin, fout):
+    torch.manual_seed(fin)
+    dg, indptr, indices = make_dg(seed=11)
+    conv = SAGEConv(fin, fout).double()
+    x = torch.randn(dg.n_local, fin, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(dg.n_local, fout, dtype=torch.float64)
+    conv(x, dg).backward(g)
+    w = dense(indptr, indices, "mean")
+    xr, wl, bl, wr = (_leaf(t) for t in (x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight))
+    ref = (w @ xr) @ wl.T + bl + xr @ wr.T
+    ref.backward(g)
+    assert torch.allclose(conv(x.detach(), dg), ref, atol=1e-10)
+    for got, want in ((x.grad, xr.grad), (conv.lin_l.weight.grad, wl.grad), (conv.lin_l.bias.grad, bl.grad),
+                      (conv.lin_r.weight.grad, wr.grad)):
+        assert torch.allclose(got, want, atol=1e-10)
+
+
+# -- DistBatchNorm and GIN's norm ---------------------------------------------------------------
+
+def test_dist_batch_norm_matches_torch_batchnorm1d():
+    from mgg.nn.norm import DistBatchNorm
+
+    dg, _, _ = make_dg(seed=12)
+    torch.manual_seed(0)
+    ours, ref = DistBatchNorm(5).double(), torch.nn.BatchNorm1d(5).double()
+    with torch.no_grad():
+        for m in (ours, ref):
+            m.weight.copy_(torch.linspace(0.5, 2.0, 5))
+            m.bias.copy_(torch.linspace(-1.0, 1.0, 5))
+    for step in range(3):
+        x = (torch.randn(dg.n_local, 5, dtype=torch.float64) * 3 + step).requires_grad_(True)
+        xr = _leaf(x)
+        g = torch.randn(dg.n_local, 5, dtype=torch.float64)
+        out, want = ours(x, dg), ref(xr)
+        out.backward(g)
+        want.backward(g)
+        assert torch.allclose(out, want, atol=1e-10)
+        assert torch.allclose(x.grad, xr.grad, atol=1e-10)
+        assert torch.allclose(ours.weight.grad, ref.weight.grad, atol=1e-10)
+        assert torch.allclose(ours.bias.grad, ref.bias.grad, atol=1e-10)
+    assert torch.allclose(ours.running_mean, ref.running_mean, atol=1e-12)
+    assert torch.allclose(ours.running_var, ref.running_var, atol=1e-12)
+    assert int(ours.num_batches_tracked) == int(ref.num_batches_tracked) == 3
+    ours.eval()
+    ref.eval()
+    x = torch.randn(dg.n_local, 5, dtype=torch.float64)
+    assert torch.allclose(ours(x, dg), ref(x), atol=1e-12)
+
+
+def test_dist_batch_norm_gradcheck_and_bad_input():
+    from mgg.nn.norm import DistBatchNorm, make_norm
+
+    bn = DistBatchNorm(3).double()
+    x = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: bn(t, None), (x,), eps=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="expected"):
+        bn(torch.randn(4, 2, dtype=torch.float64), None)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        make_norm("group", 4)
+
+
+@pytest.mark.parametrize("norm", ["batch", "layer", "none"])
+def test_gin_norm_option_builds_and_trains_every_parameter(norm):
+    from mgg.nn import GIN
+    from mgg.nn.norm import DistBatchNorm
+
+    dg, _, _ = make_dg(seed=13)
+    model = GIN(5, 8, 3, layers=2, dropout=0.0, norm=norm)
+    kinds = [type(m) for m in model.modules()]
+    assert (DistBatchNorm in kinds) == (norm == "batch")
+    assert (torch.nn.LayerNorm in kinds) == (norm == "layer")
+    out = model(torch.randn(dg.n_local, 5), dg)
+    out.sum().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None, pname
+    with pytest.raises(ValueError, match="norm must be one of"):
+        GIN(5, 8, 3, norm="batchnorm")

@@ -13,6 +13,7 @@ from torch import nn
 
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .functional import global_dropout
+from .norm import make_norm
 
 __all__ = ["GNN", "GCN", "GIN", "SAGE", "GAT", "ModelDefaults", "MODEL_DEFAULTS", "MODELS", "build_model"]
 
@@ -79,14 +80,22 @@ class GCN(GNN):
 
 
 class GIN(GNN):
-    """GIN with trainable eps and a Linear-ReLU-Linear MLP per layer (default: 5 layers, hidden 64)."""
+    """GIN with a Linear-[norm]-ReLU-Linear MLP per layer (default: 5 layers, hidden 64).
 
-    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5):
+    Args:
+        norm: normalisation after the MLP's first Linear: "batch" (DistBatchNorm, statistics over
+            all ranks), "layer" (LayerNorm) or "none". eps: initial epsilon. train_eps: learn it.
+    """
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5,
+                 norm: str = "none", eps: float = 0.0, train_eps: bool = True):
         convs = []
         for a, b in _dims(in_dim, hidden, out_dim, layers):
-            mlp = nn.Sequential(nn.Linear(a, hidden), nn.ReLU(), nn.Linear(hidden, b))
-            convs.append(GINConv(mlp, train_eps=True))
+            stages = [nn.Linear(a, hidden), make_norm(norm, hidden), nn.ReLU(), nn.Linear(hidden, b)]
+            mlp = nn.Sequential(*[m for m in stages if m is not None])
+            convs.append(GINConv(mlp, eps=eps, train_eps=train_eps))
         super().__init__(convs, dropout)
+        self.norm = norm
 
 
 class SAGE(GNN):
