@@ -236,3 +236,59 @@ def test_gin_norm_option_builds_and_trains_every_parameter(norm):
         assert p.grad is not None, pname
     with pytest.raises(ValueError, match="norm must be one of"):
         GIN(5, 8, 3, norm="batchnorm")
+
+
+# -- partition-independent dropout: the counter hash on local rows ------------------------------
+
+@pytest.mark.parametrize("row0,n,cols,seed", [(0, 50, 7, 1), (123, 40, 64, 2 ** 61 + 12345),
+                                              (2 ** 32 - 3, 6, 5, 2 ** 40 + 7), (9, 0, 3, 5)])
+def test_hash_uniform_host_is_hash_uniform_bit_for_bit(row0, n, cols, seed):
+    from mgg.nn.functional import hash_uniform, hash_uniform_host
+
+    want = hash_uniform(torch.arange(row0, row0 + n, dtype=torch.int64), cols, seed)
+    got = hash_uniform_host(row0, n, cols, seed)
+    assert got.dtype == torch.float32 and got.shape == (n, cols)
+    assert torch.equal(got, want)
+
+
+class _Rows:
+    """A DistGraph stand-in for global_dropout: rank rows start at global id `lo`."""
+
+    def __init__(self, lo):
+        self.lo = lo
+
+
+def test_global_dropout_cpu_is_the_hash_mask_of_local_rows():
+    from mgg.nn.functional import hash_dropout_reference
+
+    x = torch.randn(30, 6)
+    whole = global_dropout(x, 0.3, _Rows(0), torch.Generator().manual_seed(4))
+    seed = int(torch.randint(0, 2 ** 62, (1,), generator=torch.Generator().manual_seed(4)).item())
+    assert torch.equal(whole, hash_dropout_reference(x, 0.3, seed, 0))
+    # any split of the rows drops the same entries (each part only hashes its own rows)
+    parts = [global_dropout(x[a:b], 0.3, _Rows(a), torch.Generator().manual_seed(4))
+             for a, b in ((0, 11), (11, 11), (11, 30))]
+    assert torch.equal(torch.cat(parts), whole)
+    kept = (whole != 0).double().mean().item()
+    assert 0.6 < kept < 0.8
+
+
+def test_global_dropout_draws_one_seed_per_call():
+    # an empty rank draws its seed too, so every rank's generator stays in step
+    g = torch.Generator().manual_seed(5)
+    global_dropout(torch.zeros(0, 4), 0.5, _Rows(7), g)
+    ref = torch.Generator().manual_seed(5)
+    torch.randint(0, 2 ** 62, (1,), generator=ref)
+    assert torch.equal(g.get_state(), ref.get_state())
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+def test_dropout_kernel_compiles(tmp_path, monkeypatch):
+    import os
+
+    from mgg.kernels.dropout_gpu import build
+
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    path = build("sm_90")
+    assert os.path.getsize(path) > 0 and path.startswith(str(tmp_path))
+    assert build("sm_90") == path  # cached

@@ -107,15 +107,28 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
         f.write(bytes(linked.code))
 
 
-def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
-    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is."""
+def _build_plain(src: str, out: str, arch: str, root: str, tmp: str) -> None:
+    """nvcc straight to a cubin, for kernels that call no NVSHMEM device function."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", src, "-o", out])
+
+
+def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> KernelBuild:
+    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+
+    `nvshmem=False`: the kernel uses no NVSHMEM (e.g. dropout.cu): plain nvcc, no device link, no
+    NVSHMEM install needed (the cache key then has no library signature).
+    """
     arch = arch or cuda_arch()
     src = os.path.join(_HERE, f"{name}.cu")
-    root = nvshmem_root()
+    root = nvshmem_root() if nvshmem else ""
     with open(src, "rb") as f:
         text = f.read()
     lib = os.path.join(root, "lib", "libnvshmem_device.a")
-    libsig = f"{os.path.getsize(lib)}:{int(os.path.getmtime(lib))}" if os.path.exists(lib) else root
+    if not nvshmem:
+        libsig = "plain"
+    else:
+        libsig = f"{os.path.getsize(lib)}:{int(os.path.getmtime(lib))}" if os.path.exists(lib) else root
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
     out = os.path.join(d, f"{name}-{arch}-{key}.cubin")
@@ -126,8 +139,8 @@ def build_cubin(name: str, arch: str | None = None) -> KernelBuild:
             if os.path.exists(out):
                 m = json.load(open(meta)) if os.path.exists(meta) else {"method": "unknown"}
                 return KernelBuild(out, m.get("method", "unknown"), 0.0, True)
-            want = os.environ.get("MGG_KERNEL_BUILD", "nvcc")
-            methods = {"nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
+            want = os.environ.get("MGG_KERNEL_BUILD", "nvcc") if nvshmem else "plain"
+            methods = {"plain": [_build_plain], "nvcc": [_build_nvcc], "nvrtc": [_build_nvrtc, _build_nvcc],
                        "auto": [_build_nvrtc, _build_nvcc]}.get(want)
             if methods is None:
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")

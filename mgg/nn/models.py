@@ -88,7 +88,7 @@ class GIN(GNN):
     """
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5,
-                 norm: str = "none", eps: float = 0.0, train_eps: bool = True):
+                 norm: str = "batch", eps: float = 0.0, train_eps: bool = True):
         convs = []
         for a, b in _dims(in_dim, hidden, out_dim, layers):
             stages = [nn.Linear(a, hidden), make_norm(norm, hidden), nn.ReLU(), nn.Linear(hidden, b)]
