@@ -43,7 +43,9 @@ extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __res
   const long long total = n_rows * groups_per_row;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
        t += (long long)gridDim.x * blockDim.x) {
-    const long long r = t / groups_per_row;
+    // 32-bit division when the index fits (far cheaper than a 64-bit one on the GPU)
+    const long long r = total <= 0xffffffffll ? (long long)((uint32_t)t / (uint32_t)groups_per_row)
+                                              : t / groups_per_row;
     const int c0 = (int)(t - r * groups_per_row) * 4;
     const uint32_t h_row = lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
     const long long base = r * dim + c0;
