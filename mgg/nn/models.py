@@ -12,6 +12,7 @@ from torch import nn
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .functional import global_dropout
 from .registry import ModelDefaults, RegistryView, model_entry, register_model
+from .norm import make_norm
 
 __all__ = ["GNN", "GCN", "GIN", "SAGE", "GAT", "ModelDefaults", "MODEL_DEFAULTS", "MODELS", "build_model"]
 
@@ -58,14 +59,35 @@ class GCN(GNN):
 
 
 class GIN(GNN):
-    """GIN with trainable eps and a Linear-ReLU-Linear MLP per layer (default: 5 layers, hidden 64)."""
+    """GIN with a Linear-[norm]-ReLU-Linear MLP per layer (default: 5 layers, hidden 64, GIN-0
+    with batch norm: fixed eps = 0, DistBatchNorm after the first Linear).
 
-    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5):
+    Without a norm the 5 sum aggregations grow the activations ~11x per layer on sbm (avg degree
+    10; loss 48 at epoch 1) and GIN reached val 0.29 after 50 epochs where GCN reaches 0.94; with
+    batch norm it reaches 0.96 (sbm, 10,000 nodes, CPU). eps is fixed (GIN-0, as Xu et al.
+    recommend and PyG defaults to): it trains as well. (The P-rank vs 1-rank weight gap of GIN is
+    float32 rounding of a different summation order that Adam amplifies where a gradient element
+    is near 0, so it depends on chance: 1.0e-3 with fixed eps vs 1.2e-2 with a learnt one on
+    karate at P=3 after 10 epochs; in float64 the gap is 2e-12.)
+
+    Args:
+        norm: normalisation after the MLP's first Linear: "batch" (DistBatchNorm, statistics over
+            all ranks; that Linear then has no bias), "layer" (LayerNorm) or "none".
+        eps: initial epsilon. train_eps: learn it.
+    """
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5,
+                 norm: str = "batch", eps: float = 0.0, train_eps: bool = False):
         convs = []
         for a, b in _dims(in_dim, hidden, out_dim, layers):
-            mlp = nn.Sequential(nn.Linear(a, hidden), nn.ReLU(), nn.Linear(hidden, b))
-            convs.append(GINConv(mlp, train_eps=True))
+            # a bias before batch norm is removed by it: its gradient is 0 up to rounding, which
+            # Adam would turn into +-lr steps that differ between P ranks and 1 rank
+            stages = [nn.Linear(a, hidden, bias=norm != "batch"), make_norm(norm, hidden), nn.ReLU(),
+                      nn.Linear(hidden, b)]
+            mlp = nn.Sequential(*[m for m in stages if m is not None])
+            convs.append(GINConv(mlp, eps=eps, train_eps=train_eps))
         super().__init__(convs, dropout)
+        self.norm = norm
 
 
 class SAGE(GNN):

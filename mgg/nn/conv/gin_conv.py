@@ -9,8 +9,28 @@ from ..functional import aggregate
 __all__ = ["GINConv"]
 
 
+def _modules(mlp: nn.Module) -> list[nn.Module]:
+    """The MLP as a list of stages (a Sequential's children, or the module itself)."""
+    return list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
+
+
+def _run(stages: list[nn.Module], h: torch.Tensor, dg) -> torch.Tensor:
+    """Apply `stages` in order; a stage with `needs_graph = True` (DistBatchNorm) also gets `dg`."""
+    for m in stages:
+        h = m(h, dg) if getattr(m, "needs_graph", False) else m(h)
+    return h
+
+
 class GINConv(nn.Module):
     """Graph isomorphism convolution ("sum" aggregation kind).
+
+    When the MLP starts with an `nn.Linear` W (+ b) that narrows the features (out < in), the
+    weight is applied before the sum, which is linear:
+    W((1 + eps) x_i + sum_j x_j) + b == (1 + eps) W x_i + sum_j W x_j + b,
+    so the aggregation moves out-wide rows instead of in-wide ones; the bias is added after it.
+    Otherwise the sum runs on the input and the whole MLP follows (as in PyG). Both orders give
+    the same result up to float rounding. Stages of the MLP with `needs_graph = True`
+    (mgg.nn.norm.DistBatchNorm) are called as `stage(h, dg)`.
 
     Args:
         mlp: the module applied after the aggregation (e.g. Linear-ReLU-Linear).
@@ -32,12 +52,28 @@ class GINConv(nn.Module):
         for m in self.nn.modules():
             if m is not self.nn and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
+        if hasattr(self.nn, "reset_parameters"):
+            self.nn.reset_parameters()
         with torch.no_grad():
             self.eps.fill_(self.initial_eps)
 
+    @property
+    def projects_first(self) -> bool:
+        """True when the MLP's first Linear runs before the aggregation (it narrows the rows)."""
+        first = _modules(self.nn)[0]
+        return isinstance(first, nn.Linear) and first.out_features < first.in_features
+
     def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+        stages = _modules(self.nn)
+        if self.projects_first:
+            lin, rest = stages[0], stages[1:]
+            h = x @ lin.weight.t()
+            out = (1.0 + self.eps) * h + aggregate(h, dg, "sum")
+            if lin.bias is not None:
+                out = out + lin.bias
+            return _run(rest, out, dg)
         out = (1.0 + self.eps) * x + aggregate(x, dg, "sum")
-        return self.nn(out)
+        return _run(stages, out, dg)
 
     def extra_repr(self) -> str:
-        return f"train_eps={isinstance(self.eps, nn.Parameter)}"
+        return f"train_eps={isinstance(self.eps, nn.Parameter)}, projects_first={self.projects_first}"

@@ -1,0 +1,71 @@
+"""Launcher of mgg/kernels/dropout.cu: fused counter-hash dropout on the GPU (no mask stored).
+
+`dropout_hash_cuda(x, p, seed, row0)` returns x * keep / (1 - p) where keep of (global row
+row0 + i, column c) is `mgg.nn.functional.hash_uniform(row, c, seed) >= p` bit for bit; the
+backward of dropout is the same call on the gradient (same seed, same rows). Built by
+mgg.kernels.build (plain nvcc cubin: the kernel calls no NVSHMEM, so no device link and no
+`cumodule_init`), cached on disk, loaded with cupy.RawModule, launched on torch's current stream.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from .streams import torch_stream_for_cupy
+
+__all__ = ["build", "dropout_hash_cuda", "THREADS", "BLOCKS_PER_SM"]
+
+THREADS = 256
+BLOCKS_PER_SM = 32
+_LOCK = threading.Lock()
+_FN = None
+
+
+def build(arch: str | None = None) -> str:
+    """Compile dropout.cu to a cubin (cached, see mgg.kernels.build); returns its path."""
+    from .build import build_cubin
+
+    return build_cubin("dropout", arch, nvshmem=False).path
+
+
+def _kernel():
+    global _FN
+    with _LOCK:
+        if _FN is None:
+            import cupy
+
+            _FN = cupy.RawModule(path=build()).get_function("mgg_dropout")
+        return _FN
+
+
+def dropout_hash_cuda(x: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+    """float32 CUDA [n, D] -> [n, D]: x * (hash_uniform(row0 + i, c, seed) >= p) / (1 - p).
+
+    Args:
+        x: float32 CUDA tensor [n, D] (made contiguous). p: drop probability in (0, 1).
+        seed: 64-bit non-negative int. row0: global id of row 0 (>= 0).
+    """
+    if x.dtype != torch.float32 or not x.is_cuda or x.dim() != 2:
+        raise TypeError(f"dropout_hash_cuda: expected a float32 CUDA [n, D] tensor, got {x.dtype} "
+                        f"{tuple(x.shape)} on {x.device}")
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"dropout_hash_cuda: p must be in (0, 1), got {p}")
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    n, d = x.shape
+    groups = n * (-(-d // 4))
+    if groups == 0:
+        return out
+    vec4 = int(d % 4 == 0 and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+    p32 = np.float32(p)  # torch compares the float32 uniforms with p cast to float32
+    scale = np.float32(1.0) / np.float32(1.0 - p)  # torch CUDA: x * (1 / float32(1 - p))
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    blocks = max(1, min(-(-groups // THREADS), sms * BLOCKS_PER_SM))
+    seed = int(seed)
+    with torch_stream_for_cupy(x.device):
+        _kernel()((blocks,), (THREADS,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
+                                          np.int32(d), np.int64(row0), np.uint32(seed & 0xFFFFFFFF),
+                                          np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(vec4)))
+    return out
