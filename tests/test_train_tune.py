@@ -72,9 +72,9 @@ def test_set_config_reuses_cuts_and_executors():
 
 # -- flags --------------------------------------------------------------------------------------
 def test_flags():
-    from mgg.kernels.gpu import VARIANTS as GPU_VARIANTS
+    from mgg.kernels.variants import variant_names
 
-    assert VARIANTS == ("auto",) + GPU_VARIANTS
+    assert VARIANTS == ("auto",) + variant_names()
     cfg = parse_args(["--tune", "--ps", "8", "--variant", "ptr"])
     assert cfg.tune and cfg.pinned() == {"ps": 8} and cfg.knobs() == {"ps": 8, "dist": 4, "wpb": 4}
     assert cfg.variant == "ptr" and parse_args([]).knobs() == {"ps": 16, "dist": 4, "wpb": 4}
