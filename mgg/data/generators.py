@@ -12,7 +12,7 @@ feature noise value from a counter-based hash of (seed, edge id / node and colum
 pure function of the arguments and the same on every device.
 
 Memory of the presets at ``scale=1``: indices 8 B/edge + indptr 8 B/node + x 4*F B/node,
-plus ~100 B/edge of temporaries per chunk of edges (2**18 on the CPU, 2**25 on CUDA): reddit-like ~1.5 GB,
+plus ~100 B/edge of temporaries per chunk of edges (2**17 per thread on the CPU, 2**25 on CUDA): reddit-like ~1.5 GB,
 products-like ~1.5 GB, papers-like ~13 GB (indices) + ~57 GB (x) -- do not run papers-like
 at full size on a small machine; use ``scale``.
 """
@@ -194,7 +194,9 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
 
 
 def _chunk_edges(dev: torch.device) -> int:
-    return 1 << 25 if dev.type == "cuda" else 1 << 18  # CPU: temporaries stay in cache
+    """Edges per chunk: 2^25 on CUDA; on the CPU 2^17 per intra-op thread (each op's share stays
+    in cache, and few enough parallel regions that thread start-up does not dominate)."""
+    return 1 << 25 if dev.type == "cuda" else (1 << 17) * max(2, torch.get_num_threads())
 
 
 def _row_chunks(indptr: np.ndarray, chunk: int):
