@@ -79,9 +79,9 @@ def _counting(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int):
         cols, sel_indptr = indices, indptr
     else:
         mask = (indices >= lo) & (indices < hi)
-        cm = np.zeros(len(indices) + 1, dtype=np.int64)
-        np.cumsum(mask, out=cm[1:])
-        sel_indptr = cm[indptr]  # selected entries per CSR row, as a CSR row pointer
+        cm = torch.zeros(len(indices) + 1, dtype=torch.int64)
+        torch.cumsum(torch.from_numpy(mask), 0, out=cm[1:])  # 10x numpy's bool -> int64 cumsum
+        sel_indptr = cm.numpy()[indptr]  # selected entries per CSR row, as a CSR row pointer
         cols = indices[mask] - lo
     k = len(cols)
     if k == 0 or n == 0:

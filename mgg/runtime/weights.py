@@ -69,6 +69,9 @@ def pair_weights_by_row(kind: str, deg_in: torch.Tensor, indptr: torch.Tensor, r
     e = other.numel()
     if kind == "sum":
         return torch.ones(e, dtype=torch.float32, device=dev)
+    if dev.type == "cpu":  # numpy's repeat / take are 3-10x faster than torch's on the host
+        return torch.from_numpy(_by_row_numpy(kind, deg_in.numpy(), indptr.numpy(), row_lo,
+                                              other.numpy(), row_is_target))
     counts = indptr[1:] - indptr[:-1]
     n = counts.numel()
     if kind == "mean":
@@ -79,6 +82,22 @@ def pair_weights_by_row(kind: str, deg_in: torch.Tensor, indptr: torch.Tensor, r
     dinv = _dinv(deg_in)
     row_f = torch.repeat_interleave(dinv[row_lo: row_lo + n], counts, output_size=e)
     return (row_f * dinv[other]).to(torch.float32)
+
+
+def _by_row_numpy(kind: str, deg: np.ndarray, indptr: np.ndarray, row_lo: int, other: np.ndarray,
+                  row_is_target: bool) -> np.ndarray:
+    """pair_weights_by_row on host arrays (same float64 operations, same float32 result)."""
+    counts = np.diff(indptr)
+    n = len(counts)
+    if kind == "mean":
+        if row_is_target:
+            per_row = (1.0 / np.maximum(deg[row_lo: row_lo + n], 1)).astype(np.float32)
+            return np.repeat(per_row, counts)
+        return (1.0 / np.maximum(np.take(deg, other), 1)).astype(np.float32)
+    dinv = 1.0 / np.sqrt(deg.astype(np.float64) + 1.0)
+    w = np.repeat(dinv[row_lo: row_lo + n], counts)
+    np.multiply(w, np.take(dinv, other), out=w)
+    return w.astype(np.float32)
 
 
 def diag_weights(kind: str, deg_in, nodes):
