@@ -146,3 +146,26 @@ def test_cuda_plans_equal_cpu_plans(world):
                    device="cuda")
     for f in dataclasses.fields(p):
         assert np.array_equal(np.asarray(getattr(p, f.name)), np.asarray(getattr(q, f.name))), f.name
+
+
+def test_weights_by_row_in_threaded_blocks():
+    """Host weights over several row blocks and threads equal the per-entry formula."""
+    rng = np.random.default_rng(1)
+    n, lo = 40000, 7
+    deg = rng.integers(0, 500, size=n + lo)
+    counts = rng.integers(0, 150, size=n)
+    counts[:5] = 0
+    ip = np.concatenate([[0], np.cumsum(counts)])
+    other = rng.integers(0, n + lo, size=int(ip[-1]))
+    row = lo + np.repeat(np.arange(n), counts)
+    t = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for kind in ("mean", "gcn"):
+            for fwd in (True, False):
+                want = _np_pair(kind, deg, row, other) if fwd else _np_pair(kind, deg, other, row)
+                got = pair_weights_by_row(kind, torch.from_numpy(deg), torch.from_numpy(ip), lo,
+                                          torch.from_numpy(other), row_is_target=fwd)
+                assert np.array_equal(got.numpy(), want), (kind, fwd)
+    finally:
+        torch.set_num_threads(t)

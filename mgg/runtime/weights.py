@@ -86,18 +86,39 @@ def pair_weights_by_row(kind: str, deg_in: torch.Tensor, indptr: torch.Tensor, r
 
 def _by_row_numpy(kind: str, deg: np.ndarray, indptr: np.ndarray, row_lo: int, other: np.ndarray,
                   row_is_target: bool) -> np.ndarray:
-    """pair_weights_by_row on host arrays (same float64 operations, same float32 result)."""
+    """pair_weights_by_row on host arrays (same float64 operations, same float32 result), in row
+    blocks over torch's intra-op thread count (numpy releases the GIL in take/repeat/multiply)."""
     counts = np.diff(indptr)
-    n = len(counts)
+    n, e = len(counts), len(other)
+    out = np.empty(e, dtype=np.float32)
     if kind == "mean":
-        if row_is_target:
-            per_row = (1.0 / np.maximum(deg[row_lo: row_lo + n], 1)).astype(np.float32)
-            return np.repeat(per_row, counts)
-        return (1.0 / np.maximum(np.take(deg, other), 1)).astype(np.float32)
-    dinv = 1.0 / np.sqrt(deg.astype(np.float64) + 1.0)
-    w = np.repeat(dinv[row_lo: row_lo + n], counts)
-    np.multiply(w, np.take(dinv, other), out=w)
-    return w.astype(np.float32)
+        table = (1.0 / np.maximum(deg, 1)).astype(np.float32)  # == per-entry 1/max(deg, 1) rounded
+    else:
+        table = 1.0 / np.sqrt(deg.astype(np.float64) + 1.0)
+
+    def block(r0: int, r1: int) -> None:
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if kind == "mean":
+            out[a:b] = (np.repeat(table[row_lo + r0: row_lo + r1], counts[r0:r1]) if row_is_target
+                        else np.take(table, other[a:b]))
+            return
+        w = np.repeat(table[row_lo + r0: row_lo + r1], counts[r0:r1])
+        np.multiply(w, np.take(table, other[a:b]), out=w)
+        out[a:b] = w
+
+    threads = max(1, torch.get_num_threads())
+    per = max(1 << 20, -(-e // (4 * threads)))  # entries per block
+    cuts = np.unique(np.searchsorted(indptr, np.arange(0, e, per), side="right") - 1)
+    spans = list(zip(cuts.tolist(), cuts[1:].tolist() + [n])) if n else []
+    if threads == 1 or len(spans) <= 1:
+        for r0, r1 in spans:
+            block(r0, r1)
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(spans))) as pool:
+        list(pool.map(lambda s: block(*s), spans))
+    return out
 
 
 def diag_weights(kind: str, deg_in, nodes):
