@@ -5,11 +5,14 @@
   directed graphs with log-normal (heavy-tailed) in-degrees matching a target edge count,
   community-structured sources (labels = communities) and noisy-centroid features.
 
-All randomness comes from ``np.random.default_rng`` seeded by ``seed`` (independent streams
-for structure, features and masks), so the output is a pure function of the arguments.
+Node-level randomness comes from ``np.random.default_rng`` seeded by ``seed`` (independent
+streams for structure, features and masks). The power-law generators draw every edge and every
+feature noise value from a counter-based hash of (seed, edge id / node and column)
+(`mgg.data.hashrng`) with torch ops on ``device`` (CPU by default, or CUDA), so the output is a
+pure function of the arguments and the same on every device.
 
 Memory of the presets at ``scale=1``: indices 8 B/edge + indptr 8 B/node + x 4*F B/node,
-plus ~40 B/edge of temporaries per chunk of 2**22 edges: reddit-like ~1.5 GB,
+plus ~100 B/edge of temporaries per chunk of edges (2**17 per thread on the CPU, 2**25 on CUDA): reddit-like ~1.5 GB,
 products-like ~1.5 GB, papers-like ~13 GB (indices) + ~57 GB (x) -- do not run papers-like
 at full size on a small machine; use ``scale``.
 """
@@ -18,14 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from .graph import Graph, csr_from_edges
+from .hashrng import M32, approx_normal, below24, mix32, stream_keys, uniform53, words
 from .validate import validate_graph
 
 __all__ = ["sbm", "powerlaw", "preset", "PRESETS", "PowerLawPreset",
            "reddit_like", "products_like", "papers_like"]
 
-_EDGE_CHUNK = 1 << 22
 _ROW_CHUNK = 1 << 16
 
 
@@ -134,46 +138,10 @@ def _apportion(w: np.ndarray, total: int) -> np.ndarray:
     return d
 
 
-class _GuideTable:
-    """Inverse-CDF lookups on a sorted float array by a guide table (Chen & Asau): `search(r)`
-    returns exactly ``np.searchsorted(cdf, r, side="right")`` but starts every query at the first
-    index of its bucket of [0, cdf[-1]) and walks from there, so a query costs O(1) expected steps
-    instead of log2(len(cdf)) dependent loads (4-5x faster on 10^5-10^8 nodes)."""
-
-    def __init__(self, cdf: np.ndarray, buckets: int | None = None):
-        self.cdf = cdf
-        self.n = len(cdf)
-        self.m = max(1024, buckets if buckets is not None else 2 * self.n)
-        self.scale = self.m / float(cdf[-1]) if self.n and cdf[-1] > 0 else 0.0
-        edges = np.arange(self.m + 1, dtype=np.float64) / self.scale if self.scale else np.zeros(self.m + 1)
-        self.guide = np.searchsorted(cdf, edges, side="left")  # first index with cdf >= bucket start
-
-    def search(self, r: np.ndarray) -> np.ndarray:
-        j = (r * self.scale).astype(np.int64)
-        np.clip(j, 0, self.m - 1, out=j)
-        pos = self.guide[j]
-        cdf, n = self.cdf, self.n
-        # walk forward while cdf[pos] <= r (the exact side="right" answer is the first cdf > r):
-        # one vectorised step, then the few queries that need more
-        pos += (cdf[np.minimum(pos, n - 1)] <= r) & (pos < n)
-        act = np.flatnonzero(pos < n)
-        act = act[cdf[pos[act]] <= r[act]]
-        while act.size:
-            pos[act] += 1
-            act = act[pos[act] < n]
-            act = act[cdf[pos[act]] <= r[act]]
-        # walk back where float rounding put a bucket start past r (rare)
-        back = np.flatnonzero((pos > 0) & (cdf[np.maximum(pos - 1, 0)] > r))
-        while back.size:
-            pos[back] -= 1
-            back = back[(pos[back] > 0) & (cdf[np.maximum(pos[back] - 1, 0)] > r[back])]
-        return pos
-
-
 def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
              sigma: float = 1.3, p_in: float = 0.8, feature_noise: float | None = None,
              class_skew: float = 0.5, source_alpha: float = 0.5, split: tuple[float, float, float] = (0.6, 0.2, 0.2),
-             seed: int = 0, name: str = "powerlaw") -> Graph:
+             seed: int = 0, name: str = "powerlaw", device: str | torch.device | None = None) -> Graph:
     """Directed heavy-tailed community graph with exactly ``num_edges`` edges.
 
     * Node weights ``w ~ LogNormal(0, sigma)``; in-degrees are ``num_edges`` apportioned in
@@ -183,16 +151,26 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     * Each in-edge of a node in community c takes its source from c with probability ``p_in``
       (else from the whole graph), proportionally to ``w ** source_alpha`` (popular nodes are
       cited more; ``source_alpha < 1`` keeps out-degrees and duplicate edges moderate), via
-      inverse-CDF sampling (``np.searchsorted``) on community-sorted cumulative weights.
-      Self loops are redrawn; duplicates are possible (rare except around hubs).
-    * CSR is emitted directly in row order (no sort), in chunks of 2**22 edges.
-    * x float32 [N, F] = community centroid (N(0,1)) + ``feature_noise`` * N(0,1) (default
-      ``0.5*sqrt(F)``: own features alone are weakly informative, neighbourhood averaging
-      recovers the label); masks: random ``split``.
+      inverse-CDF search of a 53-bit uniform on community-sorted cumulative weights.
+      Self loops are redrawn (3 times, then moved to a uniform other node); duplicates are
+      possible (rare except around hubs).
+    * CSR is emitted directly in row order (no sort), in chunks of rows.
+    * x float32 [N, F] = community centroid (N(0,1)) + ``feature_noise`` * z, z an Irwin-Hall
+      approximately-normal variate (default ``0.5*sqrt(F)``: own features alone are weakly
+      informative, neighbourhood averaging recovers the label); masks: random ``split``.
+
+    Randomness: node-level draws (labels, weights, centroids, masks) come from
+    ``np.random.default_rng`` streams of ``seed``; every per-edge and per-feature draw is a
+    counter-based hash of (seed, edge id / (node, column)) computed with torch ops on ``device``
+    (None: CPU, with torch's intra-op threads; "cuda": the GPU, about 100x faster). The graph is a
+    pure function of the arguments and the same bit for bit on every device.
     """
     n, E, C = int(num_nodes), int(num_edges), int(num_classes)
     if n < 1 or E < 0:
         raise ValueError("num_nodes must be >= 1 and num_edges >= 0")
+    if E >= 1 << 32:
+        raise ValueError(f"num_edges must be < 2^32 (edge ids are 32-bit hash counters), got {E}")
+    dev = torch.device("cpu") if device is None else torch.device(device)
     rs, rf, rm = _streams(seed, 3)
     y = _balanced_labels(n, C, rs, skew=class_skew)
     w = rs.lognormal(0.0, sigma, size=n)
@@ -201,54 +179,134 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     np.cumsum(deg, out=indptr[1:])
     members = np.argsort(y, kind="stable")
     cw = np.cumsum(w[members] ** source_alpha)  # source popularity, flatter than in-degree
-    total = cw[-1]
     size = np.bincount(y, minlength=C)
     off = np.concatenate([[0], np.cumsum(size)])  # community c = members[off[c]:off[c+1]]
     cw0 = np.concatenate([[0.0], cw])  # cw0[k] = weight before members[k]
-    start = cw0[off[:-1]]
-    width = cw0[off[1:]] - start
-    indices = np.empty(E, dtype=np.int64)
-    y16 = y.astype(np.int16 if C < 2 ** 15 else np.int32)
-
-    guide = _GuideTable(cw) if n > 1 << 16 else None  # small CDFs stay in cache: plain search
-
-    def draw(c: np.ndarray) -> np.ndarray:
-        k = len(c)
-        u = rs.random(k)
-        intra = rs.random(k, dtype=np.float32) < np.float32(p_in)
-        r = np.where(intra, start[c] + u * width[c], u * total)
-        # == np.searchsorted(cw, r, side="right"); the guide table takes O(1) expected steps
-        pos = guide.search(r) if guide is not None else np.searchsorted(cw, r, side="right")
-        np.minimum(pos, n - 1, out=pos)
-        return members[pos]
-
-    row = 0
-    while row < n:
-        # rows [row, hi) holding about _EDGE_CHUNK edges (at least one row)
-        hi = int(np.searchsorted(indptr, indptr[row] + _EDGE_CHUNK, side="right")) - 1
-        hi = min(max(hi, row + 1), n)
-        e0, e1 = int(indptr[row]), int(indptr[hi])
-        if e1 > e0:
-            tgt = np.repeat(np.arange(row, hi, dtype=np.int64), deg[row:hi])
-            c = np.repeat(y16[row:hi], deg[row:hi])
-            src = draw(c)
-            if n > 1:
-                for _ in range(3):
-                    bad = np.flatnonzero(src == tgt)
-                    if bad.size == 0:
-                        break
-                    src[bad] = draw(c[bad])
-                bad = np.flatnonzero(src == tgt)
-                if bad.size:
-                    src[bad] = (tgt[bad] + 1 + rs.integers(0, n - 1, size=bad.size)) % n
-            indices[e0:e1] = src
-        row = hi
+    indices = _powerlaw_sources(indptr, y, members, cw, cw0[off[:-1]], cw0[off[1:]] - cw0[off[:-1]],
+                                float(cw[-1]), p_in, seed, dev)
     if feature_noise is None:
         feature_noise = 0.5 * float(np.sqrt(num_features))
-    x = _centroid_features(y, num_features, 1.0, feature_noise, rf, C) if num_features > 0 else None
+    x = (_hash_centroid_features(y, num_features, 1.0, feature_noise, rf, C, seed, dev)
+         if num_features > 0 else None)
     tr, va, te = _split_masks(n, split, rm)
     g = Graph(indptr, indices, x=x, y=y, train_mask=tr, val_mask=va, test_mask=te, name=name)
     return validate_graph(g, f"<generator {name}>")
+
+
+def _chunk_edges(dev: torch.device) -> int:
+    """Edges per chunk: 2^25 on CUDA; on the CPU 2^17 per intra-op thread (each op's share stays
+    in cache, and few enough parallel regions that thread start-up does not dominate)."""
+    return 1 << 25 if dev.type == "cuda" else (1 << 17) * max(2, torch.get_num_threads())
+
+
+def _row_chunks(indptr: np.ndarray, chunk: int):
+    """(row_begin, row_end) covering [0, n) with about `chunk` CSR entries each (>= 1 row)."""
+    n = len(indptr) - 1
+    row = 0
+    while row < n:
+        hi = int(np.searchsorted(indptr, indptr[row] + chunk, side="right")) - 1
+        hi = min(max(hi, row + 1), n)
+        yield row, hi
+        row = hi
+
+
+class _GuideSearch:
+    """``torch.searchsorted(cdf, r, right=True)`` by a guide table (Chen & Asau): a query starts
+    at the first index of its bucket of [0, cdf[-1]) and walks forward a step or two; the few
+    queries a fixed number of steps does not settle (or that float rounding put past their
+    answer) fall back to the exact search, so the result is exact (hence device independent)
+    and costs O(1) expected loads per query instead of log2(len(cdf))."""
+
+    STEPS = 3
+
+    def __init__(self, cdf: np.ndarray, dev: torch.device):
+        self.n = len(cdf)
+        self.m = max(1024, 2 * self.n)
+        self.scale = self.m / float(cdf[-1]) if self.n and cdf[-1] > 0 else 0.0
+        edges = np.arange(self.m + 1, dtype=np.float64) / self.scale if self.scale else np.zeros(self.m + 1)
+        self.cdf = torch.from_numpy(np.ascontiguousarray(cdf)).to(dev)
+        self.guide = torch.from_numpy(np.searchsorted(cdf, edges, side="left")).to(dev)
+
+    def __call__(self, r: torch.Tensor) -> torch.Tensor:
+        n, cdf = self.n, self.cdf
+        # start one bucket early: the start of bucket floor(r * scale) - 1 lies below r whatever
+        # the rounding of r * scale and of the bucket edges (both relative errors ~1e-16), so
+        # every index before the guide entry has cdf < r and the answer is at or after it
+        pos = self.guide[((r * self.scale).to(torch.int64) - 1).clamp_(0, self.m - 1)]
+        for _ in range(self.STEPS):
+            pos += (cdf[pos.clamp(max=n - 1)] <= r) & (pos < n)
+        bad = (pos < n) & (cdf[pos.clamp(max=n - 1)] <= r)  # not settled in STEPS steps
+        idx = torch.nonzero(bad).reshape(-1)
+        if idx.numel():
+            pos[idx] = torch.searchsorted(cdf, r[idx], right=True)
+        return pos
+
+
+def _powerlaw_sources(indptr: np.ndarray, y: np.ndarray, members: np.ndarray, cw: np.ndarray,
+                      start: np.ndarray, width: np.ndarray, total: float, p_in: float, seed: int,
+                      dev: torch.device) -> np.ndarray:
+    """int64 [E] source of every CSR entry (row = target), drawn on `dev` from hash words of the
+    edge id: attempt a uses stream a (a = 0..3); self loops left after attempt 3 move to
+    (target + 1 + word % (n - 1)) % n."""
+    n, E = len(indptr) - 1, int(indptr[-1])
+    out = torch.empty(E, dtype=torch.int64, device=dev)
+    if E == 0:
+        return out.cpu().numpy()
+    T = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
+    deg_t, y_t, members_t, cw_t = T(np.diff(indptr)), T(y.astype(np.int64)), T(members), T(cw)
+    start_t, width_t = T(start), T(width)
+    keys = [stream_keys(seed, 10 + a, 3) for a in range(5)]
+    search = _GuideSearch(cw, dev)
+
+    def draw(e: torch.Tensor, c: torch.Tensor, attempt: int) -> torch.Tensor:
+        a, b, m = words(e, keys[attempt], 3)
+        u = uniform53(a, b)
+        r = torch.where(below24(m, p_in), start_t[c] + u * width_t[c], u * total)
+        return members_t[search(r).clamp_(max=n - 1)]
+
+    for row, hi in _row_chunks(indptr, _chunk_edges(dev)):
+        e0, e1 = int(indptr[row]), int(indptr[hi])
+        if e1 == e0:
+            continue
+        d = deg_t[row:hi]
+        tgt = torch.repeat_interleave(torch.arange(row, hi, device=dev), d, output_size=e1 - e0)
+        c = torch.repeat_interleave(y_t[row:hi], d, output_size=e1 - e0)
+        e = torch.arange(e0, e1, device=dev)
+        src = draw(e, c, 0)
+        if n > 1:
+            for attempt in range(1, 4):
+                bad = torch.nonzero(src == tgt).reshape(-1)
+                if bad.numel() == 0:
+                    break
+                src[bad] = draw(e[bad], c[bad], attempt)
+            bad = torch.nonzero(src == tgt).reshape(-1)
+            if bad.numel():
+                (h,) = words(e[bad], keys[4], 1)
+                src[bad] = (tgt[bad] + 1 + h % (n - 1)) % n
+        out[e0:e1] = src
+    return out.cpu().numpy()
+
+
+def _hash_centroid_features(y: np.ndarray, num_features: int, centroid_scale: float, noise: float,
+                            rng: np.random.Generator, num_classes: int, seed: int,
+                            dev: torch.device) -> np.ndarray:
+    """float32 [N, F]: ``centroid_scale * c[y] + noise * z``, c ~ N(0, 1) from `rng`, z the
+    approximately normal hash variate of (seed, node, column), computed on `dev`."""
+    n, F = len(y), int(num_features)
+    cent = (rng.standard_normal((num_classes, F), dtype=np.float32) * np.float32(centroid_scale))
+    cent_t = torch.from_numpy(cent).to(dev)
+    y_t = torch.from_numpy(y.astype(np.int64)).to(dev)
+    keys = stream_keys(seed, 20, 3)
+    col = (torch.arange(F, device=dev, dtype=torch.int64) * 0x9E3779B1) & M32
+    x = torch.empty((n, F), dtype=torch.float32, device=dev)
+    rows = max(1, _chunk_edges(dev) // F)
+    for s in range(0, n, rows):
+        r = torch.arange(s, min(n, s + rows), device=dev)
+        h_row = mix32(r ^ keys[0])
+        a, b = words((h_row[:, None] ^ col[None, :]), keys[1:], 2)  # 2 more rounds per entry
+        z = approx_normal(a, b)
+        x[s: s + rows] = cent_t[y_t[s: s + rows]] + z * float(np.float32(noise))
+    return x.cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -279,27 +337,28 @@ def preset_sizes(name: str, scale: float = 1.0) -> tuple[int, int]:
     return max(1, int(round(p.num_nodes * scale))), int(round(p.num_edges * scale))
 
 
-def preset(name: str, scale: float = 1.0, seed: int = 0) -> Graph:
+def preset(name: str, scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
     """Generate preset ``name`` (a key of :data:`PRESETS`) shrunk by ``scale`` in (0, 1]:
-    nodes and edges both multiplied by ``scale`` (average degree kept); F and C unchanged."""
+    nodes and edges both multiplied by ``scale`` (average degree kept); F and C unchanged.
+    ``device``: where the per-edge and per-feature draws run (None: CPU); same graph on any."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
     p = PRESETS[name]
     n, e = preset_sizes(name, scale)
     return powerlaw(n, e, p.num_features, p.num_classes, p_in=p.p_in, split=p.split, seed=seed,
-                    name=name if scale == 1 else f"{name}@{scale:g}")
+                    name=name if scale == 1 else f"{name}@{scale:g}", device=device)
 
 
-def reddit_like(scale: float = 1.0, seed: int = 0) -> Graph:
+def reddit_like(scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
     """232,965 nodes, 114,615,892 edges, 602 features, 41 classes at ``scale=1``."""
-    return preset("reddit-like", scale, seed)
+    return preset("reddit-like", scale, seed, device)
 
 
-def products_like(scale: float = 1.0, seed: int = 0) -> Graph:
+def products_like(scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
     """2,449,029 nodes, 61,859,140 edges, 100 features, 47 classes at ``scale=1``."""
-    return preset("products-like", scale, seed)
+    return preset("products-like", scale, seed, device)
 
 
-def papers_like(scale: float = 1.0, seed: int = 0) -> Graph:
+def papers_like(scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
     """111,059,956 nodes, 1,615,685,872 edges, 128 features, 172 classes at ``scale=1``."""
-    return preset("papers-like", scale, seed)
+    return preset("papers-like", scale, seed, device)

@@ -18,13 +18,15 @@ DATASET_NAMES = ("default", "karate", "sbm", *PRESETS)
 _SBM_NODES = 10_000
 
 
-def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int = 0) -> Graph:
+def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int = 0,
+                 device: str | None = None) -> Graph:
     """Load a built-in dataset by name, or a graph file/folder by path.
 
     Names: ``default`` (= ``karate``, the embedded real dataset), ``karate``, ``sbm``
     (``round(10000*scale)`` nodes, degree 10, 7 classes), ``reddit-like``, ``products-like``,
     ``papers-like`` (power-law presets; ``scale`` in (0, 1] shrinks nodes and edges). ``seed``
-    seeds generators (and the karate split).
+    seeds generators (and the karate split). ``device`` (None: CPU; e.g. ``"cuda"``) is where the
+    power-law presets draw their edges and features (the same graph on any device).
 
     Paths: any format of `mgg.data.formats.FORMATS` -- built in: a folder with
     ``raw/edge.csv[.gz]`` (ogbn layout), ``*.npz``, or an edge list ``*.txt|*.edges|*.el|*.csv``
@@ -43,7 +45,7 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
     if low == "sbm":
         return sbm(num_nodes=max(7, int(round(_SBM_NODES * scale))), seed=seed)
     if low in PRESETS:
-        return preset(low, scale=scale, seed=seed)
+        return preset(low, scale=scale, seed=seed, device=device)
     if os.path.exists(key):
         fmt = format_for(key)
         if fmt is not None:

@@ -15,6 +15,7 @@ below mgg.nn; `from mgg.runtime import DistGraph` reaches it through the package
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,8 +30,8 @@ from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
 from .store import SymmetricArray, SymmetricStore
-from .transpose import transposed_rows
-from .weights import check_kind, diag_weights, pair_weights
+from .transpose import transposed_rows_t
+from .weights import check_kind, diag_weights, pair_weights_by_row
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
 
@@ -45,6 +46,7 @@ class RuntimeConfig:
     backend: str = "auto"
     variant: str = "auto"
     ps_inter: int | None = None  # ps of remote partitions on other nodes (None: same as ps)
+    partition_beta: float | None = None  # node cost of partition_ranges (None: its default; 0: Algorithm 1)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -61,11 +63,26 @@ class RuntimeConfig:
 
 @dataclass
 class _RankRows:
-    """This rank's rows of a global CSR (forward: targets in range; transposed: sources in range)."""
+    """This rank's rows of a global CSR (forward: targets in range; transposed: sources in range),
+    as tensors on the plan device; row k is global node lo + k."""
 
-    indptr: np.ndarray   # int64 [n + 1]
-    indices: np.ndarray  # int64 [E_r] global ids of the other endpoint
-    row_ids: np.ndarray  # int64 [E_r] global id of the row node of each entry
+    indptr: torch.Tensor   # int64 [n + 1]
+    indices: torch.Tensor  # int64 [E_r] global ids of the other endpoint
+    lo: int = 0
+
+    @property
+    def row_ids(self) -> torch.Tensor:
+        """int64 [E_r] global id of the row node of each entry."""
+        counts = self.indptr[1:] - self.indptr[:-1]
+        return self.lo + torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device),
+                                                 counts, output_size=self.indices.numel())
+
+
+def _host_tensor(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing memory with `a` (read-only arrays, e.g. memory maps, too: only read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
 
 
 class DistGraph:
@@ -86,23 +103,30 @@ class DistGraph:
         indices = np.asarray(indices, dtype=np.int64)
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
-        self.bounds = partition_ranges(indptr, comm.size)
+        self.bounds = partition_ranges(indptr, comm.size, beta=self.config.partition_beta)
         self.rank, self.world_size = comm.rank, comm.size
         self.lo, self.hi = int(self.bounds[self.rank]), int(self.bounds[self.rank + 1])
         self.rows_per_pe = max(1, int(np.diff(self.bounds).max()))
         self.deg_in = np.diff(indptr)
         self.node_of_pe = comm.node_of_ranks()
-        self._fwd = self._forward_rows(indptr, indices)
-        self._bwd = self._transposed_rows(indptr, indices)
+        self.device = torch.device("cpu")
+        if self.backend == "gpu":
+            self.device = torch.device("cuda", comm.local_rank % max(1, torch.cuda.device_count()))
+        self.plan_device = self.device  # rows, weights and plans are built here (torch ops)
+        self._deg_t = torch.from_numpy(self.deg_in).to(self.plan_device)
+        if self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
+            indptr_d, indices_d = (_host_tensor(a).to(self.plan_device) for a in (indptr, indices))
+        else:
+            indptr_d, indices_d = indptr, indices
+        self._fwd: _RankRows | None = self._forward_rows(indptr_d, indices_d)
+        self._bwd: _RankRows | None = self._transposed_rows(indptr_d, indices_d)
+        del indptr_d, indices_d
         self.params = self.config.params
         self._plans: dict[tuple[str, bool], AggregationPlan] = {}  # for self.params
         self.plan_cache = PlanCache(self.PLAN_CACHE)
         # LRU: (params, variant) -> {(kind, transposed): executor}
         self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
-        self.device = torch.device("cpu")
-        if self.backend == "gpu":
-            self.device = torch.device("cuda", comm.local_rank % max(1, torch.cuda.device_count()))
         self.store = store if store is not None else make_store(comm, self.backend)
 
     @classmethod
@@ -113,10 +137,15 @@ class DistGraph:
 
     # -- rows of this rank --------------------------------------------------------------------
     def _forward_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
+        dev = getattr(self, "plan_device", torch.device("cpu"))
+        if not isinstance(indptr, torch.Tensor):
+            indptr, indices = _host_tensor(indptr), _host_tensor(indices)
         a, b = int(indptr[self.lo]), int(indptr[self.hi])
-        rip = indptr[self.lo: self.hi + 1] - a
-        rows = self.lo + np.repeat(np.arange(self.hi - self.lo, dtype=np.int64), np.diff(rip))
-        return _RankRows(rip, indices[a:b], rows)
+        rip = (indptr[self.lo: self.hi + 1] - a).to(dev)
+        idx = indices[a:b]
+        if idx.device.type != "cpu" and idx.numel() != indices.numel():
+            idx = idx.clone()  # a device slice would keep the whole global array alive
+        return _RankRows(rip, idx.to(dev), self.lo)
 
     def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray,
                          device: str | torch.device | None = None) -> _RankRows:
@@ -124,8 +153,8 @@ class DistGraph:
         source then CSR position (a counting sort on the CPU, a radix sort on `device` "cuda")."""
         if device is None:
             device = getattr(self, "plan_device", None)
-        ip, tgt, src = transposed_rows(indptr, indices, self.lo, self.hi, device=device)
-        return _RankRows(ip, tgt, src)
+        ip, tgt = transposed_rows_t(indptr, indices, self.lo, self.hi, device=device)
+        return _RankRows(ip, tgt, self.lo)
 
     # -- plans and executors -------------------------------------------------------------------
     @property
@@ -150,28 +179,38 @@ class DistGraph:
                 self._plans[key] = self._reweighted(same_dir[0], kind, transposed)
             else:
                 rows = self._bwd if transposed else self._fwd
-                if transposed:  # entry (row j, col i) carries w(j -> i)
-                    w = pair_weights(kind, self.deg_in, rows.indices, rows.row_ids)
-                else:
-                    w = pair_weights(kind, self.deg_in, rows.row_ids, rows.indices)
-                d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
+                # forward entry (row i, col j) carries w(j -> i); transposed (row j, col i) w(j -> i)
+                w = pair_weights_by_row(kind, self._deg_t, rows.indptr, self.lo, rows.indices,
+                                        row_is_target=not transposed)
+                d = diag_weights(kind, self._deg_t, torch.arange(self.lo, self.hi, device=self.plan_device))
                 self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank,
-                                              self.params, self.node_of_pe)
+                                              self.params, self.node_of_pe, device=self.plan_device)
+                # later kinds of this direction are reweighted from the plan: the rows can go
+                if transposed:
+                    self._bwd = None
+                else:
+                    self._fwd = None
         return self._plans[key]
 
     def _reweighted(self, base: AggregationPlan, kind: str, transposed: bool) -> AggregationPlan:
         """`base` with the weights of `kind`: each plan entry is (row node, other endpoint)."""
-        def weights(indptr: np.ndarray, other: np.ndarray) -> np.ndarray:
-            row = self.lo + np.repeat(np.arange(self.n_local, dtype=np.int64), np.diff(indptr))
-            return (pair_weights(kind, self.deg_in, other, row) if transposed
-                    else pair_weights(kind, self.deg_in, row, other))
+        dev = self.plan_device
 
-        remote_src = self.bounds[base.remote_pe] + base.remote_row
-        d = diag_weights(kind, self.deg_in, np.arange(self.lo, self.hi))
+        def weights(indptr: np.ndarray, other: torch.Tensor) -> np.ndarray:
+            ip = torch.from_numpy(indptr).to(dev)
+            w = pair_weights_by_row(kind, self._deg_t, ip, self.lo, other, row_is_target=not transposed)
+            return w.cpu().numpy()
+
+        def up(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+
+        remote_src = torch.from_numpy(self.bounds).to(dev)[up(base.remote_pe).long()] + up(base.remote_row)
+        d = diag_weights(kind, self._deg_t, torch.arange(self.lo, self.hi, device=dev))
         return dataclasses.replace(
-            base, local_weight=weights(base.local_indptr, base.local_indices + self.lo),
+            base, local_weight=weights(base.local_indptr, up(base.local_indices) + self.lo),
             remote_weight=weights(base.remote_indptr, remote_src),
-            self_weight=np.zeros(self.n_local, np.float32) if d is None else d, has_self=d is not None)
+            self_weight=np.zeros(self.n_local, np.float32) if d is None else d.cpu().numpy(),
+            has_self=d is not None)
 
     def set_variant(self, variant: str) -> None:
         """Switch the GPU kernel variant (executors are built lazily, or reused from the LRU)."""

@@ -64,66 +64,107 @@ class PlanParams:
         return self.ps if self.ps_inter is None else int(self.ps_inter)
 
 
-def cut_partitions(indptr: np.ndarray, ps: int) -> np.ndarray:
+def cut_partitions(indptr, ps: int):
     """Cut every CSR row into chunks of at most `ps` entries.
 
     Args:
-        indptr: int64 [n + 1].
+        indptr: int64 [n + 1] (numpy array, or a tensor: the result is then a tensor on its device).
         ps: partition size >= 1.
 
     Returns:
         int64 [num_parts, 3] of (target row, start, end), ordered by target then start; rows with
         no entries get no partition.
     """
-    indptr = np.asarray(indptr, dtype=np.int64)
-    return cut_segments(indptr[:-1], indptr[1:], ps)
+    ip = _as_t(indptr)
+    out = _stack_parts(*_cut_t(ip[:-1], ip[1:], ps))
+    return out if isinstance(indptr, torch.Tensor) else out.numpy()
 
 
-def cut_segments(starts: np.ndarray, ends: np.ndarray, ps: int) -> np.ndarray:
+def cut_segments(starts, ends, ps: int):
     """Cut segment i = [starts[i], ends[i]) (one per row i) into chunks of at most `ps` entries.
 
-    Returns int64 [Q, 3] of (row, start, end) ordered by row; empty segments give no chunk.
+    Returns int64 [Q, 3] of (row, start, end) ordered by row; empty segments give no chunk
+    (numpy in, numpy out; tensors in, a tensor on their device out).
     """
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
-    nparts = (ends - starts + ps - 1) // ps
-    total = int(nparts.sum())
-    if total == 0:
-        return np.zeros((0, 3), dtype=np.int64)
-    row = np.repeat(np.arange(len(starts), dtype=np.int64), nparts)
-    k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(nparts) - nparts, nparts)
-    start = starts[row] + k * ps
-    return np.stack([row, start, np.minimum(start + ps, ends[row])], axis=1)
+    out = _stack_parts(*_cut_t(_as_t(starts), _as_t(ends), ps))
+    return out if isinstance(starts, torch.Tensor) else out.numpy()
 
 
-def cut_remote(remote_indptr: np.ndarray, remote_split: np.ndarray, ps: int, ps_inter: int
-               ) -> tuple[np.ndarray, np.ndarray]:
+def cut_remote(remote_indptr, remote_split, ps: int, ps_inter: int):
     """Node-aware cut of the remote CSR: in row i, entries [indptr[i], split[i]) have owners on
     this node (cut by `ps`), entries [split[i], indptr[i+1]) on other nodes (cut by `ps_inter`).
 
-    Returns (parts int64 [Rp, 3] in CSR order, inter bool [Rp]).
+    Returns (parts int64 [Rp, 3] in CSR order, inter bool [Rp]) (numpy in, numpy out; tensors
+    in, tensors on their device out).
     """
-    same = cut_segments(remote_indptr[:-1], remote_split, ps)
-    inter = cut_segments(remote_split, remote_indptr[1:], ps_inter)
-    parts = np.concatenate([same, inter])
-    flag = np.concatenate([np.zeros(len(same), bool), np.ones(len(inter), bool)])
-    order = np.argsort(parts[:, 1], kind="stable")  # segments are disjoint: starts are unique
-    return parts[order], flag[order]
+    parts, inter = _cut_remote_t(_as_t(remote_indptr), _as_t(remote_split), ps, ps_inter)
+    if isinstance(remote_indptr, torch.Tensor):
+        return parts, inter
+    return parts.numpy(), inter.numpy()
 
 
-def warp_worklist(num_local_parts: int, num_remote_parts: int, dist: int) -> np.ndarray:
+def warp_worklist(num_local_parts: int, num_remote_parts: int, dist: int, device=None):
     """Warp-to-partition mapping of §5.1 (Eq. 2).
 
     Returns:
         int64 [numWarps, 4] of (local_begin, local_end, remote_begin, remote_end): warp w owns
         local partitions [local_begin, local_end) and remote ones [remote_begin, remote_end),
-        `dist` of each (fewer at the tail); numWarps = ceil(max(local, remote) / dist).
+        `dist` of each (fewer at the tail); numWarps = ceil(max(local, remote) / dist). A numpy
+        array, or a tensor on `device` when one is given.
     """
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    out = _warps_t(num_local_parts, num_remote_parts, dist, dev)
+    return out if device is not None else out.numpy()
+
+
+# -- torch forms of the cuts (any device; the public functions above wrap them) -----------------
+def _as_t(a) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        return a.to(torch.int64)
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def _stack_parts(row: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    return torch.stack([row, start, end], dim=1)
+
+
+def _cut_t(starts: torch.Tensor, ends: torch.Tensor, ps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(segment, start, end) int64 [Q] of the chunks of at most `ps` (an int, or an int64 tensor
+    with one size per segment) of segments [starts[i], ends[i]), ordered by segment then start."""
+    dev = starts.device
+    nparts = (ends - starts + ps - 1) // ps
+    total = int(nparts.sum()) if nparts.numel() else 0
+    if total == 0:
+        z = torch.zeros(0, dtype=torch.int64, device=dev)
+        return z, z, z
+    seg = torch.repeat_interleave(torch.arange(nparts.numel(), device=dev), nparts, output_size=total)
+    first = _exclusive_cumsum(nparts)
+    k = torch.arange(total, device=dev) - first[seg]
+    ps_seg = ps[seg] if isinstance(ps, torch.Tensor) else ps
+    start = starts[seg] + k * ps_seg
+    return seg, start, torch.minimum(start + ps_seg, ends[seg])
+
+
+def _cut_remote_t(remote_indptr: torch.Tensor, remote_split: torch.Tensor, ps: int, ps_inter: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cut_remote on tensors: the 2n segments (same-node part of row i, other-node part of row i)
+    interleaved, each cut by its class's size, are in CSR order by construction (no sort)."""
+    dev = remote_indptr.device
+    n = remote_indptr.numel() - 1
+    starts = torch.stack([remote_indptr[:-1], remote_split], dim=1).reshape(-1)
+    ends = torch.stack([remote_split, remote_indptr[1:]], dim=1).reshape(-1)
+    ps_seg = torch.tensor([ps, ps_inter], dtype=torch.int64, device=dev).repeat(n)
+    seg, start, end = _cut_t(starts, ends, ps_seg)
+    return _stack_parts(seg // 2, start, end), (seg % 2) == 1
+
+
+def _warps_t(num_local_parts: int, num_remote_parts: int, dist: int, dev: torch.device) -> torch.Tensor:
     num_warps = -(-max(num_local_parts, num_remote_parts) // dist)
-    w = np.arange(num_warps, dtype=np.int64) * dist
-    return np.stack([np.minimum(w, num_local_parts), np.minimum(w + dist, num_local_parts),
-                     np.minimum(w, num_remote_parts), np.minimum(w + dist, num_remote_parts)],
-                    axis=1) if num_warps else np.zeros((0, 4), dtype=np.int64)
+    if not num_warps:
+        return torch.zeros((0, 4), dtype=torch.int64, device=dev)
+    w = torch.arange(num_warps, dtype=torch.int64, device=dev) * dist
+    return torch.stack([w.clamp(max=num_local_parts), (w + dist).clamp(max=num_local_parts),
+                        w.clamp(max=num_remote_parts), (w + dist).clamp(max=num_remote_parts)], dim=1)
 
 
 @dataclass
@@ -231,11 +272,14 @@ class AggregationPlan:
         return cls(**kw)
 
 
-def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.ndarray,
-               self_weight: np.ndarray | None, bounds: np.ndarray, rank: int,
+def build_plan(row_indptr, row_indices, row_weight, self_weight, bounds: np.ndarray, rank: int,
                params: PlanParams = PlanParams(), node_of_pe: np.ndarray | None = None,
                *, device: str | torch.device | None = None) -> AggregationPlan:
     """Build rank `rank`'s plan from its rows of the weighted global CSR.
+
+    Every step (split, node-aware order, halo, partition cuts, worklist) is a torch op sequence on
+    `device` (None: CPU, with torch's intra-op threads); the finished arrays are moved to the
+    host once, at the end (the plan holds numpy arrays).
 
     Args:
         row_indptr: int64 [n + 1], the rank's CSR rows rebased so row_indptr[0] == 0.
@@ -247,41 +291,46 @@ def build_plan(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.n
         params: ps, dist, wpb (and ps_inter for other-node remote neighbors).
         node_of_pe: int [P] node index of each PE (None: all on one node). Remote entries of a row
             are ordered same-node first, then other-node, each class cut by its own ps.
+        device: where to build. The row arrays may be numpy arrays or tensors (on any device).
     """
+    dev = torch.device("cpu") if device is None else torch.device(device)
     bounds = np.asarray(bounds, dtype=np.int64)
     world = len(bounds) - 1
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
     n = hi - lo
-    row_indptr = np.asarray(row_indptr, dtype=np.int64)
-    row_indices = np.asarray(row_indices, dtype=np.int64)
-    row_weight = np.asarray(row_weight, dtype=np.float32)
-    if len(row_indptr) != n + 1 or int(row_indptr[-1]) != len(row_indices) or len(row_weight) != len(row_indices):
-        raise ValueError(f"build_plan: rank {rank} rows disagree: {len(row_indptr) - 1} rows for range "
-                         f"[{lo}, {hi}), {len(row_indices)} indices, {len(row_weight)} weights")
+    ip = _to_dev(row_indptr, torch.int64, dev)
+    idx = _to_dev(row_indices, torch.int64, dev)
+    w = _to_dev(row_weight, torch.float32, dev)
+    e_last = int(ip[-1]) if ip.numel() else -1
+    if ip.numel() != n + 1 or e_last != idx.numel() or w.numel() != idx.numel():
+        raise ValueError(f"build_plan: rank {rank} rows disagree: {ip.numel() - 1} rows for range "
+                         f"[{lo}, {hi}), {idx.numel()} indices, {w.numel()} weights")
     rows_per_pe = max(1, int(np.diff(bounds).max()))
     node_of_pe = (np.zeros(world, np.int32) if node_of_pe is None
                   else np.asarray(node_of_pe, dtype=np.int32))
     if node_of_pe.shape != (world,):
         raise ValueError(f"build_plan: node_of_pe has shape {node_of_pe.shape}, expected ({world},)")
-    split = _split_rows(row_indptr, row_indices, row_weight, bounds, rank, node_of_pe, device)
+    split = _split_rows_t(ip, idx, w, bounds, rank, node_of_pe, dev)
     (local_indptr, local_indices, local_weight, remote_indptr, remote_pe, remote_row, remote_weight,
      remote_split, halo_ptr, halo_row, remote_slot) = split
 
-    lp = cut_partitions(local_indptr, params.ps)
-    rp, rp_inter = cut_remote(remote_indptr, remote_split, params.ps, params.inter_ps)
-    sw = np.zeros(n, dtype=np.float32) if self_weight is None else np.asarray(self_weight, np.float32)
+    lp = _stack_parts(*_cut_t(local_indptr[:-1], local_indptr[1:], params.ps))
+    rp, rp_inter = _cut_remote_t(remote_indptr, remote_split, params.ps, params.inter_ps)
+    warps = _warps_t(int(lp.shape[0]), int(rp.shape[0]), params.dist, dev)
+    sw = (torch.zeros(n, dtype=torch.float32, device=dev) if self_weight is None
+          else _to_dev(self_weight, torch.float32, dev))
+    arrays = dict(local_indptr=local_indptr, local_indices=local_indices,
+                  local_weight=local_weight, remote_indptr=remote_indptr,
+                  remote_pe=remote_pe, remote_row=remote_row,
+                  remote_weight=remote_weight, self_weight=sw,
+                  local_parts=lp, remote_parts=rp, warps=warps,
+                  halo_ptr=halo_ptr, halo_row=halo_row,
+                  remote_slot=remote_slot, remote_split=remote_split, remote_part_inter=rp_inter)
+    host = {k: _host(v) for k, v in arrays.items()}  # the one device -> host move
     return AggregationPlan(
         rank=rank, world_size=world, lo=lo, hi=hi, rows_per_pe=rows_per_pe,
-        ps=params.ps, dist=params.dist, wpb=params.wpb,
-        local_indptr=local_indptr, local_indices=local_indices,
-        local_weight=local_weight, remote_indptr=remote_indptr,
-        remote_pe=remote_pe, remote_row=remote_row,
-        remote_weight=remote_weight, self_weight=sw,
-        local_parts=lp, remote_parts=rp, warps=warp_worklist(len(lp), len(rp), params.dist),
-        halo_ptr=halo_ptr, halo_row=halo_row,
-        remote_slot=remote_slot, remote_split=remote_split,
-        remote_part_inter=rp_inter, node_of_pe=node_of_pe, ps_inter=params.inter_ps,
-        has_self=self_weight is not None)
+        ps=params.ps, dist=params.dist, wpb=params.wpb, node_of_pe=node_of_pe,
+        ps_inter=params.inter_ps, has_self=self_weight is not None, **host)
 
 
 def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -300,20 +349,42 @@ def _tensor(a: np.ndarray, dev: torch.device) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
 
 
-def _split_rows(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.ndarray,
-                bounds: np.ndarray, rank: int, node_of_pe: np.ndarray,
-                device: str | torch.device | None) -> tuple[np.ndarray, ...]:
-    """The local/remote split of a rank's rows, the node-aware order of its remote entries and the
-    halo, with scans and scatters only (no sort): O(E + n + span of the remote ids) on `device`.
+def _to_dev(a, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """`a` (numpy array or tensor) as a `dtype` tensor on `dev` (no copy when it already is one)."""
+    if not isinstance(a, torch.Tensor):
+        a = _tensor(np.asarray(a), torch.device("cpu"))
+    return a.to(device=dev, dtype=dtype)
 
-    Returns numpy arrays (local_indptr, local_indices, local_weight, remote_indptr, remote_pe int32,
-    remote_row, remote_weight, remote_split, halo_ptr, halo_row, remote_slot); see AggregationPlan.
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's numpy view, or a device tensor copied to the host."""
+    return t.cpu().numpy() if t.device.type != "cpu" else t.numpy()
+
+
+def _split_rows_t(ip: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, bounds: np.ndarray,
+                  rank: int, node_of_pe: np.ndarray, dev: torch.device) -> tuple[torch.Tensor, ...]:
+    """The local/remote split of a rank's rows, the node-aware order of its remote entries and the
+    halo, with scans and scatters only (no sort): O(E + n + span of the remote ids) on `dev`.
+
+    Returns tensors on `dev` (local_indptr, local_indices, local_weight, remote_indptr, remote_pe
+    int32, remote_row, remote_weight, remote_split, halo_ptr, halo_row, remote_slot); see
+    AggregationPlan.
     """
-    dev = torch.device("cpu") if device is None else torch.device(device)
     world = len(bounds) - 1
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
     n = hi - lo
-    ip, idx, w, b_t = (_tensor(a, dev) for a in (row_indptr, row_indices, row_weight, bounds))
+    b_t = torch.from_numpy(bounds).to(dev)
+    e = idx.numel()
+    all_local = e == 0
+    if e:
+        mn, mx = torch.aminmax(idx)
+        all_local = bool((mn >= lo) & (mx < hi))
+    if all_local:  # every source is owned here (P = 1, or a closed range): no mask, no scan
+        z = torch.zeros(0, dtype=torch.int64, device=dev)
+        return (ip - ip[0], idx - lo, w.clone(), torch.zeros(n + 1, dtype=torch.int64, device=dev),
+                torch.zeros(0, dtype=torch.int32, device=dev), z, torch.zeros(0, dtype=torch.float32, device=dev),
+                torch.zeros(n, dtype=torch.int64, device=dev), torch.zeros(world + 1, dtype=torch.int64, device=dev),
+                z, z)
     is_local = (idx >= lo) & (idx < hi)
     # per-row counts from a scan of the mask: entries of row t are [ip[t], ip[t+1])
     cl = _exclusive_cumsum(is_local)[ip]
@@ -326,7 +397,7 @@ def _split_rows(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.
     r_w = w[is_remote]
     er = r_src.numel()
     r_pe = torch.searchsorted(b_t, r_src, right=True) - 1
-    nop = _tensor(node_of_pe.astype(np.int64), dev)
+    nop = torch.from_numpy(node_of_pe.astype(np.int64)).to(dev)
     same = nop[r_pe] == int(node_of_pe[rank]) if er else torch.zeros(0, dtype=torch.bool, device=dev)
     cs = _exclusive_cumsum(same)  # same-node entries before each remote entry
     same_per_row = cs[remote_indptr[1:]] - cs[remote_indptr[:-1]]
@@ -357,6 +428,5 @@ def _split_rows(row_indptr: np.ndarray, row_indices: np.ndarray, row_weight: np.
     halo_pe = torch.searchsorted(b_t, halo_ids, right=True) - 1
     halo_ptr = _exclusive_cumsum(torch.bincount(halo_pe, minlength=world))
     halo_row = halo_ids - b_t[halo_pe]
-    out = (local_indptr, local_indices, local_weight, remote_indptr, r_pe.to(torch.int32), remote_row,
-           r_w, remote_split, halo_ptr, halo_row, remote_slot)
-    return tuple(t.cpu().numpy() for t in out)
+    return (local_indptr, local_indices, local_weight, remote_indptr, r_pe.to(torch.int32), remote_row,
+            r_w, remote_split, halo_ptr, halo_row, remote_slot)

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["transposed_rows", "plan_device"]
+__all__ = ["transposed_rows", "transposed_rows_t", "plan_device"]
 
 
 def plan_device(device: str | torch.device | None) -> torch.device:
@@ -39,16 +39,38 @@ def transposed_rows(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int,
         (indptr int64 [hi - lo + 1], targets int64 [k], sources int64 [k]) as numpy arrays,
         sorted by source, then CSR position.
     """
-    indptr = np.asarray(indptr, dtype=np.int64)
-    indices = np.asarray(indices, dtype=np.int64)
+    ip, tgt = transposed_rows_t(indptr, indices, lo, hi, device, method)
+    ip, tgt = ip.cpu().numpy(), tgt.cpu().numpy()
+    src = lo + np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(ip))
+    return ip, tgt, src
+
+
+def transposed_rows_t(indptr, indices, lo: int, hi: int, device: str | torch.device | None = None,
+                      method: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """`transposed_rows` as tensors on `device`, without the (implicit) source ids: (indptr int64
+    [hi - lo + 1], targets int64 [k]); row j - lo holds the targets of source j. `indptr` and
+    `indices` may be numpy arrays or tensors (the counting sort reads them on the host)."""
     dev = plan_device(device)
     if method == "auto":
         method = "counting" if dev.type == "cpu" else "torch"
     if method not in ("counting", "torch"):
         raise ValueError(f"transposed_rows: method must be 'auto', 'counting' or 'torch', got {method!r}")
     if method == "counting":
-        return _counting(indptr, indices, lo, hi)
-    return _torch_sort(indptr, indices, lo, hi, dev)
+        ip, tgt = _counting(_host64(indptr), _host64(indices), lo, hi)
+        return torch.from_numpy(ip).to(dev), torch.from_numpy(tgt).to(dev)
+    return _torch_sort(_dev64(indptr, dev), _dev64(indices, dev), lo, hi)
+
+
+def _host64(a) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        return a.to(torch.int64).cpu().numpy()
+    return np.asarray(a, dtype=np.int64)
+
+
+def _dev64(a, dev: torch.device) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        return a.to(device=dev, dtype=torch.int64)
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
 
 
 def _counting(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int):
@@ -57,33 +79,34 @@ def _counting(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int):
         cols, sel_indptr = indices, indptr
     else:
         mask = (indices >= lo) & (indices < hi)
-        cm = np.zeros(len(indices) + 1, dtype=np.int64)
-        np.cumsum(mask, out=cm[1:])
-        sel_indptr = cm[indptr]  # selected entries per CSR row, as a CSR row pointer
+        cm = torch.zeros(len(indices) + 1, dtype=torch.int64)
+        torch.cumsum(torch.from_numpy(mask), 0, out=cm[1:])  # 10x numpy's bool -> int64 cumsum
+        sel_indptr = cm.numpy()[indptr]  # selected entries per CSR row, as a CSR row pointer
         cols = indices[mask] - lo
     k = len(cols)
     if k == 0 or n == 0:
-        ip = np.zeros(n + 1, dtype=np.int64)
-        e = np.zeros(0, dtype=np.int64)
-        return ip, e, e.copy()
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     csr = sp.csr_matrix((np.zeros(k, dtype=np.int8), cols, sel_indptr), shape=(num_nodes, n), copy=False)
     csc = csr.tocsc()  # csr_tocsc: counting sort by column, row-major (stable) inside a column
-    ip = csc.indptr.astype(np.int64, copy=False)
-    tgt = csc.indices.astype(np.int64, copy=False)
-    src = lo + np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
-    return ip, tgt, src
+    return csc.indptr.astype(np.int64, copy=False), csc.indices.astype(np.int64, copy=False)
 
 
-def _torch_sort(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int, dev: torch.device):
+def _torch_sort(ip_t: torch.Tensor, idx: torch.Tensor, lo: int, hi: int):
+    dev = idx.device
     n = hi - lo
-    ip_t = torch.from_numpy(indptr).to(dev)
-    idx = torch.from_numpy(indices).to(dev)
-    sel = torch.nonzero((idx >= lo) & (idx < hi)).reshape(-1)
-    src = idx[sel]
+    if lo == 0 and hi == ip_t.numel() - 1:  # the whole graph: every entry is selected
+        sel = torch.arange(idx.numel(), device=dev)
+        src = idx
+    else:
+        sel = torch.nonzero((idx >= lo) & (idx < hi)).reshape(-1)
+        src = idx[sel]
     tgt = torch.searchsorted(ip_t, sel, right=True) - 1  # the row holding CSR entry k
-    src, order = torch.sort(src, stable=True)
+    # stable radix sort by source; 32-bit keys (half the passes) when the range fits
+    key = (src - lo).to(torch.int32) if n < 2 ** 31 else src
+    key, order = torch.sort(key, stable=True)
+    src = key.to(torch.int64) + lo
     tgt = tgt[order]
     ip = torch.zeros(n + 1, dtype=torch.int64, device=dev)
     if n:
         torch.cumsum(torch.bincount(src - lo, minlength=n), 0, out=ip[1:])
-    return ip.cpu().numpy(), tgt.cpu().numpy(), src.cpu().numpy()
+    return ip, tgt
