@@ -21,18 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.baselines import SparseOperator  # noqa: E402
-
-
-def process_age_s() -> float:
-    """Seconds since this process started (Linux /proc; 0.0 elsewhere)."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
+from mgg.apps.phases import process_age_s  # noqa: E402
 
 
 def _load(path: str):

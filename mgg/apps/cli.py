@@ -216,9 +216,10 @@ def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace
 
 
 # -- running --------------------------------------------------------------------------------------
-def load(cfg: TrainConfig, comm) -> tuple[Any, Any]:
+def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
     """(graph, PreparedGraph): load and prepare the dataset on every rank; a user error on any
-    rank -> UserError on all."""
+    rank -> UserError on all. `clock` (a PhaseClock) times the `load` and `prepare` phases.
+    Generated presets are drawn on the GPU when the run uses one (the same graph as on the CPU)."""
     from ..runtime import RankError
 
     graph = prep = None
@@ -227,8 +228,15 @@ def load(cfg: TrainConfig, comm) -> tuple[Any, Any]:
         from ..data import load_dataset
         from ..data.prepare import prepare_graph
 
-        graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed)
-        prep = prepare_graph(graph, cfg.seed)
+        from ..runtime.backends import resolve_backend
+        from .phases import PhaseClock
+
+        clock = clock or PhaseClock(comm, show=False)
+        device = "cuda" if resolve_backend(cfg.backend) == "gpu" else None
+        with clock.phase("load"):
+            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device)
+        with clock.phase("prepare"):
+            prep = prepare_graph(graph, cfg.seed)
     except Exception as e:  # noqa: BLE001 - agreed on below, then re-raised or reported
         err = e
     try:
@@ -239,18 +247,19 @@ def load(cfg: TrainConfig, comm) -> tuple[Any, Any]:
     return graph, prep
 
 
-def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False, stop=None) -> TrainResult:
+def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False, stop=None,
+          clock=None) -> TrainResult:
     """Train as `cfg.mode` asks (full-graph or sampled); collective, the same metrics on all ranks.
     See mgg.apps.full.train_full and mgg.apps.sampled.train_sampled."""
     if cfg.mode == "sampled":
         from .sampled import train_sampled
 
-        return train_sampled(cfg, comm, graph, prepared, verbose=verbose, stop=stop)
+        return train_sampled(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
     if cfg.mode != "full":
         raise UserError(f"mode must be one of {MODES}, got {cfg.mode!r}")
     from .full import train_full
 
-    return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop)
+    return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
 
 
 def run(cfg: TrainConfig, comm) -> TrainResult:
@@ -263,10 +272,13 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
+    from .phases import PhaseClock
+
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
-    graph, prep = load(cfg, comm)
+    clock = PhaseClock(comm, show=cfg.progress)
+    graph, prep = load(cfg, comm, clock)
     with StopSignal() as stop:
-        res = train(cfg, comm, graph, prep, verbose=True, stop=stop)
+        res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)
     if comm.rank == 0:
         if res.resumed_from:
             print(f"resumed from {res.resumed_from} after epoch {res.start_epoch}")

@@ -152,3 +152,6 @@ class TrainResult:
     tuning: dict = field(default_factory=dict)  # the configuration used and the tuner's summary
     mode: str = "full"
     sampling: dict = field(default_factory=dict)  # --mode sampled: loader settings and byte totals
+    phases: dict = field(default_factory=dict)    # startup phase -> seconds, max over ranks (mgg.apps.phases)
+    time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
+    memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)

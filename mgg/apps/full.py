@@ -172,8 +172,25 @@ def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, Loo
     return FullGraphHooks(state, model, opt, gen, fault), state
 
 
+def _startup_phases(clock, dg, model: str) -> None:
+    """Record DistGraph's construction (partition, store) on `clock`, then build the model's
+    forward and transposed plans and their executors now (kernels built or loaded from the cache,
+    plans uploaded) as the `plan` and `build` phases, instead of inside the first epoch."""
+    from ..nn.registry import model_entry
+
+    for name in ("partition", "store"):
+        clock.add(name, dg.build_seconds[name])
+    kind = model_entry(model).aggregation
+    if kind is None:  # fused attention (GAT) builds its own structures in the first epoch
+        return
+    with clock.phase("plan"):
+        dg.plan(kind), dg.plan(kind, True)
+    with clock.phase("build"):
+        dg.prepare()
+
+
 def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,
-               stop=None) -> TrainResult:
+               stop=None, clock=None) -> TrainResult:
     """Train `cfg.model` on `graph` over `comm`; collective, returns the same metrics on all ranks.
 
     With `cfg.resume` it continues from a checkpoint (the losses then match the uninterrupted
@@ -189,8 +206,10 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
     resume = resume_state(cfg, comm, graph)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
+        if clock is not None:
+            _startup_phases(clock, dg, cfg.model)
         hooks, state = _setup(cfg, comm, dg, prep, fault)
-        state.stop = stop
+        state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
         hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(prep.x.shape[1], cfg.hidden),
                                                state.res.tuner)

@@ -174,6 +174,7 @@ class LoopState:
     bar: Any = None                         # tqdm progress bar (or None)
     last: dict = field(default_factory=lambda: {"train_acc": None, "val_acc": None, "test_acc": None})
     times: list[float] = field(default_factory=list)
+    clock: Any = None                       # a PhaseClock (mgg.apps.phases): times the first epoch
 
 
 def _timed_step(state: LoopState, hooks: EpochHooks, epoch: int) -> tuple[float, Any]:
@@ -195,6 +196,7 @@ def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
     import torch
 
     cfg, res = state.cfg, state.res
+    t_first = time.perf_counter()
     for epoch in range(start + 1, cfg.epochs + 1):
         ms, loss = _timed_step(state, hooks, epoch)
         state.times.append(ms)
@@ -210,6 +212,9 @@ def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
         rec = {"epoch": epoch, "loss": sums.loss, "train_acc": state.last["train_acc"],
                "val_acc": state.last["val_acc"], "epoch_ms": ms}
         hooks.record(rec, sums.values)
+        if state.clock is not None and epoch == start + 1:
+            state.clock.add("first_epoch", time.perf_counter() - t_first)
+            state.clock.first_epoch_done()
         _close_epoch(state, rec, sums.stop, epoch)
         hooks.end_epoch(epoch, state)
         if res.stopped:
@@ -231,8 +236,14 @@ def _close_epoch(state: LoopState, rec: dict, stop: bool, epoch: int) -> None:
 
 
 def finish(state: LoopState, tuner=None) -> None:
-    """Close the bar and fill the result's final metrics."""
+    """Close the bar and fill the result's final metrics (collective: phases and memory are
+    reduced over the ranks)."""
+    from .memory_report import memory_report
+
     res, last = state.res, state.last
+    if state.clock is not None:
+        res.phases, res.time_to_first_epoch_s = state.clock.reduced()
+    res.memory = memory_report(state.comm, state.dg)
     if state.bar is not None:
         state.bar.close()
     res.train_acc, res.val_acc, res.test_acc = last["train_acc"], last["val_acc"], last["test_acc"]

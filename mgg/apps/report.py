@@ -26,6 +26,11 @@ def json_safe(v: Any) -> Any:
     return v
 
 
+#: what `median_epoch_ms` measures (bench/fullgraph.py times the same section)
+EPOCH_DEFINITION = ("one training step between two barriers, the device synchronised: forward (dropout included), "
+                    "loss, backward, gradient all-reduce, optimizer step; evaluation excluded")
+
+
 def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> None:
     """Write the metrics JSON atomically (tmp file in the same directory + os.replace)."""
     from ..version import version
@@ -52,6 +57,12 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
     }
     if res.sampling:
         doc["sampling"] = res.sampling
+    doc["epoch_definition"] = EPOCH_DEFINITION
+    if res.phases:
+        doc["phases"] = res.phases
+        doc["time_to_first_epoch_s"] = res.time_to_first_epoch_s
+    if res.memory:
+        doc["memory"] = res.memory
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
     atomic_write_json(path, json_safe(doc), indent=2)

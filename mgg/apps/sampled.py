@@ -131,7 +131,7 @@ def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, seeds,
 
 
 def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,
-                  stop=None) -> TrainResult:
+                  stop=None, clock=None) -> TrainResult:
     """Sampled mini-batch training of the model's sampled twin (mgg.nn.registry); collective,
     returns the same metrics on every rank."""
     import torch

@@ -112,12 +112,12 @@ class Communicator:
             with self.guard("barrier"):
                 self.comm.Barrier()
 
-    def allreduce_(self, buf: np.ndarray) -> np.ndarray:
-        """In-place sum all-reduce of a contiguous numpy array; returns it."""
+    def allreduce_(self, buf: np.ndarray, op: str = "sum") -> np.ndarray:
+        """In-place all-reduce ("sum", "max" or "min") of a contiguous numpy array; returns it."""
         if self.comm is not None and self.size > 1:
             MPI = _mpi()
             with self.guard("allreduce"):
-                self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                self.comm.Allreduce(MPI.IN_PLACE, buf, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
         return buf
 
     def allreduce_scalar(self, value: float, op: str = "sum") -> float:

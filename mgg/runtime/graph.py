@@ -15,6 +15,7 @@ below mgg.nn; `from mgg.runtime import DistGraph` reaches it through the package
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -96,6 +97,7 @@ class DistGraph:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, comm: Communicator,
                  config: RuntimeConfig | None = None, store: SymmetricStore | None = None):
+        t_start = time.perf_counter()
         self.comm = comm
         self.config = config or RuntimeConfig()
         self.backend = resolve_backend(self.config.backend)
@@ -127,7 +129,10 @@ class DistGraph:
         # LRU: (params, variant) -> {(kind, transposed): executor}
         self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
+        t_store = time.perf_counter()
         self.store = store if store is not None else make_store(comm, self.backend)
+        #: seconds of this rank's construction: "partition" (ranges and rows), "store"
+        self.build_seconds = {"partition": t_store - t_start, "store": time.perf_counter() - t_store}
 
     @classmethod
     def build(cls, graph: Any, comm: Communicator, config: RuntimeConfig | None = None,

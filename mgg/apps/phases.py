@@ -1,0 +1,79 @@
+"""Startup phases of a training run: timed on every rank, printed by rank 0 as each one ends, and
+reported (max over ranks) in the metrics JSON as `phases` with `time_to_first_epoch_s`.
+
+Phases, in order: load (read or generate the dataset), prepare (features, labels, masks),
+partition (ranges, this rank's forward and transposed rows: `DistGraph` construction without the
+store), store (the symmetric store: MPI window or NVSHMEM init), plan (forward and transposed
+plans of the model's aggregation kind), build (executors: kernel build or cache load, plan upload),
+first_epoch (the first training epoch and its evaluation).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import numpy as np
+
+__all__ = ["PhaseClock", "process_age_s", "PHASES"]
+
+PHASES = ("load", "prepare", "partition", "store", "plan", "build", "first_epoch")
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: /proc start time vs uptime; elsewhere the time
+    since this module was imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
+class PhaseClock:
+    """Seconds per phase on this rank; rank 0 prints `phase NAME: S s` on stderr as a phase ends
+    (when `show`). `reduced()` is collective: the max over ranks of every phase."""
+
+    def __init__(self, comm, show: bool = True):
+        self.comm = comm
+        self.show = bool(show) and comm.rank == 0
+        self.seconds: dict[str, float] = {}
+        self.first_epoch_end_s: float | None = None
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Record `seconds` of phase `name` (measured elsewhere, e.g. inside DistGraph)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
+        if self.show:
+            sys.stderr.write(f"phase {name}: {seconds:.2f} s\n")
+            sys.stderr.flush()
+
+    def first_epoch_done(self) -> None:
+        """Mark the end of the first epoch (time from process start)."""
+        if self.first_epoch_end_s is None:
+            self.first_epoch_end_s = process_age_s()
+
+    def reduced(self) -> tuple[dict[str, float], float | None]:
+        """({phase: max seconds over ranks} in PHASES order, max time to the first epoch's end).
+        Collective: every rank calls it once, after training."""
+        names = [p for p in PHASES if p in self.seconds] + [p for p in self.seconds if p not in PHASES]
+        vals = [self.seconds[p] for p in names] + [self.first_epoch_end_s if self.first_epoch_end_s is not None
+                                                   else -1.0]
+        got = self.comm.allreduce_(np.asarray(vals, dtype=np.float64), "max").tolist()
+        first = got[-1] if got[-1] >= 0 else None
+        return dict(zip(names, got[:-1])), first

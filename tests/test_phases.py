@@ -1,0 +1,31 @@
+"""Startup phases and memory in the metrics JSON, and the phase lines rank 0 prints."""
+from __future__ import annotations
+
+import json
+
+from mgg.apps.phases import PHASES, process_age_s
+from mgg.train import main
+
+
+def test_phases_and_memory_in_metrics(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["--dataset", "sbm", "--scale", "0.1", "--epochs", "3", "--backend", "cpu",
+                 "--metrics-json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc["phases"]) == list(PHASES)  # every phase, in order
+    assert all(isinstance(v, float) and v >= 0 for v in doc["phases"].values())
+    first = doc["time_to_first_epoch_s"]
+    # the phases happen one after another inside the process, before the first epoch ends
+    assert sum(doc["phases"].values()) <= first <= process_age_s()
+    ranks = doc["memory"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0] and ranks[0]["host_peak_mb"] > 10
+    assert ranks[0]["gpu_peak_mb"] == 0.0 and ranks[0]["sym_mb"] > 0
+    assert "evaluation excluded" in doc["epoch_definition"]
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("phase ")]
+    assert [ln.split()[1].rstrip(":") for ln in lines] == list(PHASES)
+
+
+def test_no_phase_lines_without_progress(tmp_path, capsys):
+    assert main(["--dataset", "karate", "--epochs", "2", "--backend", "cpu", "--no-progress"]) == 0
+    assert "phase " not in capsys.readouterr().err
