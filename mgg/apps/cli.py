@@ -272,10 +272,11 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
-    from .phases import PhaseClock
+    from .phases import PhaseClock, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     clock = PhaseClock(comm, show=cfg.progress)
+    clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)
     with StopSignal() as stop:
         res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)

@@ -147,9 +147,11 @@ def _row_blocks(indptr: np.ndarray, block: int = 1 << 23):
         r0 = r1
 
 
-def _max_rel_dev(indptr, indices, w, rf, cf) -> float:
+def _max_rel_dev(indptr, indices, w, rf, cf, device=None) -> float:
     """max |rf[row] * cf[col] - w| / |w| over all entries (float32 [n] factors, None = 1),
-    computed in float32 blocks (a plan-time check)."""
+    computed in float32 blocks (a plan-time check); on `device` (a CUDA device) with torch."""
+    if device is not None and torch.device(device).type == "cuda":
+        return _max_rel_dev_torch(indptr, indices, w, rf, cf, torch.device(device))
     worst = 0.0
     for r0, r1 in _row_blocks(indptr):
         a, b = int(indptr[r0]), int(indptr[r1])
@@ -167,14 +169,38 @@ def _max_rel_dev(indptr, indices, w, rf, cf) -> float:
     return worst
 
 
-def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6) -> WeightFactors:
+def _max_rel_dev_torch(indptr, indices, w, rf, cf, dev: torch.device, block: int = 1 << 26) -> float:
+    """_max_rel_dev with torch on `dev`, in blocks of `block` entries (the same float32 math)."""
+    n = len(indptr) - 1
+    ip = torch.from_numpy(np.ascontiguousarray(indptr, np.int64)).to(dev)
+    rf_t = None if rf is None else torch.from_numpy(np.ascontiguousarray(rf, np.float32)).to(dev)
+    cf_t = None if cf is None else torch.from_numpy(np.ascontiguousarray(cf, np.float32)).to(dev)
+    e = int(indptr[-1])
+    worst = torch.zeros((), dtype=torch.float32, device=dev)
+    for a in range(0, e, block):
+        b = min(e, a + block)
+        ws = torch.from_numpy(np.ascontiguousarray(w[a:b], np.float32)).to(dev)
+        f = torch.ones(b - a, dtype=torch.float32, device=dev)
+        if rf_t is not None:
+            pos = torch.arange(a, b, device=dev)
+            row = torch.searchsorted(ip, pos, right=True) - 1
+            f = rf_t[row.clamp_(0, n - 1)]
+        if cf_t is not None:
+            f = f * cf_t[torch.from_numpy(np.ascontiguousarray(indices[a:b], np.int64)).to(dev)]
+        worst = torch.maximum(worst, ((f - ws).abs_() / ws.abs().clamp_min(1e-30)).max())
+    return float(worst)
+
+
+def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
+                   device=None) -> WeightFactors:
     """The cheapest exact weight mode of `plan`'s local CSR for aggregation `kind`.
 
     sum: every weight 1 -> "one". mean: weights constant per row (forward, 1/deg_in(target)) ->
     "one" with a row factor; constant per column (transposed, 1/deg_in(column)) -> "column".
     gcn: w = dinv[row] * dinv[col] with dinv recovered from the self weights 1/(deg_in + 1) ->
     "column" with cf = rf = dinv (checked to `rtol`, float32 rounding of the product). Anything
-    else, or a plan whose weights do not match: "weighted".
+    else, or a plan whose weights do not match: "weighted". The checks run on `device` (CUDA:
+    torch; None: numpy on the host).
     """
     ip = np.asarray(plan.local_indptr, np.int64)
     idx = np.asarray(plan.local_indices, np.int64)
@@ -191,18 +217,18 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6) 
         deg = np.diff(ip)
         rf = np.zeros(n, np.float32)
         rf[deg > 0] = w[ip[:-1][deg > 0]]
-        if _max_rel_dev(ip, idx, w, rf, None) == 0.0:
+        if _max_rel_dev(ip, idx, w, rf, None, device) == 0.0:
             return WeightFactors("one", row=rf, note="mean forward: w = rf[row]")
         cf = np.zeros(n, np.float32)
         cf[idx] = w
-        if _max_rel_dev(ip, idx, w, None, cf) == 0.0:
+        if _max_rel_dev(ip, idx, w, None, cf, device) == 0.0:
             return WeightFactors("column", col=cf, note="mean transposed: w = cf[col]")
     elif kind == "gcn" and plan.has_self:
         sw = np.asarray(plan.self_weight, np.float64)
         if np.all(sw > 0):
             deg1 = np.rint(1.0 / sw)
             dinv = (deg1 ** -0.5).astype(np.float32)
-            dev = _max_rel_dev(ip, idx, w, dinv, dinv)
+            dev = _max_rel_dev(ip, idx, w, dinv, dinv, device)
             if dev <= rtol:
                 return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
                                      note="gcn: w = dinv[row] * dinv[col]")
@@ -250,11 +276,11 @@ class CsrRowsExecutor:
         self.plan, self.store, self.kind, self.wpb = plan, store, kind, wpb
         self.long_threshold, self.chunk = long_threshold, chunk
         self.poison = False
-        self.factors = factor_weights(plan, kind)
-        self.prep_seconds = time.perf_counter() - t0
-        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
+        self.factors = factor_weights(plan, kind, device=dev)
+        self.prep_seconds = time.perf_counter() - t0
+        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
         f = self.factors
         self.indptr = _dev(plan.local_indptr, np.int64, dev)
         self.src = _dev(plan.local_indices, np.int32, dev)
