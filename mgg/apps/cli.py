@@ -76,35 +76,53 @@ def _size(s: str) -> int:
 
 
 # -- the parser ---------------------------------------------------------------------------------
+def _model_defaults(field: str) -> str:
+    """'gcn 0.01, gin 0.01, ...': a hyperparameter's default per registered model, for --help."""
+    from ..nn.registry import model_entry
+
+    return ", ".join(f"{m} {getattr(model_entry(m).defaults, field):g}" for m in model_names())
+
+
 def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="default",
                    help="dataset name (default, sbm, reddit-like, products-like, papers-like) or a path")
-    p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=1.0,
-                   help="size factor for generated datasets (0, 1]")
+    p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=None,
+                   help="size factor (0, 1] of a generated dataset (default 1; refused with a file)")
     p.add_argument("--model", choices=model_names(), default=None,
                    help="model (default: gcn; sage with --mode sampled)")
     p.add_argument("--hidden", type=_int_in(1), default=None,
                    help="hidden width (model default; gat: width per head, 8 heads)")
     p.add_argument("--layers", type=_int_in(1, 64), default=None, help="number of layers (model default)")
-    p.add_argument("--epochs", type=_int_in(1), default=200)
-    p.add_argument("--lr", type=_float_in(0.0, math.inf, True, True, "> 0"), default=None)
+    p.add_argument("--epochs", type=_int_in(1), default=200,
+                   help="training epochs (default 200, full-graph and --mode sampled alike)")
+    p.add_argument("--lr", type=_float_in(0.0, math.inf, True, True, "> 0"), default=None,
+                   help=f"Adam learning rate (model default: {_model_defaults('lr')})")
     p.add_argument("--weight-decay", type=_float_in(0.0, math.inf, False, True, ">= 0"), default=None,
-                   help="L2 weight decay (5e-4 for gcn/sage, 0 for gin)")
-    p.add_argument("--dropout", type=_float_in(0.0, 1.0, False, True, "in [0, 1)"), default=None)
-    p.add_argument("--seed", type=_int_in(0), default=0)
+                   help=f"L2 weight decay (model default: {_model_defaults('weight_decay')})")
+    p.add_argument("--dropout", type=_float_in(0.0, 1.0, False, True, "in [0, 1)"), default=None,
+                   help=f"dropout before every layer (model default: {_model_defaults('dropout')}); the "
+                   "mask is the same whatever the number of ranks")
+    p.add_argument("--norm", choices=("batch", "layer", "none"), default=None,
+                   help="normalisation in GIN's MLP (default batch: statistics over all ranks); gin only")
+    p.add_argument("--seed", type=_int_in(0), default=0,
+                   help="seed of weights, dropout, generated datasets and splits (default 0)")
     p.add_argument("--ps", type=_int_in(1, 1024), default=None,
                    help="neighbor partition size [1, 1024] (default 16; with --tune: pins ps)")
     p.add_argument("--dist", type=_int_in(1, 16), default=None,
                    help="interleave distance [1, 16] (default 4; with --tune: pins dist)")
     p.add_argument("--wpb", type=_int_in(1, 32), default=None,
                    help="warps per block [1, 32] (default 4; with --tune: pins wpb)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="auto (default: gpu when CUDA and the gpu extra are usable, else cpu), cpu or gpu")
     p.add_argument("--variant", choices=VARIANTS, default="auto",
                    help="GPU kernel variant (docs/kernels.md; the CPU ignores it). With --tune: "
                    "'auto' lets the tuner compare pipelined, ptr and halo; any other pins it")
     p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
     p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar or phase lines")
+    p.add_argument("--force", action="store_true",
+                   help="train even when the memory estimate says the run does not fit")
 
 
 def _add_tuner_args(p: argparse.ArgumentParser) -> None:
@@ -196,6 +214,12 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                 parser.error(f"{flag} needs --mode sampled")
     if ns.model is None:
         ns.model = "sage" if ns.mode == "sampled" else "gcn"
+    if ns.scale is not None and os.path.exists(ns.dataset):
+        parser.error(f"--scale applies to generated datasets only; {ns.dataset} is a file "
+                     f"(drop --scale, or make a smaller file)")
+    if ns.norm is not None and ns.model != "gin":
+        parser.error(f"--norm applies to --model gin only, got --model {ns.model}")
+    ns.scale = 1.0 if ns.scale is None else ns.scale
     return TrainConfig(**vars(ns))
 
 
@@ -224,6 +248,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
 
     graph = prep = None
     err: BaseException | None = None
+    stage = "load"
     try:
         from ..data import load_dataset
         from ..data.prepare import prepare_graph
@@ -235,6 +260,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         device = "cuda" if resolve_backend(cfg.backend) == "gpu" else None
         with clock.phase("load"):
             graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device)
+        stage = "prepare"
         with clock.phase("prepare"):
             prep = prepare_graph(graph, cfg.seed)
     except Exception as e:  # noqa: BLE001 - agreed on below, then re-raised or reported
@@ -243,6 +269,9 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         comm.check(err)
     except (ValueError, OSError, LookupError, RankError) as e:
         msg = str(e) if type(e) in (RankError, ValueError) else f"{type(e).__name__}: {e}"
+        if stage == "prepare":  # the file loaded: say what it lacks, not "cannot load"
+            raise UserError(f"dataset {cfg.dataset!r} loaded ({graph.num_nodes} nodes, {graph.num_edges} edges) "
+                            f"but cannot be trained on: {msg}") from e
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
     return graph, prep
 
@@ -262,6 +291,40 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = Fal
     return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
 
 
+def check_backend(backend: str) -> None:
+    """UserError (one line, exit 2 on every rank) when `--backend gpu` cannot run here: no GPU, or
+    a GPU package missing (and how to install it). Every rank sees the same machine state."""
+    if backend != "gpu":
+        return
+    from ..runtime.backends import gpu_unavailable_reason
+
+    why = gpu_unavailable_reason()
+    if why:
+        raise UserError(f"--backend gpu: {why}")
+
+
+def check_fits(cfg: TrainConfig, comm) -> None:
+    """UserError when the run's memory estimate does not fit this node's host memory or its GPU
+    (mgg.apps.memory_check); skipped with --force. Every rank computes the same answer."""
+    if cfg.force:
+        return
+    from ..runtime.backends import resolve_backend
+    from .memory_check import check_memory
+
+    r = cfg.resolved()
+    gpu = resolve_backend(cfg.backend) == "gpu"
+    gpu_free = None
+    if gpu:
+        import torch
+
+        gpu_free = int(torch.cuda.mem_get_info(comm.local_rank % max(1, torch.cuda.device_count()))[0])
+    nodes = comm.node_of_ranks()
+    why = check_memory(cfg.dataset, cfg.scale, r.hidden, r.layers, comm.size,
+                       int((nodes == nodes[comm.rank]).sum()), gpu, gpu_free, cfg.mode)
+    if why:
+        raise UserError(why)
+
+
 def run(cfg: TrainConfig, comm) -> TrainResult:
     """Load (agreeing on errors), train, report on rank 0. Collective.
 
@@ -275,6 +338,8 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .phases import PhaseClock, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
+    check_backend(cfg.backend)
+    check_fits(cfg, comm)
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)

@@ -77,6 +77,7 @@ class TrainConfig:
     lr: float | None = None
     weight_decay: float | None = None
     dropout: float | None = None
+    norm: str | None = None              # GIN's MLP normalisation (None: the model's default, batch)
     seed: int = 0
     ps: int | None = None                # None: KNOB_DEFAULTS, or tuned with --tune (given: pinned)
     dist: int | None = None
@@ -89,6 +90,7 @@ class TrainConfig:
     metrics_json: str | None = None
     eval_every: int = 1
     progress: bool = True
+    force: bool = False                  # train even when the memory estimate says it does not fit
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
     ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)
     checkpoint_dir: str | None = None

@@ -164,7 +164,7 @@ def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, Loo
 
     data = local_data(dg, prep)
     model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
-                        cfg.dropout).to(dg.device)
+                        cfg.dropout, norm=cfg.norm).to(dg.device)
     broadcast_parameters(model, comm)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank

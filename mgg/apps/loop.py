@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -252,15 +253,39 @@ def finish(state: LoopState, tuner=None) -> None:
     res.tuning = tuning_summary(state.dg, tuner)
 
 
+class PlainProgress:
+    """Progress as plain lines (`epoch 20/200 loss=... train=... val=...`) every `every` epochs and
+    at the last, for logs: what tqdm would print as one long `\r` line when stderr is no terminal."""
+
+    def __init__(self, total: int, initial: int, desc: str, every: int):
+        self.total, self.n, self.desc, self.every = total, initial, desc, max(1, every)
+        self.postfix: dict[str, str] = {}
+
+    def set_postfix(self, refresh: bool = False, **kw) -> None:
+        self.postfix = {k: str(v) for k, v in kw.items()}
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        if self.n % self.every == 0 or self.n == self.total:
+            extra = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+            sys.stderr.write(f"{self.desc}: epoch {self.n}/{self.total} {extra}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        pass
+
+
 def progress_bar(cfg: TrainConfig, comm, start: int = 0):
-    """The epoch progress bar (rank 0; hidden with --no-progress, under CI, or alone off a TTY)."""
+    """The epoch progress on rank 0: a tqdm bar on a terminal, plain lines every ~10% of the run
+    when stderr is a pipe or a file (mpirun, logs); none with --no-progress or under CI."""
     from tqdm import tqdm
 
     show = cfg.progress and comm.rank == 0 and not os.environ.get("CI")
-    # under mpirun stderr is a pipe: show the bar anyway (mpirun forwards it); alone, only on a TTY
-    disable = (not show) or (None if comm.size == 1 else False)
-    return tqdm(total=cfg.epochs, initial=start, desc=f"{cfg.model} x{comm.size}", unit="epoch",
-                disable=disable, dynamic_ncols=True, leave=True)
+    desc = f"{cfg.model} x{comm.size}"
+    if show and not sys.stderr.isatty():
+        return PlainProgress(cfg.epochs, start, desc, every=max(1, cfg.epochs // 10))
+    return tqdm(total=cfg.epochs, initial=start, desc=desc, unit="epoch", disable=not show,
+                dynamic_ncols=True, leave=True)
 
 
 @contextmanager

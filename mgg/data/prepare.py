@@ -43,6 +43,15 @@ def _random_split(y: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
     return masks
 
 
+def labels_hint() -> str:
+    """Which dataset formats carry labels (from the format registry), for messages."""
+    from .formats import FORMATS
+
+    carry = [f.describe for f in FORMATS if f.labels]
+    return ("Give the labels in a format that carries them: " + " or ".join(carry)
+            + " (an .npz holds y and, optionally, x and train/val/test masks beside indptr/indices or edge_index)")
+
+
 def prepare_graph(graph: Any, seed: int = 0) -> PreparedGraph:
     """Features, labels and masks of `graph`, filling what is missing.
 
@@ -52,7 +61,8 @@ def prepare_graph(graph: Any, seed: int = 0) -> PreparedGraph:
     """
     n = int(len(graph.indptr) - 1)
     if getattr(graph, "y", None) is None:
-        raise ValueError(f"dataset {getattr(graph, 'name', '?')!r} has no labels (y); cannot train")
+        raise ValueError(f"dataset {getattr(graph, 'name', '?')!r} has no labels (y); cannot train. "
+                         f"{labels_hint()}")
     y = np.asarray(graph.y, dtype=np.int64)
     if y.shape != (n,):
         raise ValueError(f"labels have shape {y.shape}, expected ({n},)")

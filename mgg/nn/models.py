@@ -137,10 +137,12 @@ MODEL_DEFAULTS: RegistryView = RegistryView(lambda e: e.defaults)
 
 
 def build_model(name: str, in_dim: int, hidden: int | None, out_dim: int, layers: int | None = None,
-                dropout: float | None = None) -> GNN:
+                dropout: float | None = None, **options) -> GNN:
     """The registered model `name` ("gcn" | "gin" | "sage" | "gat" | ...); None hyperparameters take
-    its registered defaults (`MODEL_DEFAULTS`)."""
+    its registered defaults (`MODEL_DEFAULTS`). `options` whose value is not None go to the model's
+    constructor (e.g. GIN's `norm`)."""
     entry = model_entry(name)
     d = entry.defaults
+    extra = {k: v for k, v in options.items() if v is not None}
     return entry.model(in_dim, d.hidden if hidden is None else hidden, out_dim,
-                       d.layers if layers is None else layers, d.dropout if dropout is None else dropout)
+                       d.layers if layers is None else layers, d.dropout if dropout is None else dropout, **extra)

@@ -9,7 +9,30 @@ from __future__ import annotations
 from .comm import Communicator
 from .store import SymmetricStore, cpu_store
 
-__all__ = ["BACKENDS", "resolve_backend", "make_store"]
+__all__ = ["BACKENDS", "resolve_backend", "make_store", "gpu_unavailable_reason", "GPU_INSTALL_HINT"]
+
+#: how to install what the GPU backend needs (the `gpu` extra of pyproject.toml)
+GPU_INSTALL_HINT = 'install the GPU packages with: pip install -e ".[gpu]" (CuPy, nvshmem4py, cuda-core)'
+
+
+def gpu_unavailable_reason() -> str:
+    """Why the GPU backend cannot run here ("" when it can): no CUDA GPU visible to torch, or a
+    missing package (CuPy, nvshmem4py, cuda-core). Imports nothing heavier than those."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (torch.cuda.is_available() is False); use --backend cpu (or auto)"
+    for module, package in (("cupy", "cupy-cuda13x"), ("nvshmem.core", "nvshmem4py-cu13"),
+                            ("cuda.core", "cuda-core")):
+        try:
+            __import__(module)
+        except ImportError as e:
+            return f"the Python package {package} is missing (import {module}: {e}); {GPU_INSTALL_HINT}"
+        except Exception as e:  # noqa: BLE001 - e.g. a library that loads but finds no driver
+            return f"{package} cannot be loaded ({type(e).__name__}: {e})"
+    return ""
 
 BACKENDS = ("auto", "cpu", "gpu")
 
