@@ -21,11 +21,11 @@ def test_phases_and_memory_in_metrics(tmp_path, capsys):
     assert [r["rank"] for r in ranks] == [0] and ranks[0]["host_peak_mb"] > 10
     assert ranks[0]["gpu_peak_mb"] == 0.0 and ranks[0]["sym_mb"] > 0
     assert "evaluation excluded" in doc["epoch_definition"]
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.startswith("phase ")]
+    out_text = capsys.readouterr().out
+    lines = [ln for ln in out_text.splitlines() if ln.startswith("phase ")]
     assert [ln.split()[1].rstrip(":") for ln in lines] == list(PHASES)
 
 
 def test_no_phase_lines_without_progress(tmp_path, capsys):
     assert main(["--dataset", "karate", "--epochs", "2", "--backend", "cpu", "--no-progress"]) == 0
-    assert "phase " not in capsys.readouterr().err
+    assert "phase " not in capsys.readouterr().out

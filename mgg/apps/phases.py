@@ -40,7 +40,7 @@ _IMPORTED = time.perf_counter()
 
 
 class PhaseClock:
-    """Seconds per phase on this rank; rank 0 prints `phase NAME: S s` on stderr as a phase ends
+    """Seconds per phase on this rank; rank 0 prints `phase NAME: S s` on stdout as a phase ends
     (when `show`). `reduced()` is collective: the max over ranks of every phase."""
 
     def __init__(self, comm, show: bool = True):
@@ -59,8 +59,8 @@ class PhaseClock:
         """Record `seconds` of phase `name` (measured elsewhere, e.g. inside DistGraph)."""
         self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
         if self.show:
-            sys.stderr.write(f"phase {name}: {seconds:.2f} s\n")
-            sys.stderr.flush()
+            sys.stdout.write(f"phase {name}: {seconds:.2f} s\n")
+            sys.stdout.flush()
 
     def first_epoch_done(self) -> None:
         """Mark the end of the first epoch (time from process start)."""
