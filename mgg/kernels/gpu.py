@@ -13,7 +13,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from .streams import torch_stream_for_cupy
-from .variants import get_variant, plan_variant_names, shared_memory_problem
+from .variants import get_variant, lane_layout, plan_variant_names, shared_memory_problem
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
            "check_shared_memory", "vectors_per_lane"]
@@ -41,15 +41,7 @@ _VPL = (1, 2, 4, 8)
 
 def vectors_per_lane(dim_padded: int) -> int:
     """float4 columns per lane for rows of dim_padded floats (template parameter of the kernels)."""
-    d4 = dim_padded // 4
-    lanes = 1
-    while lanes < d4 and lanes < 32:
-        lanes <<= 1
-    need = -(-d4 // lanes)
-    for v in _VPL:
-        if v >= need:
-            return v
-    raise ValueError(f"embedding width {dim_padded} is above the kernels' limit of {32 * 4 * _VPL[-1]}")
+    return lane_layout(dim_padded, max_vpl=_VPL[-1])[1]
 
 
 def launch_smem_bytes(plan: AggregationPlan, variant: str, dim_padded: int) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
+from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights",
            "lanes_for_width", "MAX_DIM_PADDED", "WEIGHT_MODES"]
@@ -40,15 +41,7 @@ def lanes_for_width(dim_padded: int) -> tuple[int, int]:
     """(L lanes per group, V float4 columns per lane) of the kernel for rows of dim_padded floats."""
     if dim_padded < 4 or dim_padded % 4:
         raise ValueError(f"padded width must be a positive multiple of 4, got {dim_padded}")
-    d4 = dim_padded // 4
-    lanes = 1
-    while lanes < d4 and lanes < 32:
-        lanes <<= 1
-    need = -(-d4 // lanes)
-    for v in _VPL:
-        if v >= need:
-            return lanes, v
-    raise ValueError(f"embedding width {dim_padded} is above the csr_rows kernels' limit of {MAX_DIM_PADDED}")
+    return lane_layout(dim_padded, max_vpl=_VPL[-1], who="the csr_rows kernels'")
 
 
 def default_long_threshold(groups: int) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["KernelVariant", "VARIANTS", "get_variant", "variant_names", "tuned_variant_names",
-           "benched_variant_names", "plan_variant_names", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem"]
+           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem"]
 
 INT_BYTES = 4
 FLOAT_BYTES = 4
@@ -80,6 +80,21 @@ class KernelVariant:
 
     def feasible(self, ps: int, dist: int, wpb: int, dim_padded: int, limits: Any) -> bool:
         return not self.infeasible_reason(ps, dist, wpb, dim_padded, limits)
+
+
+def lane_layout(dim_padded: int, max_vpl: int = 8, who: str = "the kernels'") -> tuple[int, int]:
+    """(L lanes per row group, V float4 columns per lane) for rows of `dim_padded` floats: L is
+    the smallest power of two >= Dp/4 (at most 32), V the smallest of 1, 2, 4, 8 (<= max_vpl)
+    that covers the row. ValueError above 32 x 4 x max_vpl floats."""
+    d4 = dim_padded // 4
+    lanes = 1
+    while lanes < d4 and lanes < 32:
+        lanes <<= 1
+    need = -(-d4 // lanes)
+    for v in (1, 2, 4, 8):
+        if need <= v <= max_vpl:
+            return lanes, v
+    raise ValueError(f"embedding width {dim_padded} is above {who} limit of {32 * 4 * max_vpl}")
 
 
 def shared_memory_problem(smem: int, limit: int) -> str:
