@@ -104,6 +104,9 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                    "mask is the same whatever the number of ranks")
     p.add_argument("--norm", choices=("batch", "layer", "none"), default=None,
                    help="normalisation in GIN's MLP (default batch: statistics over all ranks); gin only")
+    p.add_argument("--reorder-nodes", choices=("none", "degree", "rcm", "cluster"), default="none",
+                   help="relabel the nodes before partitioning (default none; docs/reorder.md: cluster "
+                   "halves the remote rows of community-structured graphs at P = 8, degree and rcm do not help)")
     p.add_argument("--seed", type=_int_in(0), default=0,
                    help="seed of weights, dropout, generated datasets and splits (default 0)")
     p.add_argument("--ps", type=_int_in(1, 1024), default=None,
@@ -260,6 +263,11 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         device = "cuda" if resolve_backend(cfg.backend) == "gpu" else None
         with clock.phase("load"):
             graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device)
+        if cfg.reorder_nodes != "none":
+            from ..data.reorder import reorder_nodes
+
+            with clock.phase("reorder"):
+                graph, _ = reorder_nodes(graph, cfg.reorder_nodes)
         stage = "prepare"
         with clock.phase("prepare"):
             prep = prepare_graph(graph, cfg.seed)

@@ -78,6 +78,7 @@ class TrainConfig:
     weight_decay: float | None = None
     dropout: float | None = None
     norm: str | None = None              # GIN's MLP normalisation (None: the model's default, batch)
+    reorder_nodes: str = "none"          # relabel nodes before partitioning (mgg.data.reorder.METHODS)
     seed: int = 0
     ps: int | None = None                # None: KNOB_DEFAULTS, or tuned with --tune (given: pinned)
     dist: int | None = None

@@ -2,7 +2,7 @@
 reported (max over ranks) in the metrics JSON as `phases` with `time_to_first_epoch_s`.
 
 Phases, in order: init (process start to the start of loading: interpreter, imports, MPI and
-the communicator), load (read or generate the dataset), prepare (features, labels, masks),
+the communicator), load (read or generate the dataset), reorder (with --reorder-nodes), prepare (features, labels, masks),
 partition (ranges, this rank's forward and transposed rows: `DistGraph` construction without the
 store), store (the symmetric store: MPI window or NVSHMEM init), plan (forward and transposed
 plans of the model's aggregation kind), build (executors: kernel build or cache load, plan upload),
@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["PhaseClock", "process_age_s", "PHASES"]
 
-PHASES = ("init", "load", "prepare", "partition", "store", "plan", "build", "first_epoch")
+PHASES = ("init", "load", "reorder", "prepare", "partition", "store", "plan", "build", "first_epoch")
 
 
 def process_age_s() -> float:
