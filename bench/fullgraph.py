@@ -41,13 +41,13 @@ from mgg.runtime.layout import padded_dim  # noqa: E402
 VARIANTS = benched_variant_names()  # the registry (mgg/kernels/variants.py) says which are timed
 
 
-def variants_for(dg) -> tuple[str, ...]:
-    """The benched variants that can run this partition: local-only kernels (csr_rows) need every
-    rank free of remote work (the same answer on all ranks)."""
+def variants_for(dg, wanted: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The benched variants (or those of `wanted`, from --variants) that can run this partition:
+    local-only kernels (csr_rows) need every rank free of remote work (the same answer on all ranks)."""
     from mgg.kernels.variants import get_variant
 
     remote = dg.comm.allreduce_scalar(float(sum(dg.plan(k).num_remote_edges for k in ("gcn", "sum"))), "max")
-    return tuple(v for v in VARIANTS if not (get_variant(v).local_only and remote > 0))
+    return tuple(v for v in (wanted or VARIANTS) if not (get_variant(v).local_only and remote > 0))
 
 
 def model_spec(name: str) -> dict:
@@ -63,6 +63,19 @@ def model_spec(name: str) -> dict:
         raise SystemExit(f"bench/fullgraph.py: --models {name}: its aggregation does not run through the plan; "
                          f"choose from {', '.join(tunable_models())}")
     return dict(hidden=e.defaults.hidden, layers=e.defaults.layers, kind=e.aggregation)
+
+
+def _variant_list(text: str) -> tuple[str, ...]:
+    """--variants: registered names only (argparse error otherwise)."""
+    import argparse
+
+    from mgg.kernels.variants import variant_names
+
+    names = tuple(v for v in text.split(",") if v)
+    bad = [v for v in names if v not in variant_names()]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; choose from {', '.join(variant_names())}")
+    return names
 
 
 def log(comm, *a):
@@ -331,7 +344,7 @@ def floor_bytes(p, dp: int, variant: str) -> dict:
             "remote": row * remote_rows}
 
 
-def agg_floor(dg, kind, dim, bw, comm, reps=20):
+def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None = None):
     """Per variant: aggregation ms against two lower bounds (max over ranks): compulsory HBM bytes
     / HBM bandwidth (+ remote bytes / NVLink bandwidth) and gathered bytes / the rate a bare
     gather-sum gets on this plan's own index stream at this width (gather_bandwidth), both
@@ -343,7 +356,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20):
     gbw = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local)
     x = torch.randn(dg.n_local, dim, device=dg.device)
     rows = []
-    for v in variants_for(dg):
+    for v in variants_for(dg, wanted):
         dg.set_variant(v)
         dg.aggregate(x, kind)
         ms = statistics.median(cuda_ms(lambda: dg.aggregate(x, kind), reps, comm))
@@ -404,7 +417,7 @@ def run(args) -> None:
             m = model_spec(mname)
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
-            for v in variants_for(dg):
+            for v in variants_for(dg, args.variants):
                 dg.set_variant(v)
                 ms, err = time_system(lambda: dg, mname, g, comm, args, device)
                 row["systems"][f"mgg-{v}"] = ms
@@ -440,7 +453,7 @@ def run(args) -> None:
                 row["systems"]["pyg-1gpu"] = ms
                 if err:
                     row["errors"]["pyg-1gpu"] = err
-            row["aggregation"] = agg_floor(dg, m["kind"], m["hidden"], bw, comm)
+            row["aggregation"] = agg_floor(dg, m["kind"], m["hidden"], bw, comm, wanted=args.variants)
             row["systems"] = {k: (comm.allreduce_scalar(v, "max") if v is not None else None)
                               for k, v in row["systems"].items()}
             results["runs"].append(row)
@@ -507,6 +520,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="reddit-like:1,products-like:1,papers-like:0.02")
     ap.add_argument("--models", default="gcn,gin")
+    ap.add_argument("--variants", default=None, type=_variant_list,
+                    help="comma list of kernel variants to time (default: every benched variant of "
+                    "mgg/kernels/variants.py); e.g. csr_rows,halo at P = 1 on large graphs")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--ps", type=int, default=16)
