@@ -23,20 +23,27 @@ __all__ = ["PhaseClock", "process_age_s", "PHASES"]
 PHASES = ("init", "load", "reorder", "prepare", "partition", "store", "plan", "build", "first_epoch")
 
 
-def process_age_s() -> float:
-    """Seconds since this process started (Linux: /proc start time vs uptime; elsewhere the time
-    since this module was imported)."""
+def _start_age_s() -> float:
+    """Seconds since this process started, read once (Linux: /proc start time vs uptime, both at
+    clock-tick resolution; elsewhere 0, i.e. ages count from this module's import)."""
     try:
         with open("/proc/self/stat") as f:
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
-        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
-        return time.perf_counter() - _IMPORTED
+        return 0.0
 
 
-_IMPORTED = time.perf_counter()
+# The process start on the perf_counter clock: every later age is a perf_counter difference, so
+# ages and phase durations (also perf_counter differences) add up consistently.
+_PROCESS_START = time.perf_counter() - _start_age_s()
+
+
+def process_age_s() -> float:
+    """Seconds since this process started, on the same clock as the phase durations."""
+    return time.perf_counter() - _PROCESS_START
 
 
 class PhaseClock:
