@@ -228,7 +228,10 @@ def load(cfg: TrainConfig, comm) -> tuple[Any, Any]:
         from ..data.prepare import prepare_graph
 
         graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed)
-        prep = prepare_graph(graph, cfg.seed)
+        if getattr(graph, "mapped", False):
+            graph, prep = _prepare_mapped(cfg, comm, graph)
+        else:
+            prep = prepare_graph(graph, cfg.seed)
     except Exception as e:  # noqa: BLE001 - agreed on below, then re-raised or reported
         err = e
     try:
@@ -237,6 +240,21 @@ def load(cfg: TrainConfig, comm) -> tuple[Any, Any]:
         msg = str(e) if type(e) in (RankError, ValueError) else f"{type(e).__name__}: {e}"
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
     return graph, prep
+
+
+def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:
+    """A memory-mapped graph: in full-graph mode each rank range-checks its share of `indices`
+    and reads its own rows later (deferred prepare); other modes get the whole graph checked."""
+    import dataclasses
+
+    from ..data.prepare import prepare_graph
+    from ..data.validate import check_index_share, validate_graph
+
+    if cfg.mode == "full":
+        check_index_share(graph, comm.rank, comm.size)
+        return graph, prepare_graph(graph, cfg.seed, deferred=True)
+    graph = validate_graph(dataclasses.replace(graph, mapped=False))
+    return graph, prepare_graph(graph, cfg.seed)
 
 
 def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False, stop=None) -> TrainResult:

@@ -152,3 +152,4 @@ class TrainResult:
     tuning: dict = field(default_factory=dict)  # the configuration used and the tuner's summary
     mode: str = "full"
     sampling: dict = field(default_factory=dict)  # --mode sampled: loader settings and byte totals
+    memory: dict = field(default_factory=dict)  # per-rank peak host/GPU memory (apps.memory_report)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
 from .faults import fault_point, parse_fault
+from .memory_report import memory_summary
 from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs,
                    untimed)
 
@@ -163,7 +164,7 @@ def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, Loo
     from ..nn import broadcast_parameters, build_model
 
     data = local_data(dg, prep)
-    model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
+    model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout).to(dg.device)
     broadcast_parameters(model, comm)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -187,12 +188,12 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
     cfg = cfg.resolved()
     fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = resume_state(cfg, comm, graph)
-    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
+    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed, deferred=True)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
         hooks, state = _setup(cfg, comm, dg, prep, fault)
         state.stop = stop
         start = _restore(resume, hooks, state)
-        hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(prep.x.shape[1], cfg.hidden),
+        hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(state.data.x.shape[1], cfg.hidden),
                                                state.res.tuner)
         if hooks.timer is not None:
             teardown.always.append(hooks.timer.close)
@@ -202,6 +203,7 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
         state.bar = progress_bar(cfg, comm, start) if verbose else None
         run_epochs(state, hooks, start)
         finish(state, hooks.tuner)
+        state.res.memory = memory_summary(comm, dg)
         if hooks.tuner is not None and cfg.tune_log and comm.rank == 0:
             hooks.tuner.write_log(cfg.tune_log)  # also when the search did not finish, or was cached
         return state.res

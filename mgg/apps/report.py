@@ -52,6 +52,8 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
     }
     if res.sampling:
         doc["sampling"] = res.sampling
+    if res.memory:
+        doc["memory"] = res.memory
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
     atomic_write_json(path, json_safe(doc), indent=2)

@@ -77,7 +77,7 @@ def _read_compressed(path: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> np
         with z.open(info) as m:
             return np.lib.format.read_array(m, allow_pickle=False)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as e:
-        raise GraphFormatError(path, key, f"not a readable compressed member (truncated or corrupt?): {e}") from e
+        raise GraphFormatError(path, "file", f"member {key!r}: not a readable compressed member (truncated or corrupt?): {e}") from e
 
 
 def mmap_members(path: str) -> dict[str, np.ndarray]:
@@ -99,8 +99,13 @@ def mmap_members(path: str) -> dict[str, np.ndarray]:
         for info in z.infolist():
             if not info.filename.endswith(".npy"):
                 continue
-            if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
-                out[_member_name(info)] = _map_stored(path, f, info, file_size)
-            else:
-                out[_member_name(info)] = _read_compressed(path, z, info)
+            try:
+                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
+                    out[_member_name(info)] = _map_stored(path, f, info, file_size)
+                else:
+                    out[_member_name(info)] = _read_compressed(path, z, info)
+            except GraphFormatError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any damage is a format error, never a crash
+                raise GraphFormatError(path, _member_name(info), f"unreadable member (corrupt archive?): {type(e).__name__}: {e}") from e
     return out
