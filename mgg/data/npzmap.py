@@ -33,8 +33,9 @@ def _member_name(info: zipfile.ZipInfo) -> str:
     return info.filename[:-4] if info.filename.endswith(".npy") else info.filename
 
 
-def _map_stored(path: str, f, info: zipfile.ZipInfo, file_size: int) -> np.ndarray:
-    """np.memmap of one uncompressed member (sizes checked against the file first)."""
+def _map_stored(path: str, f, info: zipfile.ZipInfo, file_size: int, limit: int) -> np.ndarray:
+    """np.memmap of one uncompressed member (sizes checked against the file first). `limit`: where
+    the next member or the central directory begins (the member's data must end before it)."""
     key = _member_name(info)
     f.seek(info.header_offset)
     raw = f.read(_LOCAL_HEADER.size)
@@ -47,6 +48,8 @@ def _map_stored(path: str, f, info: zipfile.ZipInfo, file_size: int) -> np.ndarr
     end = start + info.file_size
     if end > file_size:
         raise GraphFormatError(path, key, f"truncated: the member needs bytes [{start}, {end}) but the file has {file_size} bytes")
+    if end > limit:
+        raise GraphFormatError(path, key, f"corrupt archive: the member's bytes [{start}, {end}) run into the next entry at byte {limit}")
     f.seek(start)
     try:
         version = np.lib.format.read_magic(f)
@@ -92,16 +95,18 @@ def mmap_members(path: str) -> dict[str, np.ndarray]:
     file_size = os.path.getsize(path)
     try:
         z = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - BadZipFile, OSError, struct errors of a damaged archive
         raise GraphFormatError(path, "file", f"not a .npz (zip) archive, or truncated: {e}") from e
     out: dict[str, np.ndarray] = {}
     with z, open(path, "rb") as f:
+        starts = sorted(i.header_offset for i in z.infolist()) + [getattr(z, "start_dir", file_size)]
         for info in z.infolist():
             if not info.filename.endswith(".npy"):
                 continue
             try:
                 if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
-                    out[_member_name(info)] = _map_stored(path, f, info, file_size)
+                    limit = min(o for o in starts if o > info.header_offset) if starts[-1] > info.header_offset else file_size
+                    out[_member_name(info)] = _map_stored(path, f, info, file_size, limit)
                 else:
                     out[_member_name(info)] = _read_compressed(path, z, info)
             except GraphFormatError:
