@@ -261,16 +261,20 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
 
         clock = clock or PhaseClock(comm, show=False)
         device = "cuda" if resolve_backend(cfg.backend) == "gpu" else None
-        with clock.phase("load"):
-            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device)
-        if cfg.reorder_nodes != "none":
+        reorder = cfg.reorder_nodes != "none"
+        with clock.phase("load"):  # a relabelled graph is built whole, so it is not mapped
+            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not reorder)
+            if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
+                graph, prep = _prepare_mapped(cfg, comm, graph)
+        if reorder:
             from ..data.reorder import reorder_nodes
 
             with clock.phase("reorder"):
                 graph, _ = reorder_nodes(graph, cfg.reorder_nodes)
         stage = "prepare"
         with clock.phase("prepare"):
-            prep = prepare_graph(graph, cfg.seed)
+            if prep is None:
+                prep = prepare_graph(graph, cfg.seed)
     except Exception as e:  # noqa: BLE001 - agreed on below, then re-raised or reported
         err = e
     try:
@@ -282,6 +286,21 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
                             f"but cannot be trained on: {msg}") from e
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
     return graph, prep
+
+
+def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:
+    """A memory-mapped graph: in full-graph mode each rank range-checks its share of `indices`
+    and reads its own rows later (deferred prepare); other modes get the whole graph checked."""
+    import dataclasses
+
+    from ..data.prepare import prepare_graph
+    from ..data.validate import check_index_share, validate_graph
+
+    if cfg.mode == "full":
+        check_index_share(graph, comm.rank, comm.size)
+        return graph, prepare_graph(graph, cfg.seed, deferred=True)
+    graph = validate_graph(dataclasses.replace(graph, mapped=False))
+    return graph, prepare_graph(graph, cfg.seed)
 
 
 def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False, stop=None,

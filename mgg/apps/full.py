@@ -163,7 +163,7 @@ def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, Loo
     from ..nn import broadcast_parameters, build_model
 
     data = local_data(dg, prep)
-    model = build_model(cfg.model, prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
+    model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout, norm=cfg.norm).to(dg.device)
     broadcast_parameters(model, comm)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -204,14 +204,14 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
     cfg = cfg.resolved()
     fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = resume_state(cfg, comm, graph)
-    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
+    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed, deferred=True)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
         if clock is not None:
             _startup_phases(clock, dg, cfg.model)
         hooks, state = _setup(cfg, comm, dg, prep, fault)
         state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
-        hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(prep.x.shape[1], cfg.hidden),
+        hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(state.data.x.shape[1], cfg.hidden),
                                                state.res.tuner)
         if hooks.timer is not None:
             teardown.always.append(hooks.timer.close)

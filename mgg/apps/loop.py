@@ -35,6 +35,7 @@ class LocalData:
     y: Any                 # torch int64 [n_local]
     masks: tuple           # torch bool [n_local] each: train, val, test
     n_train: float         # the global number of training nodes
+    num_classes: int = 0   # over the whole graph
 
 
 def build_distgraph(cfg: TrainConfig, comm, graph: Any):
@@ -91,14 +92,22 @@ def distgraph_session(cfg: TrainConfig, comm, graph: Any) -> Iterator[tuple[Any,
 
 
 def local_data(dg, prep) -> LocalData:
-    """This rank's rows of `prep` (a mgg.data.PreparedGraph) on dg.device."""
+    """This rank's rows of `prep` (a mgg.data.PreparedGraph, or a DeferredPrepared that reads
+    only these rows) on dg.device. Collective; a bad row on any rank -> UserError on all."""
     import torch
 
-    def local(a: np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(dg.local(a))).to(dg.device)
+    from ..runtime import RankError
 
-    return LocalData(local(prep.x), local(prep.y), tuple(local(m) for m in (prep.train, prep.val, prep.test)),
-                     float(prep.train.sum()))
+    try:
+        rows = prep.rows(dg.lo, dg.hi, dg.comm)
+    except (ValueError, RankError) as e:
+        raise UserError(f"cannot load dataset: {e}") from e
+
+    def local(a: np.ndarray):
+        return torch.from_numpy(a).to(dg.device)
+
+    return LocalData(local(rows.x), local(rows.y), tuple(local(m) for m in (rows.train, rows.val, rows.test)),
+                     float(rows.n_train), rows.num_classes)
 
 
 def mask_counts(logits, data: LocalData) -> dict[str, float]:

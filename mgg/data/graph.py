@@ -50,6 +50,9 @@ class Graph:
         y: int64 [N] node labels (-1 = unlabelled), or None.
         train_mask, val_mask, test_mask: bool [N], or None.
         name: a human-readable name (dataset name or file path).
+        mapped: ``indices`` and the node data are read-only ``np.memmap`` views of a file
+            (mgg.data.npz.load_npz with ``mmap=True``): read only the rows you need
+            (`indptr` is in memory).
     """
 
     indptr: np.ndarray
@@ -60,6 +63,7 @@ class Graph:
     val_mask: np.ndarray | None = None
     test_mask: np.ndarray | None = None
     name: str = "graph"
+    mapped: bool = False
 
     # ------------------------------------------------------------------ sizes
     @property

@@ -10,7 +10,8 @@ import numpy as np
 from ..atomic import atomic_write
 from ._build import graph_from_edges, infer_num_nodes
 from .graph import Graph
-from .validate import GraphFormatError, validate_graph
+from .npzmap import mmap_members
+from .validate import GraphFormatError, validate_graph, validate_mapped
 
 __all__ = ["load_npz", "save_npz"]
 
@@ -18,8 +19,16 @@ _NODE_KEYS = ("x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | None = None,
-             to_undirected: bool = False) -> Graph:
+             to_undirected: bool = False, mmap: bool = False) -> Graph:
     """Load a graph from an ``.npz`` archive.
+
+    With ``mmap=True`` a CSR archive (``indptr`` + ``indices``, as `save_npz` writes) is returned
+    as a memory-mapped graph (``Graph.mapped``): ``indptr`` is read whole, ``indices``, ``x``,
+    ``y`` and the masks stay ``np.memmap`` views of the file (mgg.data.npzmap), and only cheap
+    invariants are validated (`validate_mapped`); the index range and node data are checked per
+    rank on the rows each rank reads. Members stored compressed are read whole (re-save the
+    file with ``save_npz(g, path)`` to map them); an ``edge_index`` archive, ``to_undirected``
+    or non-int64 ``indices`` fall back to the in-memory load.
 
     Structure keys (one of):
         * ``edge_index``: int [2, E], row 0 sources, row 1 targets (PyG convention);
@@ -37,6 +46,10 @@ def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | 
         raise GraphFormatError(path, "file", "file not found")
     if not zipfile.is_zipfile(path):
         raise GraphFormatError(path, "file", "not a .npz (zip) archive, or truncated: no valid zip directory")
+    if mmap and not to_undirected:
+        g = _load_mapped(path, num_nodes, name)
+        if g is not None:
+            return g
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -66,6 +79,23 @@ def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | 
     missing = "edge_index" if "indptr" not in arrays and "indices" not in arrays else (
         "indices" if "indptr" in arrays else "indptr")
     raise GraphFormatError(path, missing, f"missing; the archive needs 'edge_index' or 'indptr'+'indices' (found keys {sorted(arrays)})")
+
+
+def _load_mapped(path: str, num_nodes: int | None, name: str | None) -> Graph | None:
+    """The memory-mapped graph of a CSR archive, or None when the archive needs the full load
+    (edge_index layout, non-int64 indices)."""
+    arrays = mmap_members(path)
+    if "indptr" not in arrays or "indices" not in arrays or arrays["indices"].dtype != np.int64:
+        return None
+    indptr = np.array(arrays["indptr"])  # read whole: N + 1 entries
+    n_arg = num_nodes if num_nodes is not None else arrays.get("num_nodes")
+    if n_arg is not None:
+        n = infer_num_nodes(n_arg, None, None, source=path)
+        if indptr.ndim == 1 and n != len(indptr) - 1:
+            raise GraphFormatError(path, "indptr", f"indptr has {len(indptr)} entries but num_nodes={n}")
+    node = {k: arrays.get(k) for k in _NODE_KEYS}
+    g = Graph(indptr, arrays["indices"], name=name or os.path.basename(path), mapped=True, **node)
+    return validate_mapped(g, path)
 
 
 def save_npz(graph: Graph, path: str | os.PathLike, compressed: bool = False) -> None:

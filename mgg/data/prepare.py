@@ -1,6 +1,12 @@
 """Training inputs of a graph: features, labels, train/val/test masks, filling what is missing.
 
 Every rank calls `prepare_graph` on the same graph and gets the same arrays (the split is seeded).
+With ``deferred=True`` (full-graph training) nothing is read yet: each rank later asks for its
+rows [lo, hi) only (`PreparedGraph.rows` / `DeferredPrepared.rows`); the global figures (training
+node count, number of classes) come from an all-reduce, so a memory-mapped graph
+(``Graph.mapped``) is read only at the rank's rows. Missing masks are the exception: the seeded
+split permutes all labelled nodes, so ``y`` is then read whole (N int64, like ``indptr``) and
+the split computed as `prepare_graph` does.
 """
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PreparedGraph", "prepare_graph"]
+__all__ = ["PreparedGraph", "PreparedRows", "DeferredPrepared", "prepare_graph"]
 
 
 @dataclass
@@ -22,6 +28,67 @@ class PreparedGraph:
     val: np.ndarray        # bool [N]
     test: np.ndarray       # bool [N]
     num_classes: int
+
+    def rows(self, lo: int, hi: int, comm=None) -> "PreparedRows":
+        """Rows [lo, hi) (copies); the global figures come from the whole arrays (`comm` unused)."""
+        return PreparedRows(*(np.ascontiguousarray(a[lo:hi]) for a in (self.x, self.y, self.train, self.val, self.test)),
+                            num_classes=self.num_classes, n_train=int(self.train.sum()))
+
+
+@dataclass
+class PreparedRows:
+    """One rank's rows [lo, hi) of a prepared graph plus the global figures training needs."""
+
+    x: np.ndarray          # float32 [n, F]
+    y: np.ndarray          # int64 [n]
+    train: np.ndarray      # bool [n]
+    val: np.ndarray        # bool [n]
+    test: np.ndarray       # bool [n]
+    num_classes: int       # over the whole graph
+    n_train: int           # training nodes of the whole graph
+
+
+@dataclass
+class DeferredPrepared:
+    """`prepare_graph(graph, seed, deferred=True)`: nothing read yet; `rows` reads rows [lo, hi)."""
+
+    graph: Any
+    seed: int = 0
+
+    @property
+    def num_features(self) -> int:
+        x = getattr(self.graph, "x", None)
+        return 2 if x is None else (1 if x.ndim == 1 else int(x.shape[1]))
+
+    def rows(self, lo: int, hi: int, comm) -> PreparedRows:
+        """Rows [lo, hi), validated (mgg.data.validate.validate_rows) and filled as
+        `prepare_graph` fills them; num_classes and n_train are all-reduced over `comm`
+        (anything with ``check(err)`` and ``allreduce_scalar(v, op)``). Collective: a bad row on
+        any rank raises on every rank (`comm.check`)."""
+        from .validate import validate_rows
+
+        g, err, out = self.graph, None, None
+        try:
+            if getattr(g, "y", None) is None:
+                raise ValueError(f"dataset {getattr(g, 'name', '?')!r} has no labels (y); cannot train")
+            d = validate_rows(g, lo, hi)
+            y = d["y"]
+            x = d["x"] if d["x"] is not None else _default_features(np.asarray(g.indptr[lo:hi + 1]), hi - lo)
+            masks = [d[k] for k in ("train_mask", "val_mask", "test_mask")]
+            if any(m is None for m in masks):  # the seeded split needs every label: y read whole
+                n = int(len(g.indptr) - 1)
+                masks = [m[lo:hi] for m in _random_split(np.asarray(g.y, dtype=np.int64).reshape(n), n, self.seed)]
+            train_m, val_m, test_m = (np.asarray(m, dtype=bool) & (y >= 0) for m in masks)
+            out = (np.array(x, dtype=np.float32, order="C"), np.array(y, dtype=np.int64), train_m, val_m, test_m)
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            err = e
+        comm.check(err)
+        x, y, train_m, val_m, test_m = out
+        n_train = int(comm.allreduce_scalar(int(train_m.sum()), "sum"))
+        y_max = int(comm.allreduce_scalar(int(y.max()) if len(y) else -1, "max"))
+        if n_train == 0:
+            raise ValueError("dataset has no training nodes (train_mask is all False)")
+        return PreparedRows(x, y, train_m, val_m, test_m, num_classes=max(y_max + 1, 1), n_train=n_train)
 
 
 def _default_features(indptr: np.ndarray, n: int) -> np.ndarray:
@@ -52,13 +119,21 @@ def labels_hint() -> str:
             + " (an .npz holds y and, optionally, x and train/val/test masks beside indptr/indices or edge_index)")
 
 
-def prepare_graph(graph: Any, seed: int = 0) -> PreparedGraph:
+def prepare_graph(graph: Any, seed: int = 0, deferred: bool = False) -> PreparedGraph | DeferredPrepared:
     """Features, labels and masks of `graph`, filling what is missing.
+
+    ``deferred=True``: a `DeferredPrepared` that reads each rank's rows when asked (see the
+    module docstring); the rows equal those of the whole-array result.
 
     Missing features become [1, log(1 + in-degree)]; missing masks a seeded 60/20/20 split of the
     labelled nodes; unlabelled nodes (y == -1) are removed from every mask.
     Raises ValueError when the graph has no labels or no training nodes.
     """
+    if deferred:
+        if getattr(graph, "y", None) is None:
+            raise ValueError(f"dataset {getattr(graph, 'name', '?')!r} has no labels (y); cannot train. "
+                             f"{labels_hint()}")
+        return DeferredPrepared(graph, seed)
     n = int(len(graph.indptr) - 1)
     if getattr(graph, "y", None) is None:
         raise ValueError(f"dataset {getattr(graph, 'name', '?')!r} has no labels (y); cannot train. "

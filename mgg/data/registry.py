@@ -7,6 +7,7 @@ from .generators import PRESETS, preset, sbm
 from .graph import Graph
 from .formats import FORMATS, expected_formats, format_for
 from .loaders import load_karate
+from .npz import load_npz
 from .validate import GraphFormatError
 
 __all__ = ["load_dataset", "DATASET_NAMES", "DEFAULT_DATASET"]
@@ -19,7 +20,7 @@ _SBM_NODES = 10_000
 
 
 def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int = 0,
-                 device: str | None = None) -> Graph:
+                 device: str | None = None, mmap: bool = True) -> Graph:
     """Load a built-in dataset by name, or a graph file/folder by path.
 
     Names: ``default`` (= ``karate``, the embedded real dataset), ``karate``, ``sbm``
@@ -31,6 +32,12 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
     Paths: any format of `mgg.data.formats.FORMATS` -- built in: a folder with
     ``raw/edge.csv[.gz]`` (ogbn layout), ``*.npz``, or an edge list ``*.txt|*.edges|*.el|*.csv``
     (optionally ``.gz``).
+
+    ``mmap`` (default True): a CSR ``.npz`` is returned memory-mapped (``Graph.mapped``, see
+    `mgg.data.npz.load_npz`): only ``indptr`` is read and checked whole; the values of
+    ``indices`` and the node data are checked by whoever reads them (the training app: each
+    rank its share, `check_index_share` / `validate_rows`; `validate_graph(g)` checks all).
+    Every other format and every generated graph is in memory.
 
     Raises:
         ValueError: unknown name (the message lists the valid names) or unsupported path.
@@ -48,6 +55,8 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
         return preset(low, scale=scale, seed=seed, device=device)
     if os.path.exists(key):
         fmt = format_for(key)
+        if fmt is not None and fmt.name == "npz" and mmap:
+            return load_npz(key, mmap=True)
         if fmt is not None:
             return fmt.load(key)
         if os.path.isdir(key):

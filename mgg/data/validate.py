@@ -11,7 +11,7 @@ import numpy as np
 
 from .graph import Graph
 
-__all__ = ["GraphFormatError", "validate_graph"]
+__all__ = ["GraphFormatError", "validate_graph", "validate_mapped", "check_index_share", "validate_rows"]
 
 _X_CHUNK_ROWS = 1 << 16
 _MASKS = ("train_mask", "val_mask", "test_mask")
@@ -53,19 +53,21 @@ def _first(mask: np.ndarray) -> int:
     return int(np.argmax(mask))
 
 
-def _check_ids(ids: np.ndarray, n: int, source: str, field: str) -> None:
+def _check_ids(ids: np.ndarray, n: int, source: str, field: str, offset: int = 0) -> None:
+    """0 <= ids < n; `offset`: position of ids[0] in the field (for the message)."""
     if ids.size == 0:
         return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0:
         k = _first(ids < 0)
-        raise GraphFormatError(source, field, f"{field}[{k}]={int(ids[k])} is negative")
+        raise GraphFormatError(source, field, f"{field}[{k + offset}]={int(ids[k])} is negative")
     if hi >= n:
         k = _first(ids >= n)
-        raise GraphFormatError(source, field, f"{field}[{k}]={int(ids[k])} is out of range for {n} nodes (must be < {n})")
+        raise GraphFormatError(source, field, f"{field}[{k + offset}]={int(ids[k])} is out of range for {n} nodes (must be < {n})")
 
 
-def _check_x(x, n: int, source: str) -> np.ndarray:
+def _check_x(x, n: int, source: str, row0: int = 0) -> np.ndarray:
+    """`row0`: global row of x[0] (x may be a block of rows; messages name global rows)."""
     x = np.asarray(x)
     if x.ndim == 1:
         x = x.reshape(-1, 1)
@@ -73,6 +75,7 @@ def _check_x(x, n: int, source: str) -> np.ndarray:
         raise GraphFormatError(source, "x", f"must be 2-D [N, F], got shape {x.shape}")
     if x.shape[0] != n:
         raise GraphFormatError(source, "x", f"indptr has {n + 1} entries ({n} nodes) but x has {x.shape[0]} rows")
+    s0 = row0
     kind = x.dtype.kind
     if kind == "f":
         if x.dtype != np.float32:
@@ -81,7 +84,7 @@ def _check_x(x, n: int, source: str) -> np.ndarray:
                     blk = x[s:s + _X_CHUNK_ROWS]
                     big = np.isfinite(blk) & (np.abs(blk) > np.finfo(np.float32).max)
                     if big.any():
-                        r = s + int(np.argmax(big.any(axis=1)))
+                        r = s0 + s + int(np.argmax(big.any(axis=1)))
                         raise GraphFormatError(source, "x", f"x row {r} has a value beyond float32 range")
             x = x.astype(np.float32)
     elif kind in "iub":
@@ -97,11 +100,12 @@ def _check_x(x, n: int, source: str) -> np.ndarray:
             rows = bad.any(axis=1)
             r = s + int(np.argmax(rows))
             what = "NaN" if np.isnan(x[r]).any() else "inf"
+            r += s0
             raise GraphFormatError(source, "x", f"x contains {what} at row {r}")
     return x
 
 
-def _check_y(y, n: int, source: str) -> np.ndarray:
+def _check_y(y, n: int, source: str, row0: int = 0) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -112,11 +116,11 @@ def _check_y(y, n: int, source: str) -> np.ndarray:
     y = _as_int64(y, source, "y")
     if y.size and int(y.min()) < -1:
         k = _first(y < -1)
-        raise GraphFormatError(source, "y", f"y[{k}]={int(y[k])} is below -1 (-1 marks unlabelled)")
+        raise GraphFormatError(source, "y", f"y[{k + row0}]={int(y[k])} is below -1 (-1 marks unlabelled)")
     return y
 
 
-def _check_mask(m, n: int, source: str, field: str, y: np.ndarray | None) -> np.ndarray:
+def _check_mask(m, n: int, source: str, field: str, y: np.ndarray | None, row0: int = 0) -> np.ndarray:
     m = np.asarray(m)
     if m.ndim != 1 or m.shape[0] != n:
         raise GraphFormatError(source, field, f"{field} has shape {m.shape} but the graph has {n} nodes (expected [{n}])")
@@ -129,7 +133,7 @@ def _check_mask(m, n: int, source: str, field: str, y: np.ndarray | None) -> np.
         bad = m & (y < 0)
         if bad.any():
             k = _first(bad)
-            raise GraphFormatError(source, field, f"{field} selects node {k}, which is unlabelled (y=-1)")
+            raise GraphFormatError(source, field, f"{field} selects node {k + row0}, which is unlabelled (y=-1)")
     return m
 
 
@@ -171,3 +175,87 @@ def validate_graph(g: Graph, source: str | None = None) -> Graph:
     y = None if g.y is None else _check_y(g.y, n, source)
     masks = {f: (None if getattr(g, f) is None else _check_mask(getattr(g, f), n, source, f, y)) for f in _MASKS}
     return dataclasses.replace(g, indptr=indptr, indices=indices, x=x, y=y, **masks)
+
+
+def _check_indptr(indptr: np.ndarray, num_indices: int, source: str) -> int:
+    """CSR row-pointer invariants; returns N."""
+    if indptr.ndim != 1:
+        raise GraphFormatError(source, "indptr", f"must be 1-D, got shape {indptr.shape}")
+    n = len(indptr) - 1
+    if n <= 0:
+        raise GraphFormatError(source, "indptr", f"empty graph: indptr has {len(indptr)} entries (0 nodes)")
+    if indptr[0] != 0:
+        raise GraphFormatError(source, "indptr", f"indptr[0]={int(indptr[0])}, expected 0")
+    dec = np.diff(indptr) < 0
+    if dec.any():
+        k = _first(dec) + 1
+        raise GraphFormatError(source, "indptr", f"indptr not monotone at position {k} ({int(indptr[k - 1])} > {int(indptr[k])})")
+    if indptr[-1] != num_indices:
+        raise GraphFormatError(source, "indptr", f"indptr[-1]={int(indptr[-1])} but indices has {num_indices} entries")
+    return n
+
+
+def validate_mapped(g: Graph, source: str | None = None) -> Graph:
+    """The checks of `validate_graph` that read no more than ``indptr`` (for a memory-mapped
+    graph, ``g.mapped``): indptr invariants, ``indptr[-1] == len(indices)``, and the shapes and
+    dtypes of indices, x, y and the masks. The values of ``indices`` are checked per rank by
+    `check_index_share`, the node data's by `validate_rows` (every row is checked by the rank
+    that reads it). Returns ``g`` with ``indptr`` as int64."""
+    source = g.name if source is None else str(source)
+    indptr = _as_int64(g.indptr, source, "indptr")
+    indices = g.indices
+    if indices.ndim != 1:
+        raise GraphFormatError(source, "indices", f"must be 1-D, got shape {indices.shape}")
+    if indices.dtype != np.int64:
+        raise GraphFormatError(source, "indices", f"dtype {indices.dtype}: a memory-mapped graph needs int64 indices")
+    n = _check_indptr(indptr, len(indices), source)
+    if g.x is not None:
+        x = g.x
+        if x.ndim not in (1, 2):
+            raise GraphFormatError(source, "x", f"must be 2-D [N, F], got shape {x.shape}")
+        if x.shape[0] != n:
+            raise GraphFormatError(source, "x", f"indptr has {n + 1} entries ({n} nodes) but x has {x.shape[0]} rows")
+        if x.dtype.kind not in "fiub":
+            raise GraphFormatError(source, "x", f"dtype {x.dtype} is not numeric (expected float32)")
+    if g.y is not None:
+        y = g.y
+        if not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+            raise GraphFormatError(source, "y", f"must be 1-D [N], got shape {y.shape}")
+        if y.shape[0] != n:
+            raise GraphFormatError(source, "y", f"y has {y.shape[0]} entries but the graph has {n} nodes")
+        if y.dtype.kind not in "iu":
+            raise GraphFormatError(source, "y", f"dtype {y.dtype} is not an integer type (expected int64)")
+    for f in _MASKS:
+        m = getattr(g, f)
+        if m is None:
+            continue
+        if m.ndim != 1 or m.shape[0] != n:
+            raise GraphFormatError(source, f, f"{f} has shape {m.shape} but the graph has {n} nodes (expected [{n}])")
+        if m.dtype != np.bool_ and m.dtype.kind not in "iu":
+            raise GraphFormatError(source, f, f"dtype {m.dtype} is not bool (integer 0/1 masks are accepted)")
+    return dataclasses.replace(g, indptr=indptr)
+
+
+def check_index_share(g: Graph, part: int, parts: int, source: str | None = None) -> None:
+    """Range check of share `part` of `parts` of ``indices`` (entries [E*part/parts,
+    E*(part+1)/parts)): with every part checked by one rank, every index is checked once, and
+    only 1/parts of a memory-mapped ``indices`` is read here."""
+    source = g.name if source is None else str(source)
+    e = len(g.indices)
+    a, b = e * part // parts, e * (part + 1) // parts
+    _check_ids(np.asarray(g.indices[a:b]), len(g.indptr) - 1, source, "indices", offset=a)
+
+
+def validate_rows(g: Graph, lo: int, hi: int, source: str | None = None) -> dict:
+    """Rows [lo, hi) of the node data of `g`, checked as `validate_graph` checks the whole arrays
+    and converted to canonical dtypes: {"x", "y", "train_mask", "val_mask", "test_mask"} (None
+    where absent). Reads only those rows of a memory-mapped graph; messages name global rows."""
+    source = g.name if source is None else str(source)
+    n = hi - lo
+    x = None if g.x is None else _check_x(np.asarray(g.x[lo:hi]), n, source, row0=lo)
+    y = None if g.y is None else _check_y(np.asarray(g.y[lo:hi]), n, source, row0=lo)
+    out = {"x": x, "y": y}
+    for f in _MASKS:
+        m = getattr(g, f)
+        out[f] = None if m is None else _check_mask(np.asarray(m[lo:hi]), n, source, f, y, row0=lo)
+    return out

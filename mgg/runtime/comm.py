@@ -128,6 +128,49 @@ class Communicator:
         with self.guard("allreduce"):
             return self.comm.allreduce(value, op=ops[op])
 
+    def alltoallv(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Personalised all-to-all of int64 values (collective).
+
+        Args:
+            send: int64 [sum(counts)], the values for rank 0, then rank 1, ... (contiguous blocks).
+            counts: int64 [size], how many values go to each rank.
+        Returns:
+            (recv int64 [sum(recv_counts)] -- rank 0's block first, then rank 1's, ... --,
+            recv_counts int64 [size]).
+        """
+        send = np.ascontiguousarray(send, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        if len(counts) != self.size or int(counts.sum()) != len(send):
+            raise ValueError(f"alltoallv: counts must have {self.size} entries summing to len(send)={len(send)}")
+        if self.comm is None or self.size == 1:
+            return send.copy(), counts.copy()
+        MPI = _mpi()
+        recv_counts = np.empty(self.size, dtype=np.int64)
+        with self.guard("alltoallv"):
+            self.comm.Alltoall(counts, recv_counts)
+            recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
+            # counts and displacements are C ints: move blocks of at most 2**31 - 1 values per round
+            limit = (1 << 31) - 1
+            sd, rd = np.concatenate([[0], np.cumsum(counts)]), np.concatenate([[0], np.cumsum(recv_counts)])
+            done_s, done_r = np.zeros(self.size, np.int64), np.zeros(self.size, np.int64)
+            while True:
+                sc = np.minimum(counts - done_s, limit // self.size)
+                rc = np.minimum(recv_counts - done_r, limit // self.size)
+                more = self.comm.allreduce(int(sc.sum() + rc.sum()) > 0, op=MPI.LOR)
+                if not more:
+                    break
+                sbuf = np.concatenate([send[sd[k] + done_s[k]: sd[k] + done_s[k] + sc[k]] for k in range(self.size)])
+                rbuf = np.empty(int(rc.sum()), dtype=np.int64)
+                sdisp = np.concatenate([[0], np.cumsum(sc)[:-1]])
+                rdisp = np.concatenate([[0], np.cumsum(rc)[:-1]])
+                self.comm.Alltoallv([sbuf, (sc.astype(np.int32), sdisp.astype(np.int32)), MPI.INT64_T],
+                                    [rbuf, (rc.astype(np.int32), rdisp.astype(np.int32)), MPI.INT64_T])
+                for k in range(self.size):
+                    recv[rd[k] + done_r[k]: rd[k] + done_r[k] + rc[k]] = rbuf[rdisp[k]: rdisp[k] + rc[k]]
+                done_s += sc
+                done_r += rc
+        return recv, recv_counts
+
     def bcast(self, obj: Any, root: int = 0) -> Any:
         if self.comm is None:
             return obj

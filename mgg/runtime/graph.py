@@ -31,7 +31,7 @@ from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
 from .store import SymmetricArray, SymmetricStore
-from .transpose import transposed_rows_t
+from .transpose import transposed_rows_exchange, transposed_rows_t
 from .weights import check_kind, diag_weights, pair_weights_by_row
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
@@ -96,11 +96,22 @@ class DistGraph:
     EXECUTOR_CACHE = 3  # configurations (params, variant) whose executors are kept
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, comm: Communicator,
-                 config: RuntimeConfig | None = None, store: SymmetricStore | None = None):
+                 config: RuntimeConfig | None = None, store: SymmetricStore | None = None,
+                 transpose: str = "auto"):
+        """`transpose`: how the transposed rows are built -- "scan" (every rank scans the global
+        `indices`), "exchange" (each rank reads only its forward rows and the edges are sent to
+        their sources' owners: `transposed_rows_exchange`), or "auto": "exchange" when `indices`
+        is a memory map (np.memmap, e.g. mgg.data.load_npz(mmap=True)), else "scan". Both give
+        the same plans."""
         t_start = time.perf_counter()
         self.comm = comm
         self.config = config or RuntimeConfig()
         self.backend = resolve_backend(self.config.backend)
+        if transpose not in ("auto", "scan", "exchange"):
+            raise ValueError(f"transpose must be 'auto', 'scan' or 'exchange', got {transpose!r}")
+        if transpose == "auto":
+            transpose = "exchange" if isinstance(indices, np.memmap) else "scan"
+        self.transpose_method = transpose
         indptr = np.asarray(indptr, dtype=np.int64)
         indices = np.asarray(indices, dtype=np.int64)
         self.num_nodes = len(indptr) - 1
@@ -116,13 +127,17 @@ class DistGraph:
             self.device = torch.device("cuda", comm.local_rank % max(1, torch.cuda.device_count()))
         self.plan_device = self.device  # rows, weights and plans are built here (torch ops)
         self._deg_t = torch.from_numpy(self.deg_in).to(self.plan_device)
-        if self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
+        if transpose == "exchange":  # only this rank's forward rows of `indices` are read
+            self._fwd = self._forward_rows(indptr, indices)
+            self._bwd = self._exchanged_rows()
+        elif self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
             indptr_d, indices_d = (_host_tensor(a).to(self.plan_device) for a in (indptr, indices))
         else:
             indptr_d, indices_d = indptr, indices
-        self._fwd: _RankRows | None = self._forward_rows(indptr_d, indices_d)
-        self._bwd: _RankRows | None = self._transposed_rows(indptr_d, indices_d)
-        del indptr_d, indices_d
+        if transpose == "scan":
+            self._fwd: _RankRows | None = self._forward_rows(indptr_d, indices_d)
+            self._bwd: _RankRows | None = self._transposed_rows(indptr_d, indices_d)
+            del indptr_d, indices_d
         self.params = self.config.params
         self._plans: dict[tuple[str, bool], AggregationPlan] = {}  # for self.params
         self.plan_cache = PlanCache(self.PLAN_CACHE)
@@ -136,9 +151,12 @@ class DistGraph:
 
     @classmethod
     def build(cls, graph: Any, comm: Communicator, config: RuntimeConfig | None = None,
-              store: SymmetricStore | None = None) -> "DistGraph":
-        """From an mgg.data.Graph (anything with int64 `indptr` and `indices`). Collective."""
-        return cls(graph.indptr, graph.indices, comm, config, store)
+              store: SymmetricStore | None = None, transpose: str = "auto") -> "DistGraph":
+        """From an mgg.data.Graph (anything with int64 `indptr` and `indices`). Collective.
+        A memory-mapped graph (``graph.mapped``) is read only at this rank's rows."""
+        if transpose == "auto" and getattr(graph, "mapped", False):
+            transpose = "exchange"
+        return cls(graph.indptr, graph.indices, comm, config, store, transpose)
 
     # -- rows of this rank --------------------------------------------------------------------
     def _forward_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
@@ -151,6 +169,15 @@ class DistGraph:
         if idx.device.type != "cpu" and idx.numel() != indices.numel():
             idx = idx.clone()  # a device slice would keep the whole global array alive
         return _RankRows(rip, idx.to(dev), self.lo)
+
+    def _exchanged_rows(self) -> _RankRows:
+        """This rank's transposed rows from every rank's forward rows (one all-to-all; collective)."""
+        fwd = self._fwd
+        with self.comm.guard("transposed rows (exchange)"):
+            ip, tgt = transposed_rows_exchange(fwd.indptr.cpu().numpy(), fwd.indices.cpu().numpy(),
+                                               self.bounds, self.rank, self.comm)
+        dev = self.plan_device
+        return _RankRows(torch.from_numpy(ip).to(dev), torch.from_numpy(tgt).to(dev), self.lo)
 
     def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray,
                          device: str | torch.device | None = None) -> _RankRows:

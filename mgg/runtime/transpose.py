@@ -7,6 +7,10 @@ keep their CSR order): the stable sort by source of the selected CSR entries.
 * CPU (device None or "cpu"): scipy's `csr_tocsc`, an O(E + N) counting sort in C.
 * CUDA (device "cuda[:k]"): `torch.sort(stable=True)` (a CUB radix sort) on the device.
 
+`transposed_rows_exchange` builds the same rows without the global `indices`: each rank sends
+the edges of its forward rows to the owners of their sources (one all-to-all) and sorts what it
+receives (a memory-mapped graph is then read only at the rank's own rows).
+
 Both give the same arrays bit for bit (tests/test_transpose.py checks them against the former
 argsort/searchsorted construction).
 """
@@ -16,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["transposed_rows", "transposed_rows_t", "plan_device"]
+__all__ = ["transposed_rows", "transposed_rows_t", "transposed_rows_exchange", "plan_device"]
 
 
 def plan_device(device: str | torch.device | None) -> torch.device:
@@ -110,3 +114,57 @@ def _torch_sort(ip_t: torch.Tensor, idx: torch.Tensor, lo: int, hi: int):
     if n:
         torch.cumsum(torch.bincount(src - lo, minlength=n), 0, out=ip[1:])
     return ip, tgt
+
+
+def transposed_rows_exchange(fwd_indptr: np.ndarray, fwd_indices: np.ndarray, bounds: np.ndarray,
+                             rank: int, comm) -> tuple[np.ndarray, np.ndarray]:
+    """`transposed_rows` of this rank from the forward rows of every rank, through one all-to-all.
+
+    Args:
+        fwd_indptr: int64 [n_r + 1] this rank's forward row pointer (row k = target bounds[rank] + k).
+        fwd_indices: int64 [E_r] the sources of those rows (global ids).
+        bounds: int64 [P + 1] node ranges of the ranks.
+        comm: the communicator (`alltoallv`); collective.
+
+    Each edge (source j, target i) goes to the owner of j. Rank q's block arrives in its CSR order
+    (targets ascending, then CSR position), and blocks arrive in rank order, so the received
+    edges are in global CSR order; a stable counting sort by source (scipy's csr_tocsc) then
+    gives, per source, the targets in CSR order -- `transposed_rows` exactly.
+
+    Returns:
+        (indptr int64 [hi - lo + 1], targets int64 [k]) as numpy arrays, lo, hi = bounds[rank],
+        bounds[rank + 1].
+    """
+    bounds = np.asarray(bounds, dtype=np.int64)
+    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+    src = np.asarray(fwd_indices, dtype=np.int64)
+    ip = np.asarray(fwd_indptr, dtype=np.int64)
+    tgt = lo + np.repeat(np.arange(len(ip) - 1, dtype=np.int64), np.diff(ip))
+    owner = np.searchsorted(bounds, src, side="right") - 1
+    order = np.argsort(owner, kind="stable")  # keeps CSR order inside every destination block
+    counts = np.bincount(owner, minlength=len(bounds) - 1).astype(np.int64)
+    # one message: per destination block, its sources then its targets
+    pairs = np.empty(2 * len(src), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    s_sorted, t_sorted = src[order], tgt[order]
+    del order, owner, tgt
+    for q in range(len(counts)):
+        a, b = starts[q], starts[q + 1]
+        pairs[2 * a: 2 * a + (b - a)] = s_sorted[a:b]
+        pairs[2 * a + (b - a): 2 * b] = t_sorted[a:b]
+    del s_sorted, t_sorted
+    recv, rcounts = comm.alltoallv(pairs, 2 * counts)
+    del pairs
+    rstarts = np.concatenate([[0], np.cumsum(rcounts)])
+    r_src = np.concatenate([recv[rstarts[q]: rstarts[q] + rcounts[q] // 2] for q in range(len(rcounts))])
+    r_tgt = np.concatenate([recv[rstarts[q] + rcounts[q] // 2: rstarts[q + 1]] for q in range(len(rcounts))])
+    del recv
+    n = hi - lo
+    k = len(r_src)
+    if k == 0 or n == 0:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # stable counting sort by source: a [k, n] CSR with one entry per row, transposed by scipy
+    csr = sp.csr_matrix((np.zeros(k, dtype=np.int8), r_src - lo, np.arange(k + 1, dtype=np.int64)),
+                        shape=(k, n), copy=False)
+    csc = csr.tocsc()
+    return csc.indptr.astype(np.int64, copy=False), r_tgt[csc.indices]
