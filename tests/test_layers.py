@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tuner", ("mgg.runtime.tuning", "mgg.runtime.tuner")),
     ("nn", ("mgg.nn",)),
     ("sample, embedding", ("mgg.sample", "mgg.embedding")),
-    ("apps", ("mgg.apps", "mgg.train", "mgg.train_sampled", "mgg.serve", "mgg.tune", "mgg.doctor",
+    ("apps", ("mgg.apps", "mgg.train", "mgg.prepare", "mgg.train_sampled", "mgg.serve", "mgg.tune", "mgg.doctor",
               "mgg.checkpoint", "mgg.testing")),
 ]
 

@@ -2,10 +2,14 @@
 size (read without loading it), the widths, P and the mode, and refuse a run that cannot fit.
 
 Estimate per rank (bytes; N nodes, E edges, F feature width, H hidden width, L layers, P ranks,
-n = N / P rows of this rank; every rank reads the whole graph today):
+n = N / P rows of this rank):
 
     host = 24 E + N (4 F + 19) * 2                       graph (indptr, int64 indices, x, y, masks;
                                                           x twice: the file and its prepared copy)
+           or, for a CSR .npz that full-graph mode memory-maps (stored, int64 indices: what
+           `python -m mgg.prepare` and `save_npz` write), where each rank reads only its rows:
+           24 N + 2 (8 E / P + n (4 F + 19))             indptr and degrees whole; the rank's rows
+                                                          mapped from the file, then copied
          + 48 E / P                                       this rank's rows and plans (both directions)
          + [CPU backend] 16 n max(F, H) L + W               activations kept for the backward, weights
          + 0.35 GiB                                       interpreter, torch, MPI
@@ -45,6 +49,7 @@ class GraphSize:
     edges: int
     features: int
     generated: bool = False
+    mapped: bool = False     # a CSR .npz that full-graph training memory-maps (each rank reads its rows)
 
 
 @dataclass(frozen=True)
@@ -53,18 +58,19 @@ class MemoryEstimate:
     gpu_per_rank: int        # bytes (0 on the CPU backend)
 
 
-def _npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
-    """Shapes of an .npz's members from their .npy headers (no array is read)."""
-    out: dict[str, tuple[int, ...]] = {}
+def _npz_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype, bool]]:
+    """(shape, dtype, stored uncompressed) of an .npz's members from their .npy headers (no array
+    is read)."""
+    out: dict[str, tuple[tuple[int, ...], np.dtype, bool]] = {}
     with zipfile.ZipFile(path) as z:
-        for name in z.namelist():
-            if not name.endswith(".npy"):
+        for info in z.infolist():
+            if not info.filename.endswith(".npy"):
                 continue
-            with z.open(name) as f:
+            with z.open(info) as f:
                 version = np.lib.format.read_magic(f)
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, _ = read(f)
-            out[name[:-4]] = tuple(shape)
+                shape, _, dtype = read(f)
+            out[info.filename[:-4]] = (tuple(shape), dtype, info.compress_type == zipfile.ZIP_STORED)
     return out
 
 
@@ -84,18 +90,23 @@ def graph_size(dataset: str, scale: float = 1.0) -> GraphSize | None:
         return GraphSize(n, e, PRESETS[key.lower()].num_features, generated=True)
     if key.lower().endswith(".npz") and os.path.isfile(key):
         try:
-            shapes = _npz_shapes(key)
+            headers = _npz_headers(key)
         except Exception:  # noqa: BLE001 - any damage: no estimate here, the loader names the problem
             return None
+        shapes = {k: v[0] for k, v in headers.items()}
+        mapped = False
         if "indptr" in shapes and "indices" in shapes:
             n, e = shapes["indptr"][0] - 1, shapes["indices"][0]
+            # what load_npz(mmap=True) maps: stored int64 indices (node data mapped when stored)
+            _, idt, stored = headers["indices"]
+            mapped = stored and idt == np.int64
         elif "edge_index" in shapes and len(shapes["edge_index"]) == 2:
             e = shapes["edge_index"][1]
             n = shapes["x"][0] if "x" in shapes else (shapes["y"][0] if "y" in shapes else 0)
         else:
             return None
         f = shapes["x"][1] if len(shapes.get("x", ())) == 2 else 2
-        return GraphSize(int(n), int(e), int(f))
+        return GraphSize(int(n), int(e), int(f), mapped=mapped)
     return None
 
 
@@ -109,7 +120,10 @@ def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bo
     width = max(f, hidden)
     if mode == "sampled":
         layers = 0
-    graph = 24 * e + n_all * (4 * f + 19) * 2
+    if size.mapped and mode == "full":  # indptr and degrees whole; this rank's rows mapped, then copied
+        graph = 24 * n_all + 2 * (8 * e // p + n * (4 * f + 19))
+    else:
+        graph = 24 * e + n_all * (4 * f + 19) * 2
     if size.generated:
         graph *= 2
     # weights, gradients and Adam's two moments (float32) of a stack F -> H -> ... -> ~64 classes

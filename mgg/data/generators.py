@@ -19,6 +19,7 @@ at full size on a small machine; use ``scale``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from .graph import Graph, csr_from_edges
 from .hashrng import M32, approx_normal, below24, mix32, stream_keys, uniform53, words
 from .validate import validate_graph
 
-__all__ = ["sbm", "powerlaw", "preset", "PRESETS", "PowerLawPreset",
+__all__ = ["sbm", "powerlaw", "preset", "save_preset", "PRESETS", "PowerLawPreset", "PowerLawParts", "powerlaw_parts",
            "reddit_like", "products_like", "papers_like"]
 
 _ROW_CHUNK = 1 << 16
@@ -138,10 +139,36 @@ def _apportion(w: np.ndarray, total: int) -> np.ndarray:
     return d
 
 
-def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
-             sigma: float = 1.3, p_in: float = 0.8, feature_noise: float | None = None,
-             class_skew: float = 0.5, source_alpha: float = 0.5, split: tuple[float, float, float] = (0.6, 0.2, 0.2),
-             seed: int = 0, name: str = "powerlaw", device: str | torch.device | None = None) -> Graph:
+def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int, name: str = "powerlaw",
+             **options: Any) -> Graph:
+    """The graph of `powerlaw_parts` (same arguments; ``options`` are its keyword arguments:
+    sigma, p_in, feature_noise, class_skew, source_alpha, split, seed, device), assembled in
+    memory and validated. To write one larger than memory, see `save_preset`."""
+    return _assemble(powerlaw_parts(num_nodes, num_edges, num_features, num_classes, **options), name)
+
+
+def _assemble(parts: "PowerLawParts", name: str) -> Graph:
+    """Draw every chunk of `parts` into in-memory arrays: the Graph."""
+    dev = parts.device
+    indices = torch.empty(parts.num_edges, dtype=torch.int64, device=dev)
+    for e0, e1, src in parts.source_chunks():
+        indices[e0:e1] = src
+    x = None
+    if parts.num_features > 0:
+        x = torch.empty((parts.num_nodes, parts.num_features), dtype=torch.float32, device=dev)
+        for r0, r1, rows in parts.feature_chunks():
+            x[r0:r1] = rows
+        x = x.cpu().numpy()
+    g = Graph(parts.indptr, indices.cpu().numpy(), x=x, y=parts.y, train_mask=parts.train_mask,
+              val_mask=parts.val_mask, test_mask=parts.test_mask, name=name)
+    return validate_graph(g, f"<generator {name}>")
+
+
+def powerlaw_parts(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+                   sigma: float = 1.3, p_in: float = 0.8, feature_noise: float | None = None,
+                   class_skew: float = 0.5, source_alpha: float = 0.5,
+                   split: tuple[float, float, float] = (0.6, 0.2, 0.2), seed: int = 0,
+                   device: str | torch.device | None = None) -> "PowerLawParts":
     """Directed heavy-tailed community graph with exactly ``num_edges`` edges.
 
     * Node weights ``w ~ LogNormal(0, sigma)``; in-degrees are ``num_edges`` apportioned in
@@ -164,7 +191,45 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     counter-based hash of (seed, edge id / (node, column)) computed with torch ops on ``device``
     (None: CPU, with torch's intra-op threads; "cuda": the GPU, about 100x faster). The graph is a
     pure function of the arguments and the same bit for bit on every device.
+
+    Returns the node-level arrays and the chunk iterators (PowerLawParts); `powerlaw` assembles
+    them into a Graph, `save_preset` streams them into a file.
     """
+    return _powerlaw_parts(num_nodes, num_edges, num_features, num_classes, sigma, p_in, feature_noise,
+                           class_skew, source_alpha, split, seed, device)
+
+@dataclass
+class PowerLawParts:
+    """A power-law graph before its per-edge and per-feature draws: the node-level arrays
+    (int64 ``indptr`` [N+1], int64 ``y`` [N], bool masks [N]) and two chunk iterators that draw
+    the rest in row order on ``device``. `powerlaw` assembles them in memory; a writer can stream
+    them to disk instead (mgg.data.npzstream), holding only the node-level arrays and one chunk."""
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    indptr: np.ndarray
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    device: torch.device
+    _sources: dict
+    _features: dict
+
+    def source_chunks(self):
+        """Yield (e0, e1, int64 tensor [e1 - e0] on ``device``): the sources of CSR entries
+        [e0, e1), in order, covering [0, E)."""
+        return _powerlaw_sources(self.indptr, **self._sources)
+
+    def feature_chunks(self):
+        """Yield (r0, r1, float32 tensor [r1 - r0, F] on ``device``): feature rows in order."""
+        return _hash_centroid_features(**self._features)
+
+
+def _powerlaw_parts(num_nodes, num_edges, num_features, num_classes, sigma, p_in, feature_noise, class_skew,
+                    source_alpha, split, seed, device) -> PowerLawParts:
+    """Node-level draws of `powerlaw` (same arguments), in a PowerLawParts."""
     n, E, C = int(num_nodes), int(num_edges), int(num_classes)
     if n < 1 or E < 0:
         raise ValueError("num_nodes must be >= 1 and num_edges >= 0")
@@ -177,20 +242,22 @@ def powerlaw(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     deg = _apportion(w, E)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
+    del deg
     members = np.argsort(y, kind="stable")
     cw = np.cumsum(w[members] ** source_alpha)  # source popularity, flatter than in-degree
+    del w
     size = np.bincount(y, minlength=C)
     off = np.concatenate([[0], np.cumsum(size)])  # community c = members[off[c]:off[c+1]]
     cw0 = np.concatenate([[0.0], cw])  # cw0[k] = weight before members[k]
-    indices = _powerlaw_sources(indptr, y, members, cw, cw0[off[:-1]], cw0[off[1:]] - cw0[off[:-1]],
-                                float(cw[-1]), p_in, seed, dev)
+    sources = dict(y=y, members=members, cw=cw, start=cw0[off[:-1]], width=cw0[off[1:]] - cw0[off[:-1]],
+                   total=float(cw[-1]), p_in=p_in, seed=seed, dev=dev)
+    del cw0
     if feature_noise is None:
         feature_noise = 0.5 * float(np.sqrt(num_features))
-    x = (_hash_centroid_features(y, num_features, 1.0, feature_noise, rf, C, seed, dev)
-         if num_features > 0 else None)
+    # the centroids are drawn now (from rf) so the masks below see the same stream state as before
+    features = dict(y=y, cent=_centroids(num_features, 1.0, rf, C), noise=feature_noise, seed=seed, dev=dev)
     tr, va, te = _split_masks(n, split, rm)
-    g = Graph(indptr, indices, x=x, y=y, train_mask=tr, val_mask=va, test_mask=te, name=name)
-    return validate_graph(g, f"<generator {name}>")
+    return PowerLawParts(n, E, int(num_features), indptr, y, tr, va, te, dev, sources, features)
 
 
 def _chunk_edges(dev: torch.device) -> int:
@@ -244,16 +311,15 @@ class _GuideSearch:
 
 def _powerlaw_sources(indptr: np.ndarray, y: np.ndarray, members: np.ndarray, cw: np.ndarray,
                       start: np.ndarray, width: np.ndarray, total: float, p_in: float, seed: int,
-                      dev: torch.device) -> np.ndarray:
-    """int64 [E] source of every CSR entry (row = target), drawn on `dev` from hash words of the
-    edge id: attempt a uses stream a (a = 0..3); self loops left after attempt 3 move to
-    (target + 1 + word % (n - 1)) % n."""
+                      dev: torch.device):
+    """Yield (e0, e1, int64 tensor on `dev`): the sources of CSR entries [e0, e1) (row = target),
+    drawn from hash words of the edge id: attempt a uses stream a (a = 0..3); self loops left
+    after attempt 3 move to (target + 1 + word % (n - 1)) % n."""
     n, E = len(indptr) - 1, int(indptr[-1])
-    out = torch.empty(E, dtype=torch.int64, device=dev)
     if E == 0:
-        return out.cpu().numpy()
+        return
     T = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
-    deg_t, y_t, members_t, cw_t = T(np.diff(indptr)), T(y.astype(np.int64)), T(members), T(cw)
+    deg_t, y_t, members_t = T(np.diff(indptr)), T(y.astype(np.int64)), T(members)
     start_t, width_t = T(start), T(width)
     keys = [stream_keys(seed, 10 + a, 3) for a in range(5)]
     search = _GuideSearch(cw, dev)
@@ -283,30 +349,31 @@ def _powerlaw_sources(indptr: np.ndarray, y: np.ndarray, members: np.ndarray, cw
             if bad.numel():
                 (h,) = words(e[bad], keys[4], 1)
                 src[bad] = (tgt[bad] + 1 + h % (n - 1)) % n
-        out[e0:e1] = src
-    return out.cpu().numpy()
+        yield e0, e1, src
 
 
-def _hash_centroid_features(y: np.ndarray, num_features: int, centroid_scale: float, noise: float,
-                            rng: np.random.Generator, num_classes: int, seed: int,
-                            dev: torch.device) -> np.ndarray:
-    """float32 [N, F]: ``centroid_scale * c[y] + noise * z``, c ~ N(0, 1) from `rng`, z the
-    approximately normal hash variate of (seed, node, column), computed on `dev`."""
-    n, F = len(y), int(num_features)
-    cent = (rng.standard_normal((num_classes, F), dtype=np.float32) * np.float32(centroid_scale))
+def _centroids(num_features: int, centroid_scale: float, rng: np.random.Generator, num_classes: int) -> np.ndarray:
+    """float32 [C, F] class centroids ~ N(0, 1) * centroid_scale, from `rng`."""
+    return rng.standard_normal((num_classes, int(num_features)), dtype=np.float32) * np.float32(centroid_scale)
+
+
+def _hash_centroid_features(y: np.ndarray, cent: np.ndarray, noise: float, seed: int, dev: torch.device):
+    """Yield (r0, r1, float32 tensor [r1 - r0, F] on `dev`): rows ``cent[y] + noise * z``, z the
+    approximately normal hash variate of (seed, node, column)."""
+    n, F = len(y), cent.shape[1]
+    if F == 0:
+        return
     cent_t = torch.from_numpy(cent).to(dev)
     y_t = torch.from_numpy(y.astype(np.int64)).to(dev)
     keys = stream_keys(seed, 20, 3)
     col = (torch.arange(F, device=dev, dtype=torch.int64) * 0x9E3779B1) & M32
-    x = torch.empty((n, F), dtype=torch.float32, device=dev)
     rows = max(1, _chunk_edges(dev) // F)
     for s in range(0, n, rows):
         r = torch.arange(s, min(n, s + rows), device=dev)
         h_row = mix32(r ^ keys[0])
         a, b = words((h_row[:, None] ^ col[None, :]), keys[1:], 2)  # 2 more rounds per entry
         z = approx_normal(a, b)
-        x[s: s + rows] = cent_t[y_t[s: s + rows]] + z * float(np.float32(noise))
-    return x.cpu().numpy()
+        yield s, s + len(r), cent_t[y_t[s: s + rows]] + z * float(np.float32(noise))
 
 
 @dataclass(frozen=True)
@@ -337,16 +404,41 @@ def preset_sizes(name: str, scale: float = 1.0) -> tuple[int, int]:
     return max(1, int(round(p.num_nodes * scale))), int(round(p.num_edges * scale))
 
 
-def preset(name: str, scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
-    """Generate preset ``name`` (a key of :data:`PRESETS`) shrunk by ``scale`` in (0, 1]:
-    nodes and edges both multiplied by ``scale`` (average degree kept); F and C unchanged.
-    ``device``: where the per-edge and per-feature draws run (None: CPU); same graph on any."""
+def _preset_parts(name: str, scale: float, seed: int, device) -> tuple[PowerLawParts, str]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
     p = PRESETS[name]
     n, e = preset_sizes(name, scale)
-    return powerlaw(n, e, p.num_features, p.num_classes, p_in=p.p_in, split=p.split, seed=seed,
-                    name=name if scale == 1 else f"{name}@{scale:g}", device=device)
+    parts = powerlaw_parts(n, e, p.num_features, p.num_classes, p_in=p.p_in, split=p.split, seed=seed, device=device)
+    return parts, name if scale == 1 else f"{name}@{scale:g}"
+
+
+def save_preset(name: str, path: str, scale: float = 1.0, seed: int = 0,
+                device: str | torch.device | None = None, progress=None) -> tuple[int, int]:
+    """Generate preset ``name`` straight into the CSR ``.npz`` at `path` (atomically), streaming
+    the indices and features chunk by chunk: host memory holds the node-level arrays (about
+    50 B/node) and one chunk, never the edges or the features (papers-like at scale 1 fits a
+    small host; the file takes 8 B/edge + (4 F + 27) B/node). The file equals
+    ``save_npz(preset(name, scale, seed), path)`` in content. Returns (num_nodes, num_edges)."""
+    from .npzstream import StreamedMember, chunk_values, write_npz_stream
+
+    parts, _ = _preset_parts(name, scale, seed, device)
+    members = {"indptr": parts.indptr,
+               "indices": StreamedMember((parts.num_edges,), np.int64, chunk_values(parts.source_chunks())),
+               "num_nodes": np.int64(parts.num_nodes)}
+    if parts.num_features > 0:
+        members["x"] = StreamedMember((parts.num_nodes, parts.num_features), np.float32,
+                                      chunk_values(parts.feature_chunks()))
+    members.update(y=parts.y, train_mask=parts.train_mask, val_mask=parts.val_mask, test_mask=parts.test_mask)
+    write_npz_stream(path, members, progress)
+    return parts.num_nodes, parts.num_edges
+
+
+def preset(name: str, scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
+    """Generate preset ``name`` (a key of :data:`PRESETS`) shrunk by ``scale`` in (0, 1]:
+    nodes and edges both multiplied by ``scale`` (average degree kept); F and C unchanged.
+    ``device``: where the per-edge and per-feature draws run (None: CPU); same graph on any."""
+    return _assemble(*_preset_parts(name, scale, seed, device))
 
 
 def reddit_like(scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:

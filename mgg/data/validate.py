@@ -243,19 +243,23 @@ def check_index_share(g: Graph, part: int, parts: int, source: str | None = None
     source = g.name if source is None else str(source)
     e = len(g.indices)
     a, b = e * part // parts, e * (part + 1) // parts
-    _check_ids(np.asarray(g.indices[a:b]), len(g.indptr) - 1, source, "indices", offset=a)
+    from .rows import read_rows
+
+    _check_ids(read_rows(g.indices, a, b), len(g.indptr) - 1, source, "indices", offset=a)
 
 
 def validate_rows(g: Graph, lo: int, hi: int, source: str | None = None) -> dict:
     """Rows [lo, hi) of the node data of `g`, checked as `validate_graph` checks the whole arrays
     and converted to canonical dtypes: {"x", "y", "train_mask", "val_mask", "test_mask"} (None
     where absent). Reads only those rows of a memory-mapped graph; messages name global rows."""
+    from .rows import read_rows
+
     source = g.name if source is None else str(source)
     n = hi - lo
-    x = None if g.x is None else _check_x(np.asarray(g.x[lo:hi]), n, source, row0=lo)
-    y = None if g.y is None else _check_y(np.asarray(g.y[lo:hi]), n, source, row0=lo)
+    x = None if g.x is None else _check_x(read_rows(g.x, lo, hi), n, source, row0=lo)
+    y = None if g.y is None else _check_y(read_rows(g.y, lo, hi), n, source, row0=lo)
     out = {"x": x, "y": y}
     for f in _MASKS:
         m = getattr(g, f)
-        out[f] = None if m is None else _check_mask(np.asarray(m[lo:hi]), n, source, f, y, row0=lo)
+        out[f] = None if m is None else _check_mask(read_rows(m, lo, hi), n, source, f, y, row0=lo)
     return out

@@ -26,6 +26,7 @@ import torch
 
 from ..kernels.factory import plan_executor
 from .backends import BACKENDS, make_store, resolve_backend
+from ..data.rows import read_rows
 from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
@@ -109,10 +110,11 @@ class DistGraph:
         self.backend = resolve_backend(self.config.backend)
         if transpose not in ("auto", "scan", "exchange"):
             raise ValueError(f"transpose must be 'auto', 'scan' or 'exchange', got {transpose!r}")
-        if transpose == "auto":
-            transpose = "exchange" if isinstance(indices, np.memmap) else "scan"
+        if transpose == "auto":  # one rank reads every row anyway: the plain scan
+            transpose = "exchange" if isinstance(indices, np.memmap) and comm.size > 1 else "scan"
         self.transpose_method = transpose
         indptr = np.asarray(indptr, dtype=np.int64)
+        mapped_indices = indices if isinstance(indices, np.memmap) else None  # read by rows, not mapped
         indices = np.asarray(indices, dtype=np.int64)
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
@@ -128,7 +130,9 @@ class DistGraph:
         self.plan_device = self.device  # rows, weights and plans are built here (torch ops)
         self._deg_t = torch.from_numpy(self.deg_in).to(self.plan_device)
         if transpose == "exchange":  # only this rank's forward rows of `indices` are read
-            self._fwd = self._forward_rows(indptr, indices)
+            a, b = int(indptr[self.lo]), int(indptr[self.hi])
+            self._fwd = _RankRows(torch.from_numpy(indptr[self.lo: self.hi + 1] - a).to(self.plan_device),
+                                  torch.from_numpy(read_rows(mapped_indices if mapped_indices is not None else indices, a, b)).to(self.plan_device), self.lo)
             self._bwd = self._exchanged_rows()
         elif self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
             indptr_d, indices_d = (_host_tensor(a).to(self.plan_device) for a in (indptr, indices))
@@ -154,7 +158,7 @@ class DistGraph:
               store: SymmetricStore | None = None, transpose: str = "auto") -> "DistGraph":
         """From an mgg.data.Graph (anything with int64 `indptr` and `indices`). Collective.
         A memory-mapped graph (``graph.mapped``) is read only at this rank's rows."""
-        if transpose == "auto" and getattr(graph, "mapped", False):
+        if transpose == "auto" and getattr(graph, "mapped", False) and comm.size > 1:
             transpose = "exchange"
         return cls(graph.indptr, graph.indices, comm, config, store, transpose)
 

@@ -1,0 +1,127 @@
+"""`python -m mgg.prepare`: write a graph file once, then size it for P ranks.
+
+    python -m mgg.prepare papers-like --scale 1.0 --out papers.npz --ranks 8
+    python -m mgg.prepare papers.npz --ranks 2,4,8          # size an existing file
+
+A preset (reddit-like, products-like, papers-like) is generated straight into the file, chunk by
+chunk (`mgg.data.generators.save_preset`): the host holds about 50 B per node, never the edges or
+the features, so papers-like at full size (111M nodes, 1.6B edges, 70 GB on disk) is written on
+a host far smaller than the graph. Any other dataset is loaded and saved whole (`save_npz`).
+The file is the uncompressed CSR `.npz` that `python -m mgg.train --dataset FILE` memory-maps,
+each rank reading only its own rows. An existing file is never overwritten without `--force`;
+the write is atomic either way.
+
+`--ranks P[,P...]` prints, per P, each rank's node range, edges, remote edges and distinct remote
+rows, its host bytes, and the symmetric heap every GPU holds per stored width. Exit 2 with one
+line on bad input (unknown dataset, a file that exists, a damaged file).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from typing import Sequence
+
+__all__ = ["main", "build_parser"]
+
+_MB = float(1 << 20)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mgg.prepare", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("dataset", help="a preset name (reddit-like, products-like, papers-like, sbm, karate) or a graph file")
+    p.add_argument("--out", default=None, help="the .npz to write (omit to only size an existing .npz)")
+    p.add_argument("--scale", type=float, default=1.0, help="presets: nodes and edges x scale, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="generator seed (the same as mgg.train's --seed)")
+    p.add_argument("--device", default="cpu", help="where presets draw their edges and features (cpu or cuda)")
+    p.add_argument("--ranks", default="", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8")
+    p.add_argument("--hidden", type=int, default=16, help="hidden width, for the symmetric heap column")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
+    return p
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        ps = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--ranks must be comma-separated positive integers, got {text!r}") from None
+    if any(p < 1 for p in ps):
+        raise ValueError(f"--ranks must be positive, got {text!r}")
+    return ps
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _write(ns: argparse.Namespace) -> None:
+    from ..data.generators import PRESETS, save_preset
+
+    out = ns.out
+    if os.path.exists(out) and not ns.force:
+        raise ValueError(f"{out} exists; pass --force to replace it (nothing was written)")
+    if not out.endswith(".npz"):
+        raise ValueError(f"--out must name a .npz file, got {out!r}")
+    t0 = time.perf_counter()
+    key = ns.dataset.lower()
+    if key in PRESETS:
+        say = lambda m: print(f"  writing {m}", flush=True)  # noqa: E731
+        n, e = save_preset(key, out, ns.scale, ns.seed, ns.device, progress=say)
+    else:
+        from ..data import load_dataset
+        from ..data.npz import save_npz
+
+        g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False)
+        save_npz(g, out)
+        n, e = g.num_nodes, g.num_edges
+    dt = time.perf_counter() - t0
+    print(f"wrote {out}: {n:,} nodes, {e:,} edges, {os.path.getsize(out) / 2**30:.2f} GiB in {dt:.1f} s "
+          f"({e / max(dt, 1e-9) / 1e6:.1f}M edges/s; peak host RSS {_peak_rss_mb():,.0f} MiB)", flush=True)
+
+
+def _print_sizes(path: str, ps: list[int], hidden: int) -> None:
+    from ..data.npz import load_npz
+    from ..runtime.footprint import rank_footprints
+
+    g = load_npz(path, mmap=True)
+    f = 0 if g.x is None else int(g.x.shape[1])
+    for p in ps:
+        t0 = time.perf_counter()
+        fps = rank_footprints(g.indptr, g.indices, p, num_features=f)
+        print(f"\n{path} on P={p} ranks ({g.num_nodes:,} nodes, {g.num_edges:,} edges, F={f}; sized in "
+              f"{time.perf_counter() - t0:.1f} s)")
+        print(f"{'rank':>4} {'nodes [lo, hi)':>28} {'edges':>14} {'remote edges':>14} {'remote rows':>12} "
+              f"{'host MiB':>10} {'heap MiB F':>11} {'heap MiB H':>11}")
+        for fp in fps:
+            print(f"{fp.rank:>4} {f'{fp.nodes:,} [{fp.lo:,}, {fp.hi:,})':>28} {fp.edges:>14,} {fp.remote_edges:>14,} "
+                  f"{fp.remote_rows:>12,} {fp.host_bytes / _MB:>10,.0f} {fp.heap_bytes(max(f, 1)) / _MB:>11,.0f} "
+                  f"{fp.heap_bytes(hidden) / _MB:>11,.0f}")
+        big = max(fps, key=lambda r: r.host_bytes)
+        print(f"largest rank: {big.nodes:,} nodes ({big.nodes * p / max(1, g.num_nodes):.2f}x N/P), "
+              f"{big.edges:,} edges ({big.edges * p / max(1, g.num_edges):.2f}x E/P); heap per GPU per stored "
+              f"width: F={f}: {big.heap_bytes(max(f, 1)) / _MB:,.0f} MiB, H={hidden}: {big.heap_bytes(hidden) / _MB:,.0f} MiB")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns 0, exits 2 with one line on bad input."""
+    ns = build_parser().parse_args(argv)
+    try:
+        ps = _ranks(ns.ranks)
+        if ns.out is None and not ps:
+            raise ValueError("nothing to do: give --out FILE.npz to write, and/or --ranks P to size a .npz")
+        if not (0 < ns.scale <= 1):
+            raise ValueError(f"--scale must be in (0, 1], got {ns.scale}")
+        if ns.out is not None:
+            _write(ns)
+        if ps:
+            path = ns.out or ns.dataset
+            if not (path.endswith(".npz") and os.path.isfile(path)):
+                raise ValueError(f"--ranks sizes a .npz file; {path!r} is not one (give --out to write it first)")
+            _print_sizes(path, ps, ns.hidden)
+    except (ValueError, OSError, LookupError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        sys.exit(2)
+    return 0

@@ -1,0 +1,135 @@
+"""Streamed graph files (mgg.data.npzstream, save_preset), per-rank footprints and the
+`python -m mgg.prepare` command."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from mgg.apps.prepare_cli import main
+from mgg.data.generators import preset, save_preset
+from mgg.data.npz import load_npz
+from mgg.data.npzstream import StreamedMember, write_npz_stream
+from mgg.runtime.footprint import rank_footprints
+from mgg.runtime.partition import partition_ranges
+
+FIELDS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+
+
+def test_streamed_preset_equals_in_memory_preset(tmp_path):
+    path = tmp_path / "g.npz"
+    assert save_preset("products-like", str(path), scale=0.005, seed=5) == (12245, 309296)
+    g, h = preset("products-like", 0.005, seed=5), load_npz(path, mmap=True)
+    assert h.mapped and isinstance(h.indices, np.memmap)
+    for k in FIELDS:
+        np.testing.assert_array_equal(np.asarray(getattr(h, k)), np.asarray(getattr(g, k)), err_msg=k)
+    full = load_npz(path)  # the plain (not mapped) reader agrees too
+    np.testing.assert_array_equal(full.indices, g.indices)
+
+
+def test_stream_writer_chunks_torch_and_numpy(tmp_path):
+    path = tmp_path / "s.npz"
+    x = np.arange(35, dtype=np.float32).reshape(7, 5)
+    chunks = [torch.from_numpy(x[:3]), x[3:4], torch.from_numpy(x[4:])]
+    write_npz_stream(path, {"x": StreamedMember((7, 5), np.float32, iter(chunks)), "n": np.int64(7)})
+    with np.load(path) as z:
+        np.testing.assert_array_equal(z["x"], x)
+        assert int(z["n"]) == 7
+
+
+@pytest.mark.parametrize("rows", [6, 8])
+def test_stream_writer_refuses_wrong_length_and_keeps_old_file(tmp_path, rows):
+    path = tmp_path / "s.npz"
+    path.write_bytes(b"old data")
+    x = np.zeros((rows, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match="member 'x'"):
+        write_npz_stream(path, {"x": StreamedMember((7, 2), np.float32, iter([x]))})
+    assert path.read_bytes() == b"old data"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.npz"]  # no temporary file left
+
+
+def _footprints_dense(indptr, indices, p, f):
+    """Independent reference: every rank's edges as (target, source) pairs, counted directly."""
+    bounds = partition_ranges(indptr, p)
+    tgt = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    out = []
+    for r in range(p):
+        lo, hi = bounds[r], bounds[r + 1]
+        mine = (tgt >= lo) & (tgt < hi)
+        src = indices[mine]
+        far = src[(src < lo) | (src >= hi)]
+        out.append((int(lo), int(hi), int(mine.sum()), len(far), len(set(far.tolist()))))
+    return out
+
+
+@pytest.mark.parametrize("p", [1, 3, 8])
+def test_rank_footprints_match_direct_count(tmp_path, p):
+    g = preset("reddit-like", 0.01, seed=1)
+    got = rank_footprints(g.indptr, g.indices, p, num_features=g.x.shape[1])
+    want = _footprints_dense(g.indptr, g.indices, p, g.x.shape[1])
+    assert [(r.lo, r.hi, r.edges, r.remote_edges, r.remote_rows) for r in got] == want
+    assert sum(r.nodes for r in got) == g.num_nodes and sum(r.edges for r in got) == g.num_edges
+    assert all(r.rows_per_pe == max(w[1] - w[0] for w in want) for r in got)
+    r0 = got[0]
+    assert r0.host_bytes == 8 * (r0.nodes + 1) + 8 * r0.edges + r0.nodes * (4 * g.x.shape[1] + 11)
+
+
+def test_prepare_cli_writes_sizes_and_refuses_overwrite(tmp_path, capsys):
+    out = tmp_path / "p.npz"
+    assert main(["products-like", "--scale", "0.002", "--out", str(out), "--ranks", "1,3"]) == 0
+    text = capsys.readouterr().out
+    assert "wrote" in text and "on P=3 ranks" in text and "largest rank" in text
+    assert sum(1 for ln in text.splitlines() if ln.strip().split(" ")[0] in ("0", "1", "2")) == 4  # 1 + 3 rank rows
+    before = out.stat().st_mtime_ns
+    with pytest.raises(SystemExit) as e:
+        main(["products-like", "--scale", "0.002", "--out", str(out)])
+    assert e.value.code == 2 and "exists; pass --force" in capsys.readouterr().err
+    assert out.stat().st_mtime_ns == before
+    assert main(["karate", "--out", str(out), "--force"]) == 0  # a non-preset, saved whole
+    assert load_npz(out).num_nodes == 34
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["nosuch-graph", "--out", "x.npz"], "nosuch-graph"),
+    (["karate", "--ranks", "2"], "not one"),
+    (["karate"], "nothing to do"),
+    (["karate", "--out", "x.npz", "--ranks", "two"], "--ranks"),
+    (["papers-like", "--scale", "2", "--out", "x.npz"], "--scale"),
+])
+def test_prepare_cli_bad_input(tmp_path, capsys, argv, msg, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "x.npz")
+
+
+def test_prepare_cli_truncated_file(tmp_path, capsys):
+    out = tmp_path / "p.npz"
+    save_preset("products-like", str(out), scale=0.002)
+    data = out.read_bytes()
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SystemExit) as e:
+        main([str(bad), "--ranks", "2"])
+    assert e.value.code == 2 and "bad.npz" in capsys.readouterr().err
+
+
+def test_read_rows_from_file_equals_slice(tmp_path):
+    from mgg.data.rows import read_rows
+
+    path = tmp_path / "g.npz"
+    save_preset("products-like", str(path), scale=0.002, seed=2)
+    g = load_npz(path, mmap=True)
+    for arr in (g.x, g.indices, g.train_mask):
+        assert isinstance(arr, np.memmap)
+        for lo, hi in ((0, 1), (7, 300), (len(arr) - 5, len(arr)), (3, 3)):
+            got = read_rows(arr, lo, hi)
+            assert not isinstance(got, np.memmap) and got.dtype == arr.dtype
+            np.testing.assert_array_equal(got, np.asarray(arr[lo:hi]))
+    view = g.x[10:50]  # a view of a map: sliced and copied
+    np.testing.assert_array_equal(read_rows(view, 2, 5), np.asarray(g.x[12:15]))
+    np.testing.assert_array_equal(read_rows(np.arange(10), 4, 6), [4, 5])
