@@ -337,7 +337,7 @@ def floor_bytes(p, dp: int, variant: str) -> dict:
     (each halo row once for `halo`, every remote edge's row otherwise)."""
     row = dp * 4
     uniq = len(np.unique(p.local_indices)) if p.num_local_edges else 0
-    remote_rows = p.halo_size if variant == "halo" else p.num_remote_edges
+    remote_rows = p.halo_size if variant in ("halo", "halo_overlap") else p.num_remote_edges
     compulsory = (8 * (p.num_local_edges + p.num_remote_edges) + 24 * (len(p.local_parts) + len(p.remote_parts))
                   + row * (uniq + (p.n_local if p.has_self else 0) + p.n_local))
     return {"compulsory": compulsory, "gathered": row * (p.num_local_edges + p.num_remote_edges),

@@ -123,7 +123,7 @@ class GPUExecutor:
         self.rwt = _dev(p.remote_weight, np.float32, dev)
         self.warps = _dev(p.warps, np.int64, dev)
         self.self_weight = _dev(p.self_weight, np.float32, dev).unsqueeze(1) if p.has_self else None
-        if variant == "halo":
+        if variant in ("halo", "halo_overlap"):
             self.hpe = _dev(p.halo_pe(), np.int32, dev)
             self.hrow = _dev(p.halo_row, np.int32, dev)
             self.rslot = _dev(p.remote_slot, np.int32, dev)
@@ -136,6 +136,9 @@ class GPUExecutor:
         props = torch.cuda.get_device_properties(dev)
         self.num_sms = props.multi_processor_count
         self.smem_limit = int(getattr(props, "shared_memory_per_block_optin", 227 * 1024))
+        # halo_overlap: the gather's stream (highest priority: its blocks are scheduled before
+        # the local kernel's, which fills the SMs the gather leaves)
+        self.side = torch.cuda.Stream(dev, priority=-1) if variant == "halo_overlap" else None
 
     # -- helpers ------------------------------------------------------------------------------
     def _fn(self, name: str, smem: int):
@@ -181,12 +184,31 @@ class GPUExecutor:
             np.int32(self.ps_max), _p(out), _p(lpo), _p(rpo), np.int32(atomic), np.int32(mode)),
            shared_mem=smem)
 
+    def _gather_halo(self, symp, d4: int, halo: torch.Tensor | None = None) -> torch.Tensor:
+        """Launch `mgg_halo_gather` on the current stream: every unique remote row of the plan,
+        once, into `halo` (float32 [max(h, 1), Dp], allocated here when None). Returns it."""
+        h = self.plan.halo_size
+        if halo is None:
+            halo = self._fill((max(h, 1), 4 * d4))
+        if h:
+            g = self._fn("mgg_halo_gather", 0)
+            grid, block = self._grid(min(h, self.num_sms * 64), 8)
+            g(grid, block, (np.int64(h), _p(self.hpe), _p(self.hrow), symp, np.int32(d4), _p(halo)))
+        return halo
+
     # -- one aggregation ----------------------------------------------------------------------
-    def __call__(self, x: torch.Tensor, sym) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, sym, only: str | None = None) -> torch.Tensor:
         """x: float32 [n_local, D] on this GPU; sym: the NVSHMEM SymmetricArray of width D.
 
-        Collective. Returns float32 [n_local, D].
+        `only` ("local" or "remote", halo variants): run that half alone -- the local partitions,
+        or the gather and the remote partitions -- to measure the overlap (bench/overlap.py);
+        the result is then a partial sum. Collective. Returns float32 [n_local, D].
         """
+        if only not in (None, "local", "remote"):
+            raise ValueError(f"only must be None, 'local' or 'remote', got {only!r}")
+        if only is not None and self.variant not in ("halo", "halo_overlap"):
+            raise ValueError(f"only={only!r} is for the halo variants, not {self.variant!r}")
+        run_local, run_remote = only != "remote", only != "local"
         p = self.plan
         n, dim = p.n_local, int(x.shape[1])
         dp = sym.dim_padded
@@ -220,14 +242,24 @@ class GPUExecutor:
                     fn(grid, block, (np.int64(L), np.int64(R), _p(self.lparts), _p(self.lsrc), _p(self.lwt),
                                      _p(self.rparts), _p(self.rpe), _p(self.rrow), _p(self.rwt), symp,
                                      np.int32(d4), np.int32(self.ps_max), _p(out)), shared_mem=smem)
-            elif self.variant == "halo":
-                h = p.halo_size
-                halo = self._fill((max(h, 1), dp))
-                if h:
-                    g = self._fn("mgg_halo_gather", 0)
-                    grid, block = self._grid(min(h, self.num_sms * 64), 8)
-                    g(grid, block, (np.int64(h), _p(self.hpe), _p(self.hrow), symp, np.int32(d4), _p(halo)))
-                self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)
+            elif self.variant == "halo" or only is not None:
+                if run_remote:
+                    halo = self._gather_halo(symp, d4)
+                if run_local:
+                    self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)
+                if run_remote:
+                    self._local(out, R, self.rparts, self.rslot, self.rwt, _p(halo), d4, v)
+            elif self.variant == "halo_overlap":
+                cur = torch.cuda.current_stream(self.device)
+                self.side.wait_stream(cur)  # the published store and the halo buffer's allocation
+                halo = self._fill((max(p.halo_size, 1), dp))
+                with torch.cuda.stream(self.side), _stream():
+                    self._gather_halo(symp, d4, halo)
+                gathered = torch.cuda.Event()
+                gathered.record(self.side)
+                halo.record_stream(self.side)
+                self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)  # beside the gather
+                cur.wait_event(gathered)
                 self._local(out, R, self.rparts, self.rslot, self.rwt, _p(halo), d4, v)
             else:  # paper / paper_nbi: kernel 1 then kernel 2
                 self._local(out, L, self.lparts, self.lsrc, self.lwt, symp, d4, v)

@@ -143,6 +143,10 @@ _register(KernelVariant(
     "the remote partitions", ("mgg_halo_gather", "mgg_local_v{v}"), _none, buffers=("halo",),
     tunable=True))
 _register(KernelVariant(
+    "halo_overlap", "halo with the unique-row gather on a second, high-priority stream while the local "
+    "partitions aggregate on the first; the remote partitions start when the gather's event fires",
+    ("mgg_halo_gather", "mgg_local_v{v}"), _none, buffers=("halo",)))
+_register(KernelVariant(
     "nonpipelined", "baseline (b): local and remote partitions on different warps",
     ("mgg_split_v{v}",), _stage, smem_only_with_remote=False))
 _register(KernelVariant(

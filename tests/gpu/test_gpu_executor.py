@@ -54,7 +54,7 @@ def test_variants_match_reference(variant, kind, transposed):
         assert rel_err(out, ref) < 1e-5
 
 
-@pytest.mark.parametrize("variant", ["pipelined", "ptr", "halo", "paper_nbi", "pipelined_2pass"])
+@pytest.mark.parametrize("variant", ["pipelined", "ptr", "halo", "halo_overlap", "paper_nbi", "pipelined_2pass"])
 @pytest.mark.parametrize("dim,ps,dist,wpb", [(1, 1, 1, 1), (7, 3, 5, 2), (64, 32, 16, 8), (130, 16, 4, 16),
                                              (512, 8, 2, 4)])
 def test_widths_and_params(variant, dim, ps, dist, wpb):
@@ -103,3 +103,26 @@ def test_symmetric_store_get_rows():
         assert torch.equal(got, want)
     arr.release()
     arr.free()
+
+
+@pytest.mark.parametrize("variant", ["halo", "halo_overlap"])
+def test_halves_add_up_to_the_whole(variant):
+    """only="local" + only="remote" (bench/overlap.py's halves) = the whole aggregation (sum: no
+    self term), and a non-halo variant refuses `only`."""
+    comm = world()
+    indptr, indices = random_csr(600, 9000, seed=11)
+    x = np.random.default_rng(12).standard_normal((600, 40)).astype(np.float32)
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", variant=variant)) as dg:
+        ex = dg.executor("sum")
+        ex.poison = True
+        xl = torch.from_numpy(dg.local(x).copy()).cuda()
+        sym = dg.symmetric(40)
+        whole = ex(xl, sym).cpu().numpy()
+        loc, rem = (ex(xl, sym, only=o).cpu().numpy() for o in ("local", "remote"))
+        ref = aggregate_reference(indptr, indices, x, "sum")[dg.lo: dg.hi]
+    assert rel_err(whole, ref) < 1e-5 and rel_err(loc + rem, ref) < 1e-5
+    if comm.size > 1:
+        assert np.abs(rem).sum() > 0
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", variant="ptr")) as dg:
+        with pytest.raises(ValueError, match="halo variants"):
+            dg.executor("sum")(torch.zeros(dg.n_local, 4, device="cuda"), dg.symmetric(4), only="local")
