@@ -193,16 +193,20 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         psws = [None] * T if per_sample_weights is None else per_sample_weights
         if len(offsets) != T or len(psws) != T:
             raise ValueError(f"offsets and per_sample_weights need one entry per table ({T})")
+        fused = self._gpu and not (torch.is_grad_enabled() and self.training)
+        where = self.array.local.device if fused else None  # the fused path validates on the GPU
         bags, keys = [], []
         for t, cfg in enumerate(self.tables):
             if indices[t] is None:
                 bags.append(None)
                 continue
             b = check_bag_input(indices[t], offsets[t], psws[t], num_embeddings=cfg.num_embeddings, mode=cfg.mode,
-                                include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}")
+                                include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}",
+                                device=where)
             bags.append(b)
-            keys.append(b.indices.numpy() + self.layout.table_offset[t])
-        if self._gpu and not (torch.is_grad_enabled() and self.training):
+            if not fused:
+                keys.append(b.indices.numpy() + self.layout.table_offset[t])
+        if fused:
             return self._forward_fused(bags)
         allkeys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         uniq, inv = np.unique(allkeys, return_inverse=True)
@@ -228,7 +232,8 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         return outs
 
     def _forward_fused(self, bags) -> list[torch.Tensor | None]:
-        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu)."""
+        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu); the
+        validated ids are already on the GPU, and owners and local rows are computed there."""
         from ..kernels.embedding_gpu import embedding_bag_fused
 
         outs: list[torch.Tensor | None] = []
@@ -236,9 +241,8 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             if b is None:
                 outs.append(None)
                 continue
-            owner, local = self.layout.locate(t, b.indices.numpy())
-            psw = None if b.per_sample_weights is None else b.per_sample_weights.float().numpy()
-            out = embedding_bag_fused(self.array, owner, local, b.offsets.numpy(), psw, self.tables[t].mode)
+            owner, local = self.layout.locate(t, b.indices)  # on the GPU: no host round trip
+            out = embedding_bag_fused(self.array, owner, local, b.offsets, b.per_sample_weights, self.tables[t].mode)
             outs.append(out[:, : int(self.dims[t])])
         return outs
 

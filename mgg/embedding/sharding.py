@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 __all__ = ["SHARDINGS", "TableLayout"]
 
@@ -72,9 +73,10 @@ class TableLayout:
         return np.concatenate([[0], np.cumsum(self.num_embeddings)]).astype(np.int64)
 
     # -- address translation --------------------------------------------------------------------
-    def locate(self, t: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(owner PE, local row in the owner's slice) of rows `rows` (int64) of table t."""
-        rows = np.asarray(rows, dtype=np.int64)
+    def locate(self, t: int, rows):
+        """(owner PE, local row in the owner's slice) of rows `rows` (int64) of table t: numpy
+        arrays for a numpy array or list, tensors on the same device for a torch tensor."""
+        rows = rows.to(torch.int64) if isinstance(rows, torch.Tensor) else np.asarray(rows, dtype=np.int64)
         n_t, base = self.slice_rows(t), int(self.base[t])
         if self.sharding[t] == "range":
             owner = rows // n_t

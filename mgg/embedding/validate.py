@@ -44,9 +44,24 @@ def _as_tensor(x, what: str) -> torch.Tensor:
     raise TypeError(f"{what}: expected a tensor, array or list, got {type(x).__name__}")
 
 
+def _summary(idx: torch.Tensor, off: torch.Tensor) -> tuple[int, bool, int, int, int]:
+    """(offsets[0], offsets decrease somewhere, offsets[-1], min index, max index) as Python
+    values; on a GPU one small device-to-host copy (one synchronisation) for all five."""
+    z = torch.zeros((), dtype=torch.int64, device=idx.device)
+    parts = [off[0] if off.numel() else z,
+             (off[1:] < off[:-1]).any().to(torch.int64) if off.numel() > 1 else z,
+             off[-1] if off.numel() else z,
+             idx.min() if idx.numel() else z, idx.max() if idx.numel() else z]
+    first, dec, last, lo, hi = torch.stack(parts).tolist()
+    return first, bool(dec), last, lo, hi
+
+
 def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int, mode: str,
-                    include_last_offset: bool, what: str = "EmbeddingBag") -> BagInput:
-    """Validate one table's input; returns flat int64 indices and offsets [B + 1] (the last = end of the last bag)."""
+                    include_last_offset: bool, what: str = "EmbeddingBag",
+                    device: torch.device | str | None = None) -> BagInput:
+    """Validate one table's input; returns flat int64 indices and offsets [B + 1] (the last = end
+    of the last bag) on `device` (None: the CPU). On a GPU the checks run there, with one
+    synchronisation for all of them (the GPU lookup path: ids given on the GPU stay there)."""
     if mode not in MODES:
         raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
     idx = _as_tensor(indices, f"{what}: indices")
@@ -72,21 +87,22 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
             raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
         if off.dim() != 1:
             raise ValueError(f"{what}: offsets must be 1-D; got {off.dim()}-D")
-    idx = idx.to(torch.int64).cpu()
-    off = off.to(torch.int64).cpu()
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    idx = idx.to(device=dev, dtype=torch.int64, non_blocking=True)
+    off = off.to(device=dev, dtype=torch.int64, non_blocking=True)
     n = int(idx.numel())
     if include_last_offset and off.numel() == 0:
         raise ValueError(f"{what}: include_last_offset=True needs at least one offset")
+    first, decreasing, last, lo, hi = _summary(idx, off)
     if off.numel():
-        if int(off[0]) != 0:
-            raise ValueError(f"{what}: offsets must start at 0, got offsets[0]={int(off[0])}")
-        if off.numel() > 1 and bool((off[1:] < off[:-1]).any()):
+        if first != 0:
+            raise ValueError(f"{what}: offsets must start at 0, got offsets[0]={first}")
+        if decreasing:
             i = int(torch.nonzero(off[1:] < off[:-1])[0, 0]) + 1
             raise ValueError(f"{what}: offsets must be non-decreasing; offsets[{i}]={int(off[i])} < offsets[{i-1}]={int(off[i-1])}")
-        if int(off[-1]) > n:
-            raise ValueError(f"{what}: offsets[-1]={int(off[-1])} exceeds len(indices)={n}")
+        if last > n:
+            raise ValueError(f"{what}: offsets[-1]={last} exceeds len(indices)={n}")
     if n:
-        lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= num_embeddings:
             bad = lo if lo < 0 else hi
             raise IndexError(f"{what}: index {bad} out of range [0, {num_embeddings})")
@@ -99,13 +115,15 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
             raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
         if psw.dim() != 1 or psw.numel() != n:
             raise ValueError(f"{what}: per_sample_weights must be 1-D with len(indices)={n} entries, got shape {tuple(psw.shape)}")
-    if include_last_offset and int(off[-1]) < n:
+        if device is not None:
+            psw = psw.to(dev, non_blocking=True)
+    if include_last_offset and last < n:
         # indices after the last offset belong to no bag; dropping them keeps their gradient 0
         # (torch 2.x leaves it uninitialized there when per_sample_weights are given)
-        end = int(off[-1])
+        end = last
         idx = idx[:end]
         psw = None if psw is None else psw[:end]
         n = end
     if not include_last_offset:  # normalize: offsets always end with the end of the last bag
-        off = torch.cat([off, torch.tensor([n], dtype=torch.int64)])
+        off = torch.cat([off, torch.tensor([n], dtype=torch.int64, device=off.device)])
     return BagInput(idx, off, psw, int(off.numel()) - 1)

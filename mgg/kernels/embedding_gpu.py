@@ -86,19 +86,27 @@ def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
     return out
 
 
-def embedding_bag_fused(array, owner: np.ndarray, local: np.ndarray, offsets: np.ndarray,
-                        per_sample_weights: np.ndarray | None, mode: str) -> torch.Tensor:
-    """Pooled bags [B, D]: offsets are [B + 1] (include_last_offset form), owner/local per index."""
+_NUMPY = {torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32}
+
+
+def _on(dev: torch.device, a, dtype: torch.dtype) -> torch.Tensor:
+    """`a` (numpy array or tensor) as a contiguous `dtype` tensor on `dev` (no copy when it is one)."""
+    if isinstance(a, torch.Tensor):
+        return a.to(device=dev, dtype=dtype, non_blocking=True).contiguous()
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=_NUMPY[dtype])).to(dev)
+
+
+def embedding_bag_fused(array, owner, local, offsets, per_sample_weights, mode: str) -> torch.Tensor:
+    """Pooled bags [B, D]: offsets are [B + 1] (include_last_offset form), owner/local per index;
+    each a numpy array or a tensor (ids already on this GPU are used in place)."""
     table = _table(array, "embedding_bag_fused")
     dev, D = table.device, table.shape[1]
     B = len(offsets) - 1
     out = torch.empty((B, D), dtype=torch.float32, device=dev)
     if B <= 0:
         return out
-    ow = torch.from_numpy(np.ascontiguousarray(owner, dtype=np.int32)).to(dev)
-    lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev)
-    off = torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)).to(dev)
-    psw = None if per_sample_weights is None else torch.from_numpy(np.ascontiguousarray(per_sample_weights, dtype=np.float32)).to(dev)
+    ow, lo, off = _on(dev, owner, torch.int32), _on(dev, local, torch.int64), _on(dev, offsets, torch.int64)
+    psw = None if per_sample_weights is None else _on(dev, per_sample_weights, torch.float32)
     _, _, k_bag = _module()
     grid, block = _grid(B)
     smem = (block[0] // 32) * D * 4

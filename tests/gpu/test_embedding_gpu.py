@@ -68,3 +68,25 @@ def test_training_forward_equals_torch_two_tables():  # width 70: rows padded to
         ref = _reference(init_table(cfg.num_embeddings, cfg.embedding_dim, seed=11 + t), idx, off, cfg.mode)
         np.testing.assert_allclose(outs[t].detach().cpu().double().numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
     emb.free()
+
+
+def test_ids_on_the_gpu_stay_there_and_are_checked():
+    """Ids given on the GPU give the same bags as ids on the CPU (the fused path validates and
+    locates them on the device), and a bad id on the GPU is still a clear IndexError/ValueError."""
+    comm = world()
+    emb = ShardedEmbeddingBag(N, 24, "sum", comm=comm, seed=5, backend="gpu")
+    emb.eval()
+    idx, off = _batch(300 + comm.rank, N)
+    with torch.no_grad():
+        cpu_out = emb(idx, off)
+        gpu_out = emb(idx.cuda(), off.cuda())
+        torch.testing.assert_close(gpu_out, cpu_out, rtol=0, atol=0)
+        bad = idx.clone()
+        bad[17] = N
+        with pytest.raises(IndexError, match=f"index {N} out of range"):
+            emb(bad.cuda(), off.cuda())
+        wrong = off.clone()
+        wrong[1] = len(idx) + 1  # offsets[2] < offsets[1]
+        with pytest.raises(ValueError, match="non-decreasing"):
+            emb(idx.cuda(), wrong.cuda())
+    emb.free()
