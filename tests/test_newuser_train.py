@@ -68,7 +68,15 @@ def test_memory_estimate_tracks_the_graph(tmp_path):
     # an .npz's size is read from its headers
     g = Graph(np.array([0, 1, 3]), np.array([1, 0, 1]), np.ones((2, 5), np.float32), np.array([0, 1]))
     save_npz(g, tmp_path / "g.npz")
-    assert graph_size(str(tmp_path / "g.npz")) == GraphSize(2, 3, 5)
+    assert graph_size(str(tmp_path / "g.npz")) == GraphSize(2, 3, 5, mapped=True)  # stored int64 CSR: mapped
+    np.savez_compressed(tmp_path / "c.npz", indptr=g.indptr, indices=g.indices, x=g.x, y=g.y)
+    assert graph_size(str(tmp_path / "c.npz")) == GraphSize(2, 3, 5, mapped=False)  # compressed: read whole
+    # a mapped file in full-graph mode: each of 4 ranks holds a quarter of the edges, not all of them
+    whole = estimate(GraphSize(10_000, 100_000_000, 64), 16, 2, 4, True)
+    mapped = estimate(GraphSize(10_000, 100_000_000, 64, mapped=True), 16, 2, 4, True)
+    assert whole.host_per_rank - mapped.host_per_rank >= 24 * 100_000_000 - 2 * 8 * 100_000_000 // 4
+    assert estimate(GraphSize(10_000, 100_000_000, 64, mapped=True), 16, 2, 4, True, mode="sampled") == \
+        estimate(GraphSize(10_000, 100_000_000, 64), 16, 2, 4, True, mode="sampled")  # sampled reads it whole
 
 
 def test_scale_with_a_file_and_norm_with_another_model_are_refused(tmp_path, capsys):
