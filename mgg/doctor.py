@@ -12,6 +12,7 @@ collective steps, and a watchdog (`--timeout`) turns a stuck one into an error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -138,6 +139,10 @@ def local_facts(comm) -> dict:
         facts["cuda_available"] = bool(torch.cuda.is_available())
         n = torch.cuda.device_count() if facts["cuda_available"] else 0
         facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(n)]
+        if n:  # the physical GPU this rank would use (mgg.runtime.gpu_assignment)
+            from .runtime.gpu_assignment import probe_local_gpu
+
+            facts["gpu_probe"] = dataclasses.asdict(probe_local_gpu(comm.rank, comm.local_rank))
     except Exception as e:  # noqa: BLE001
         facts.update(torch=None, torch_cuda=None, cuda_available=False, gpus=[])
         facts["problems"].append(f"torch does not import on rank {comm.rank} ({facts['host']}): {e}")
@@ -222,10 +227,18 @@ def analyse(facts: list[dict], node_of: list[int], rma: list[tuple[bool, str]], 
         lines.append(f"  node {nd} ({', '.join(hosts)}): ranks {_ranges(ranks)}; GPUs: {desc}")
         if gpus:
             lines.append(f"    GPU links: {f.get('links', '?')}  [{f.get('links_source', '-')}]")
-        if gpus and len(ranks) > len(gpus):
+        probes = [facts[r]["gpu_probe"] for r in ranks if facts[r].get("gpu_probe") is not None]
+        if gpus and len(probes) == len(ranks):  # physical GPUs compared: per-rank CUDA_VISIBLE_DEVICES is fine
+            from .runtime.gpu_assignment import GpuProbe, assignment_problem
+
+            probes = [GpuProbe(**p) for p in probes]
+            shared = assignment_problem(probes)
+            if shared:
+                problems.append(f"node {nd}: {shared}")
+        elif gpus and len(ranks) > len(gpus):
             problems.append(f"node {nd} ({hosts[0]}) runs {len(ranks)} ranks on {len(gpus)} GPUs: the GPU "
                             f"backend needs one rank per GPU")
-        elif gpus and len(ranks) < len(gpus):
+        if gpus and len(ranks) < len(gpus):
             warnings.append(f"node {nd} ({hosts[0]}) has {len(gpus)} GPUs but runs {len(ranks)} ranks: "
                             f"{len(gpus) - len(ranks)} GPU(s) idle")
     libs = sorted({f.get("mpi_library") or "none" for f in facts})

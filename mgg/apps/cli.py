@@ -318,16 +318,25 @@ def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = Fal
     return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
 
 
-def check_backend(backend: str) -> None:
-    """UserError (one line, exit 2 on every rank) when `--backend gpu` cannot run here: no GPU, or
-    a GPU package missing (and how to install it). Every rank sees the same machine state."""
+def check_backend(backend: str, comm=None) -> None:
+    """UserError (one line, exit 2 on every rank) when `--backend gpu` cannot run: no GPU, or a GPU
+    package missing (and how to install it) on any rank, or ranks that would share a GPU (more
+    ranks than GPUs on a host; mgg.runtime.gpu_assignment). Collective when `comm` is given:
+    every rank's findings are gathered, so all ranks fail together with the same message."""
     if backend != "gpu":
         return
     from ..runtime.backends import gpu_unavailable_reason
+    from ..runtime.gpu_assignment import check_gpu_assignment
 
     why = gpu_unavailable_reason()
-    if why:
-        raise UserError(f"--backend gpu: {why}")
+    whys = [why] if comm is None or comm.size == 1 else comm.allgather(why)
+    if any(whys):
+        bad = next(r for r, w in enumerate(whys) if w)
+        where = "" if all(w == whys[0] for w in whys) else f"rank {bad}: "  # the same everywhere: say it once
+        raise UserError(f"--backend gpu: {where}{whys[bad]}")
+    problem = "" if comm is None else check_gpu_assignment(comm)
+    if problem:
+        raise UserError(f"--backend gpu: {problem}")
 
 
 def check_fits(cfg: TrainConfig, comm) -> None:
@@ -365,7 +374,7 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .phases import PhaseClock, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
-    check_backend(cfg.backend)
+    check_backend(cfg.backend, comm)
     check_fits(cfg, comm)
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
