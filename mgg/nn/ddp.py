@@ -14,15 +14,25 @@ __all__ = ["broadcast_parameters", "allreduce_gradients", "flatten", "unflatten_
 
 
 def flatten(tensors: list[torch.Tensor]) -> np.ndarray:
-    """Concatenate tensors into one contiguous float64 numpy array (host copy)."""
+    """Concatenate tensors into one contiguous float64 numpy array (host copy). Tensors on one
+    GPU are concatenated there first, so the host receives one copy (one synchronisation), not
+    one per tensor."""
     if not tensors:
         return np.zeros(0, dtype=np.float64)
+    devices = {t.device for t in tensors}
+    if len(devices) == 1:
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in tensors])
+        return flat.to("cpu").numpy().copy() if flat.device.type != "cpu" else flat.numpy()
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors]).numpy().copy()
 
 
 def unflatten_into(buf: np.ndarray, tensors: list[torch.Tensor]) -> None:
-    """Copy consecutive slices of `buf` back into `tensors` (in place, keeping dtype/device)."""
+    """Copy consecutive slices of `buf` back into `tensors` (in place, keeping dtype/device); to a
+    GPU the buffer goes in one copy, then it is sliced there."""
     src = torch.from_numpy(buf)
+    devices = {t.device for t in tensors}
+    if len(devices) == 1 and next(iter(devices)).type != "cpu":
+        src = src.to(next(iter(devices)))
     off = 0
     for t in tensors:
         n = t.numel()
