@@ -133,3 +133,44 @@ def test_read_rows_from_file_equals_slice(tmp_path):
     view = g.x[10:50]  # a view of a map: sliced and copied
     np.testing.assert_array_equal(read_rows(view, 2, 5), np.asarray(g.x[12:15]))
     np.testing.assert_array_equal(read_rows(np.arange(10), 4, 6), [4, 5])
+
+
+def test_footprints_in_one_pass_over_uneven_chunks():
+    """Several P at once from chunks that straddle rank boundaries equal each P sized alone, and
+    ranks without edges (all edges in the first nodes) are counted too."""
+    from mgg.runtime.footprint import footprints_from_chunks
+
+    g = preset("products-like", 0.003, seed=4)
+    E = g.num_edges
+    cuts = [0, 1, 7, 1000, E // 3, E // 3 + 1, E - 5, E]
+    chunks = ((a, b, torch.from_numpy(g.indices[a:b])) for a, b in zip(cuts, cuts[1:]))
+    got = footprints_from_chunks(g.indptr, chunks, [1, 2, 5], num_features=100)
+    for p in (1, 2, 5):
+        assert got[p] == rank_footprints(g.indptr, g.indices, p, num_features=100)
+    n = 1000
+    indptr = np.concatenate([np.arange(11) * 5, np.full(n - 10, 50)]).astype(np.int64)  # 10 nodes hold every edge
+    indices = np.random.default_rng(0).integers(0, n, 50)
+    fps = footprints_from_chunks(indptr, iter([(0, 20, indices[:20]), (20, 50, indices[20:])]), [4])[4]
+    want = _footprints_dense(indptr, indices, 4, 0)
+    assert [(r.lo, r.hi, r.edges, r.remote_edges, r.remote_rows) for r in fps] == want
+    with pytest.raises(ValueError, match="not contiguous"):
+        footprints_from_chunks(indptr, iter([(0, 20, indices[:20]), (25, 50, indices[25:])]), [2])
+    with pytest.raises(ValueError, match="cover 20 of 50"):
+        footprints_from_chunks(indptr, iter([(0, 20, indices[:20])]), [2])
+
+
+def test_prepare_dry_run_sizes_without_writing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["products-like", "--scale", "0.002", "--dry-run", "--ranks", "2,3"]) == 0
+    text = capsys.readouterr().out
+    assert "nothing written" in text and "on P=2 ranks" in text and "on P=3 ranks" in text
+    assert list(tmp_path.iterdir()) == []
+    g = preset("products-like", 0.002)
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit() and "[" in ln]
+    want = rank_footprints(g.indptr, g.indices, 3, num_features=100)
+    assert [int(r[5].replace(",", "")) for r in rows[2:]] == [w.remote_edges for w in want]  # the P=3 rows
+    for argv, msg in ((["karate", "--dry-run"], "draws a preset"),
+                      (["products-like", "--dry-run", "--out", "x.npz"], "leave out --out")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err

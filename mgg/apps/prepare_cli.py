@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", default="", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8")
     p.add_argument("--hidden", type=int, default=16, help="hidden width, for the symmetric heap column")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="presets: draw every edge and feature and size them for --ranks, but write no file "
+                        "(what a host can generate and partition, without the disk the file needs)")
     return p
 
 
@@ -82,6 +85,27 @@ def _write(ns: argparse.Namespace) -> None:
           f"({e / max(dt, 1e-9) / 1e6:.1f}M edges/s; peak host RSS {_peak_rss_mb():,.0f} MiB)", flush=True)
 
 
+def _dry_run(ns: argparse.Namespace, ps: list[int]) -> None:
+    """Draw a preset chunk by chunk (edges and features), size it for every P, keep nothing."""
+    from ..data.generators import PRESETS, preset_parts
+    from ..runtime.footprint import footprints_from_chunks
+
+    if ns.dataset.lower() not in PRESETS:
+        raise ValueError(f"--dry-run draws a preset ({', '.join(PRESETS)}), not {ns.dataset!r}")
+    t0 = time.perf_counter()
+    parts, name = preset_parts(ns.dataset.lower(), ns.scale, ns.seed, ns.device)
+    fps = footprints_from_chunks(parts.indptr, parts.source_chunks(), ps, num_features=parts.num_features)
+    t_edges = time.perf_counter() - t0
+    rows = sum(r1 - r0 for r0, r1, _ in parts.feature_chunks())
+    dt = time.perf_counter() - t0
+    print(f"drew {name}: {parts.num_nodes:,} nodes, {parts.num_edges:,} edges ({t_edges:.1f} s, "
+          f"{parts.num_edges / max(t_edges, 1e-9) / 1e6:.1f}M edges/s), {rows:,} feature rows of {parts.num_features} "
+          f"in {dt:.1f} s; peak host RSS {_peak_rss_mb():,.0f} MiB; nothing written (a file would take "
+          f"{(8 * parts.num_edges + parts.num_nodes * (4 * parts.num_features + 27)) / 2**30:.1f} GiB)", flush=True)
+    for p in ps:
+        _print_table(name, parts.num_nodes, parts.num_edges, parts.num_features, p, fps[p], ns.hidden, dt)
+
+
 def _print_sizes(path: str, ps: list[int], hidden: int) -> None:
     from ..data.npz import load_npz
     from ..runtime.footprint import rank_footprints
@@ -91,18 +115,23 @@ def _print_sizes(path: str, ps: list[int], hidden: int) -> None:
     for p in ps:
         t0 = time.perf_counter()
         fps = rank_footprints(g.indptr, g.indices, p, num_features=f)
-        print(f"\n{path} on P={p} ranks ({g.num_nodes:,} nodes, {g.num_edges:,} edges, F={f}; sized in "
-              f"{time.perf_counter() - t0:.1f} s)")
-        print(f"{'rank':>4} {'nodes [lo, hi)':>28} {'edges':>14} {'remote edges':>14} {'remote rows':>12} "
-              f"{'host MiB':>10} {'heap MiB F':>11} {'heap MiB H':>11}")
-        for fp in fps:
-            print(f"{fp.rank:>4} {f'{fp.nodes:,} [{fp.lo:,}, {fp.hi:,})':>28} {fp.edges:>14,} {fp.remote_edges:>14,} "
-                  f"{fp.remote_rows:>12,} {fp.host_bytes / _MB:>10,.0f} {fp.heap_bytes(max(f, 1)) / _MB:>11,.0f} "
-                  f"{fp.heap_bytes(hidden) / _MB:>11,.0f}")
-        big = max(fps, key=lambda r: r.host_bytes)
-        print(f"largest rank: {big.nodes:,} nodes ({big.nodes * p / max(1, g.num_nodes):.2f}x N/P), "
-              f"{big.edges:,} edges ({big.edges * p / max(1, g.num_edges):.2f}x E/P); heap per GPU per stored "
-              f"width: F={f}: {big.heap_bytes(max(f, 1)) / _MB:,.0f} MiB, H={hidden}: {big.heap_bytes(hidden) / _MB:,.0f} MiB")
+        _print_table(path, g.num_nodes, g.num_edges, f, p, fps, hidden, time.perf_counter() - t0)
+
+
+def _print_table(what: str, num_nodes: int, num_edges: int, f: int, p: int, fps, hidden: int, seconds: float) -> None:
+    """One P's per-rank table and the largest rank's line."""
+    print(f"\n{what} on P={p} ranks ({num_nodes:,} nodes, {num_edges:,} edges, F={f}; sized in "
+          f"{seconds:.1f} s)")
+    print(f"{'rank':>4} {'nodes [lo, hi)':>28} {'edges':>14} {'remote edges':>14} {'remote rows':>12} "
+          f"{'host MiB':>10} {'heap MiB F':>11} {'heap MiB H':>11}")
+    for fp in fps:
+        print(f"{fp.rank:>4} {f'{fp.nodes:,} [{fp.lo:,}, {fp.hi:,})':>28} {fp.edges:>14,} {fp.remote_edges:>14,} "
+              f"{fp.remote_rows:>12,} {fp.host_bytes / _MB:>10,.0f} {fp.heap_bytes(max(f, 1)) / _MB:>11,.0f} "
+              f"{fp.heap_bytes(hidden) / _MB:>11,.0f}")
+    big = max(fps, key=lambda r: r.host_bytes)
+    print(f"largest rank: {big.nodes:,} nodes ({big.nodes * p / max(1, num_nodes):.2f}x N/P), "
+          f"{big.edges:,} edges ({big.edges * p / max(1, num_edges):.2f}x E/P); heap per GPU per stored "
+          f"width: F={f}: {big.heap_bytes(max(f, 1)) / _MB:,.0f} MiB, H={hidden}: {big.heap_bytes(hidden) / _MB:,.0f} MiB")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,10 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
         ps = _ranks(ns.ranks)
-        if ns.out is None and not ps:
-            raise ValueError("nothing to do: give --out FILE.npz to write, and/or --ranks P to size a .npz")
         if not (0 < ns.scale <= 1):
             raise ValueError(f"--scale must be in (0, 1], got {ns.scale}")
+        if ns.dry_run:
+            if ns.out is not None:
+                raise ValueError("--dry-run writes nothing: leave out --out")
+            _dry_run(ns, ps or [1])
+            return 0
+        if ns.out is None and not ps:
+            raise ValueError("nothing to do: give --out FILE.npz to write, and/or --ranks P to size a .npz")
         if ns.out is not None:
             _write(ns)
         if ps:

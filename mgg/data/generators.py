@@ -28,7 +28,7 @@ from .graph import Graph, csr_from_edges
 from .hashrng import M32, approx_normal, below24, mix32, stream_keys, uniform53, words
 from .validate import validate_graph
 
-__all__ = ["sbm", "powerlaw", "preset", "save_preset", "PRESETS", "PowerLawPreset", "PowerLawParts", "powerlaw_parts",
+__all__ = ["sbm", "powerlaw", "preset", "save_preset", "PRESETS", "PowerLawPreset", "PowerLawParts", "powerlaw_parts", "preset_parts",
            "reddit_like", "products_like", "papers_like"]
 
 _ROW_CHUNK = 1 << 16
@@ -404,7 +404,9 @@ def preset_sizes(name: str, scale: float = 1.0) -> tuple[int, int]:
     return max(1, int(round(p.num_nodes * scale))), int(round(p.num_edges * scale))
 
 
-def _preset_parts(name: str, scale: float, seed: int, device) -> tuple[PowerLawParts, str]:
+def preset_parts(name: str, scale: float = 1.0, seed: int = 0, device=None) -> tuple[PowerLawParts, str]:
+    """(PowerLawParts of preset `name` at `scale`, its display name): the graph before its per-edge
+    and per-feature draws (see `save_preset` and `python -m mgg.prepare --dry-run`)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid: {sorted(PRESETS)}")
     p = PRESETS[name]
@@ -422,7 +424,7 @@ def save_preset(name: str, path: str, scale: float = 1.0, seed: int = 0,
     ``save_npz(preset(name, scale, seed), path)`` in content. Returns (num_nodes, num_edges)."""
     from .npzstream import StreamedMember, chunk_values, write_npz_stream
 
-    parts, _ = _preset_parts(name, scale, seed, device)
+    parts, _ = preset_parts(name, scale, seed, device)
     members = {"indptr": parts.indptr,
                "indices": StreamedMember((parts.num_edges,), np.int64, chunk_values(parts.source_chunks())),
                "num_nodes": np.int64(parts.num_nodes)}
@@ -438,7 +440,7 @@ def preset(name: str, scale: float = 1.0, seed: int = 0, device: str | torch.dev
     """Generate preset ``name`` (a key of :data:`PRESETS`) shrunk by ``scale`` in (0, 1]:
     nodes and edges both multiplied by ``scale`` (average degree kept); F and C unchanged.
     ``device``: where the per-edge and per-feature draws run (None: CPU); same graph on any."""
-    return _assemble(*_preset_parts(name, scale, seed, device))
+    return _assemble(*preset_parts(name, scale, seed, device))
 
 
 def reddit_like(scale: float = 1.0, seed: int = 0, device: str | torch.device | None = None) -> Graph:
