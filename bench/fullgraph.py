@@ -160,6 +160,38 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
     return step
 
 
+def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
+    """What one training epoch of `mname` moves between GPUs, counted on the aggregations it
+    really runs: each call (kind, direction, width) of dg.aggregate is recorded during one step,
+    and each of them must bring every distinct remote row of its plan once (the halo; per-edge
+    variants move more). Returns {"calls": [[kind, transposed, width], ...], "nvlink_bytes"}
+    (this rank's; the caller takes the max over ranks)."""
+    import torch
+
+    from mgg.nn import build_model
+
+    m = model_spec(mname)
+    calls = []
+    real = dg.aggregate
+
+    def counting(x, kind, transposed=False):
+        calls.append([kind, bool(transposed), int(x.shape[1])])
+        return real(x, kind, transposed)
+    dg.aggregate = counting
+    try:
+        x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
+        y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
+        tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
+        torch.manual_seed(0)
+        model = build_model(mname, g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm)()
+    finally:
+        del dg.aggregate  # the bound method again
+    nbytes = sum(dg.plan(k, t).halo_size * padded_dim(w) * 4 for k, t, w in calls)
+    return {"calls": calls, "nvlink_bytes": nbytes}
+
+
 def time_system(build_G, mname, g, comm, args, device):
     """Median epoch ms of model `mname` over graph wrapper G (None when out of memory)."""
     import torch
@@ -417,6 +449,14 @@ def run(args) -> None:
             m = model_spec(mname)
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
+            try:  # an accounting failure must not cost the timings below (it raises the same on every rank)
+                traffic = epoch_traffic(dg, mname, g, comm, device)
+                nv_bytes = comm.allreduce_scalar(float(traffic["nvlink_bytes"]), "max")
+                row["traffic"] = {"aggregations": traffic["calls"], "nvlink_bytes_max_rank": nv_bytes,
+                                  "nvlink_floor_ms": nv_bytes / (bw["nvlink_GBps"] * 1e6) if P > 1 else 0.0}
+            except Exception as e:  # noqa: BLE001
+                row["errors"]["traffic"] = f"{type(e).__name__}: {e}"
+            torch.cuda.reset_peak_memory_stats(device)
             for v in variants_for(dg, args.variants):
                 dg.set_variant(v)
                 ms, err = time_system(lambda: dg, mname, g, comm, args, device)
@@ -424,6 +464,10 @@ def run(args) -> None:
                 if err:
                     row["errors"][f"mgg-{v}"] = err
             dg.set_variant("pipelined")
+            heap = sum(a.rows_per_pe * a.dim_padded * 4 for a in dg._arrays.values() if hasattr(a, "dim_padded"))
+            row["memory_mb"] = {  # mgg's runs only (the baselines below come after this reading)
+                "torch_peak_max_rank": comm.allreduce_scalar(torch.cuda.max_memory_allocated(device) / 2**20, "max"),
+                "symmetric_heap_max_rank": comm.allreduce_scalar(heap / 2**20, "max")}
             if P > 1 and args.nccl:
                 nccl_G = [None]
 

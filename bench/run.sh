@@ -11,6 +11,9 @@
 #              `mgg.train --tune` on the GPU
 #   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
 #   e2e        bench/e2e.py (skipped when absent)
+#   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has), then bench/scaling.py's
+#              table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
+#              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
 #
 # Every run writes <root>/<date>-<gpu>x<count>-<commit>/ with manifest.json (bench/manifest.py),
 # summary.txt (per stage: exit code, seconds, its result lines), stages.tsv and the stage logs and
@@ -19,11 +22,12 @@
 # --dry-run prints the stages and their commands and runs nothing. The environment (NVLS off,
 # carried wheels, mpirun line) is bench/device_env.sh. Knobs: NGPU, BENCH_P ("1 2": fullgraph P
 # list), FULLGRAPH_ARGS, TUNER_RUNS (3), GAT_SCALE_PRODUCTS (0.25), GAT_SCALE_REDDIT (0.1),
-# SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS.
+# SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS, SCALING_ARGS (fullgraph flags of the
+# scaling suite).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
-ORDER=(gpu-tests fullgraph sampled gat tuner embedding e2e)
+ORDER=(gpu-tests fullgraph sampled gat tuner embedding e2e scaling)
 declare -A STAGES=(
   [gpu-tests]="build nvrtc-probe gpu-tests"
   [fullgraph]="fullgraph"
@@ -32,10 +36,11 @@ declare -A STAGES=(
   [tuner]="tune-grid tune-saved-grid train-tune"
   [embedding]="embedding-lookup embedding-serve dlrm"
   [e2e]="e2e"
+  [scaling]="scaling overlap"
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 ARGV="bench/run.sh $*"
 DRY=0 TAR=0 suites=()
@@ -247,6 +252,22 @@ stage_e2e() {
   if ((DRY)) || python3 bench/e2e.py --help 2>/dev/null | grep -q -- "--out"; then out=(--out "$RUN"); fi
   # shellcheck disable=SC2086  # E2E_ARGS is a list of words
   run_cmd 600 "$NGPU" e2e.log "." python3 bench/e2e.py "${out[@]}" ${E2E_ARGS:-}
+}
+
+# -- scaling --------------------------------------------------------------------------------------
+stage_scaling() {
+  local rc=0 p
+  for p in 1 2 4 8; do
+    ((p <= NGPU)) || continue
+    run_cmd 600 "$p" "scaling-P$p.log" "^(reddit|products|papers)|Error" \
+      python3 bench/fullgraph.py --out "$RUN/scaling" ${SCALING_ARGS:---datasets reddit-like:1,products-like:1 --no-pyg} || rc=1
+  done
+  run_cmd 60 1 scaling-table.txt "." python3 bench/scaling.py --summarize "$RUN/scaling" || rc=1
+  return $rc
+}
+stage_overlap() {
+  if ((NGPU < 2)); then skip "one GPU: no remote work to overlap"; return 0; fi
+  run_cmd 300 "$NGPU" overlap.log "^ +(reddit|products)|Error" python3 bench/overlap.py --out "$RUN/overlap.json"
 }
 
 # -- the run --------------------------------------------------------------------------------------

@@ -1,0 +1,34 @@
+"""bench/scaling.py's table from fullgraph result documents (fabricated here; the runs need GPUs)."""
+import json
+
+from bench.scaling import main, scaling_rows
+
+
+def _doc(p, best, nccl=None, nv_bytes=0.0):
+    systems = {"mgg-halo": best, "mgg-ptr": best * 1.5, "mgg-pipelined": None}
+    if nccl:
+        systems["nccl-halo+spmm"] = nccl
+    return {"P": p, "bandwidth": {"hbm_GBps": 4000.0, "nvlink_GBps": 400.0 if p > 1 else float("nan")},
+            "runs": [{"dataset": "reddit-like", "model": "gcn", "systems": systems,
+                      "traffic": {"nvlink_bytes_max_rank": nv_bytes, "nvlink_floor_ms": nv_bytes / 400e6},
+                      "memory_mb": {"torch_peak_max_rank": 1000.0 / p, "symmetric_heap_max_rank": 24.0}}]}
+
+
+def test_rows_speedups_floor_and_memory():
+    rows = scaling_rows([_doc(4, 2.5, nccl=6.0, nv_bytes=200e6), _doc(1, 8.0), _doc(2, 4.0, nccl=8.0, nv_bytes=100e6)])
+    assert [r["P"] for r in rows] == [1, 2, 4]  # sorted by P, P = 1 first
+    r1, r2, r4 = rows
+    assert r1["best_variant"] == "mgg-halo" and r1["speedup_vs_P1"] == 1.0 and r1["nccl_ms"] is None
+    assert r2["speedup_vs_P1"] == 2.0 and r2["speedup_vs_nccl"] == 2.0 and r2["target"] == 1.8
+    assert r4["speedup_vs_P1"] == 8.0 / 2.5 and r4["speedup_vs_nccl"] == 6.0 / 2.5
+    assert abs(r4["nvlink_floor_ms"] - 0.5) < 1e-12 and abs(r4["nvlink_mb"] - 200e6 / 2**20) < 1e-9
+    assert r4["gpu_mb"] == 250.0 + 24.0
+
+
+def test_summarize_prints_and_writes(tmp_path, capsys):
+    for d in (_doc(1, 8.0), _doc(2, 4.0, nccl=8.0, nv_bytes=1e6)):
+        (tmp_path / f"fullgraph-x-P{d['P']}.json").write_text(json.dumps(d))
+    assert main(["--summarize", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "reddit-like" in out and "mgg-halo" in out and "2.00" in out
+    assert json.loads((tmp_path / "scaling.json").read_text())["rows"][1]["speedup_vs_nccl"] == 2.0
