@@ -25,13 +25,17 @@ VARIANTS = plan_variant_names()  # the variants this executor launches (csr_rows
 HALO_MIN_REUSE = 1.5
 
 
-def choose_variant(plan: AggregationPlan) -> str:
+def choose_variant(plan: AggregationPlan, storage_dtype: str = "fp32") -> str:
     """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr).
 
     A rank with no remote work gets `csr_rows`: the degree-aware local CSR kernel
-    (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md)."""
+    (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md).
+    With 16-bit storage (`storage_dtype` bf16 / fp16) a rank with remote work gets `halo`, the
+    one partition variant with 16-bit kernels."""
     if plan.num_remote_edges == 0:
         return "csr_rows"
+    if storage_dtype != "fp32":
+        return "halo"
     reuse = plan.num_remote_edges / max(1, plan.halo_size)
     return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
 
