@@ -337,6 +337,19 @@ def check_backend(backend: str) -> None:
         raise UserError(f"--backend gpu: {why}")
 
 
+def check_storage_variant(cfg: TrainConfig) -> None:
+    """UserError (exit 2) when a 16-bit --storage-dtype meets a GPU --variant without 16-bit
+    kernels on a run that resolves to the GPU (--backend auto; --backend gpu is refused by argparse)."""
+    if cfg.storage_dtype == "fp32" or cfg.variant == "auto":
+        return
+    from ..kernels.variants import storage_dtype_problem
+    from ..runtime.backends import resolve_backend
+
+    problem = storage_dtype_problem(cfg.variant, cfg.storage_dtype)
+    if problem and resolve_backend(cfg.backend) == "gpu":
+        raise UserError(problem)
+
+
 def check_fits(cfg: TrainConfig, comm) -> None:
     """UserError when the run's memory estimate does not fit this node's host memory or its GPU
     (mgg.apps.memory_check); skipped with --force. Every rank computes the same answer."""
@@ -373,6 +386,7 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     check_backend(cfg.backend)
+    check_storage_variant(cfg)
     check_fits(cfg, comm)
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())

@@ -25,14 +25,17 @@ def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str 
         from .gpu import GPUExecutor, choose_variant
         from .variants import check_storage_dtype, get_variant
 
+        from ..runtime.store import storage_torch_dtype
+
         if variant == "auto":
             variant = choose_variant(plan, storage_dtype)
         check_storage_dtype(variant, storage_dtype)
+        st = storage_torch_dtype(storage_dtype)
         if get_variant(variant).executor == "csr":
             from .local_csr import CsrRowsExecutor
 
-            return CsrRowsExecutor(plan, store, kind)
-        return GPUExecutor(plan, store, variant=variant)
+            return CsrRowsExecutor(plan, store, kind, storage_dtype=st)
+        return GPUExecutor(plan, store, variant=variant, storage_dtype=st)
     from .cpu import CPUExecutor
 
     return CPUExecutor(plan)
