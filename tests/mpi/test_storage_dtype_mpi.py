@@ -77,9 +77,10 @@ def test_p_ranks_train_the_one_rank_weights_in_16_bits(model, name):
     res = train(cfg, comm, g)
     ref = train(cfg, Communicator(comm=None), g)
     # the same rounding points (every row rounded once, in the store); only float32 summation
-    # order differs, which can flip a 16-bit rounding of a later layer's input now and then
+    # order differs, which can flip a 16-bit rounding of a later layer's input now and then.
+    # Measured at P=2: gcn 3.9e-07, sage 2.2e-05; the bound is the fp32 test's (test_train_mpi)
     diff = comm.allreduce_scalar(float(np.abs(flat(res.model) - flat(ref.model)).max()), "max")
     print(f"{model} {name} P={comm.size}: max |w_P - w_1| = {diff:.2e}")
-    assert diff < 1e-3 * max(1.0, float(np.abs(flat(ref.model)).max()))
+    assert diff < 1e-4 * max(1.0, float(np.abs(flat(ref.model)).max()))
     assert abs(res.final_loss - ref.final_loss) < 1e-3
     assert np.array_equal(flat(res.model), comm.bcast(flat(res.model)))
