@@ -13,8 +13,8 @@ import signal
 import sys
 from typing import Any, Sequence
 
-from .config import (BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_FANOUT, DEFAULT_TUNE_CACHE, MODES, SAMPLED_FLAGS, VARIANTS,
-                     TrainConfig, TrainResult, UserError, model_names, sampled_models)
+from .config import (BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_FANOUT, DEFAULT_TUNE_CACHE, MODES, SAMPLED_FLAGS,
+                     STORAGE_DTYPES, VARIANTS, TrainConfig, TrainResult, UserError, model_names, sampled_models)
 
 __all__ = ["build_parser", "parse_args", "load", "train", "run", "main"]
 
@@ -120,6 +120,10 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", choices=VARIANTS, default="auto",
                    help="GPU kernel variant (docs/kernels.md; the CPU ignores it). With --tune: "
                    "'auto' lets the tuner compare pipelined, ptr and halo; any other pins it")
+    p.add_argument("--storage-dtype", choices=STORAGE_DTYPES, default="fp32",
+                   help="element type of embeddings in the symmetric store and halo buffers (and of "
+                   "gradient rows in the backward); sums stay float32, parameters and their gradients "
+                   "float32 (docs/storage-dtype.md; default fp32)")
     p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
     p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
@@ -220,10 +224,32 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     if ns.scale is not None and os.path.exists(ns.dataset):
         parser.error(f"--scale applies to generated datasets only; {ns.dataset} is a file "
                      f"(drop --scale, or make a smaller file)")
+    if ns.storage_dtype != "fp32":
+        _check_storage_dtype(parser, ns)
     if ns.norm is not None and ns.model != "gin":
         parser.error(f"--norm applies to --model gin only, got --model {ns.model}")
     ns.scale = 1.0 if ns.scale is None else ns.scale
     return TrainConfig(**vars(ns))
+
+
+def _check_storage_dtype(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """What a 16-bit --storage-dtype does not combine with (argparse error, exit 2): the sampled
+    mode, models whose aggregation bypasses the plan (GAT's fused kernels), and GPU variants
+    without 16-bit kernels."""
+    flag = f"--storage-dtype {ns.storage_dtype}"
+    if ns.mode != "full":
+        parser.error(f"{flag} applies to --mode full only")
+    from ..nn.registry import model_entry
+
+    if model_entry(ns.model).aggregation is None:
+        parser.error(f"{flag} is not implemented for --model {ns.model} (its fused aggregation keeps "
+                     f"float32 rows); use --storage-dtype fp32")
+    if ns.backend == "gpu" and ns.variant != "auto":
+        from ..kernels.variants import storage_dtype_problem
+
+        problem = storage_dtype_problem(ns.variant, ns.storage_dtype)
+        if problem:
+            parser.error(problem)
 
 
 def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
@@ -339,6 +365,19 @@ def check_backend(backend: str, comm=None) -> None:
         raise UserError(f"--backend gpu: {problem}")
 
 
+def check_storage_variant(cfg: TrainConfig) -> None:
+    """UserError (exit 2) when a 16-bit --storage-dtype meets a GPU --variant without 16-bit
+    kernels on a run that resolves to the GPU (--backend auto; --backend gpu is refused by argparse)."""
+    if cfg.storage_dtype == "fp32" or cfg.variant == "auto":
+        return
+    from ..kernels.variants import storage_dtype_problem
+    from ..runtime.backends import resolve_backend
+
+    problem = storage_dtype_problem(cfg.variant, cfg.storage_dtype)
+    if problem and resolve_backend(cfg.backend) == "gpu":
+        raise UserError(problem)
+
+
 def check_fits(cfg: TrainConfig, comm) -> None:
     """UserError when the run's memory estimate does not fit this node's host memory or its GPU
     (mgg.apps.memory_check); skipped with --force. Every rank computes the same answer."""
@@ -375,6 +414,7 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     check_backend(cfg.backend, comm)
+    check_storage_variant(cfg)
     check_fits(cfg, comm)
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())

@@ -11,7 +11,7 @@ from ..kernels.variants import tuned_variant_names, variant_names
 
 __all__ = ["TrainConfig", "TrainResult", "UserError", "BACKENDS", "VARIANTS", "TUNED_VARIANTS", "KNOB_DEFAULTS",
            "DEFAULT_TUNE_CACHE", "MODES", "DEFAULT_FANOUT", "DEFAULT_BATCH_SIZE", "SAMPLED_FLAGS",
-           "model_names", "sampled_models", "check_model_support"]
+           "model_names", "sampled_models", "check_model_support", "STORAGE_DTYPES"]
 
 BACKENDS = ("auto", "cpu", "gpu")
 #: GPU kernel variants (the registry mgg.kernels.variants, cheap to import) + "auto"
@@ -20,6 +20,8 @@ TUNED_VARIANTS = tuned_variant_names()  # what --tune compares on the GPU with -
 KNOB_DEFAULTS = {"ps": 16, "dist": 4, "wpb": 4}  # --ps/--dist/--wpb when not given
 DEFAULT_TUNE_CACHE = "~/.cache/mgg/tuning.json"
 MODES = ("full", "sampled")
+#: --storage-dtype choices (mgg.runtime.store.STORAGE_DTYPES; fp32 first, the default)
+STORAGE_DTYPES = ("fp32", "bf16", "fp16")
 DEFAULT_FANOUT = (25, 10)              # --fanout of --mode sampled (GraphSAGE's S1, S2)
 DEFAULT_BATCH_SIZE = 1024
 #: flags that only --mode sampled reads (TrainConfig field -> flag)
@@ -85,6 +87,7 @@ class TrainConfig:
     wpb: int | None = None
     backend: str = "auto"
     variant: str = "auto"                # GPU kernel variant (the CPU ignores it)
+    storage_dtype: str = "fp32"          # embeddings in the store: fp32 | bf16 | fp16 (docs/storage-dtype.md)
     tune: bool = False                   # runtime tuner (docs/tuner.md)
     tune_cache: str | None = None        # None: DEFAULT_TUNE_CACHE; "" or "none": no cache
     tune_log: str | None = None          # tuning log for `python -m mgg.tune --report`

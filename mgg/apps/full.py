@@ -46,6 +46,10 @@ def _search_space(cfg: TrainConfig, backend: str):
         variants = ("pipelined",)  # the CPU executor has one kernel
     else:
         variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
+        if cfg.storage_dtype != "fp32":  # only the variants with 16-bit kernels
+            from ..kernels.variants import variants_for_storage
+
+            variants = variants_for_storage(cfg.storage_dtype, variants) or variants
     pins = cfg.pinned()
     space = SearchSpace(**{f"{k}_values": (v,) for k, v in pins.items()}, variants=variants,
                         tune_ps_inter=False if cfg.ps_inter is not None else None)

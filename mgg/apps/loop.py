@@ -47,7 +47,8 @@ def build_distgraph(cfg: TrainConfig, comm, graph: Any):
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter)
+    rcfg = RuntimeConfig(**cfg.knobs(), backend=cfg.backend, variant=cfg.variant, ps_inter=cfg.ps_inter,
+                         storage_dtype=cfg.storage_dtype)
     saved_rpn = comm.ranks_per_node
     if cfg.ranks_per_node:
         comm.ranks_per_node = cfg.ranks_per_node

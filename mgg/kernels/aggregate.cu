@@ -29,8 +29,15 @@
 //                        halo buffer (nvshmem_ptr loads over NVLink, else a warp get)
 //   mgg_combine          second pass of the two-pass variant: one warp per target sums its
 //                        partitions' partial sums (no atomics)
+//   mgg_local_{bf16,fp16}_v{V}  mgg_local over a 16-bit table (storage dtype bf16 / fp16, see
+//                        docs/storage-dtype.md): rows of DV 16-byte vectors of 8 elements, each
+//                        loaded whole and converted to two float4 in registers, float32 sums and
+//                        float32 output [*, 2 * DV] float4. With mgg_halo_gather (which copies
+//                        16-byte vectors, so it moves 16-bit rows unchanged when given DV) this is
+//                        the halo variant's 16-bit path; the other variants are fp32 only.
 //
 // Launch geometry: blockDim.x = 32 * wpb; warps are numbered globally (blockIdx.x * wpb + warp).
+#include <cuda_fp16.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 #include <stdint.h>
@@ -141,6 +148,79 @@ __device__ void local_body(long long nparts, const long long* __restrict__ parts
     else local_body<V, false>(nparts, parts, src, wt, x, D4, out, part_out);                            \
   }
 DEF_LOCAL(1) DEF_LOCAL(2) DEF_LOCAL(4) DEF_LOCAL(8)
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 1 over a 16-bit table. S = 1: bfloat16 (the top half of a float32), S = 2: float16.
+// Lane c of a group owns the 16-byte vectors c, c + L, ... (VPL of them), i.e. the output float4
+// columns 2c and 2c + 1 of each; the partition's sum goes to out[target] with float4 atomics.
+template <int S>
+__device__ __forceinline__ void unpack16(const uint4& u, float4& a, float4& b);
+
+template <>
+__device__ __forceinline__ void unpack16<1>(const uint4& u, float4& a, float4& b) {
+  a = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                  __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+  b = make_float4(__uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
+                  __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u));
+}
+
+template <>
+__device__ __forceinline__ void unpack16<2>(const uint4& u, float4& a, float4& b) {
+  float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  float2 q = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  float2 r = __half22float2(*reinterpret_cast<const __half2*>(&u.z));
+  float2 t = __half22float2(*reinterpret_cast<const __half2*>(&u.w));
+  a = make_float4(p.x, p.y, q.x, q.y);
+  b = make_float4(r.x, r.y, t.x, t.y);
+}
+
+template <int S, int VPL>
+__device__ __forceinline__ void axpy_row16(float4 (&a)[2 * VPL], const uint4* __restrict__ row, float w,
+                                           const Lanes& l, int DV) {
+#pragma unroll
+  for (int v = 0; v < VPL; ++v) {
+    int col = l.c + v * l.L;
+    if (col < DV) {
+      float4 p, q;
+      unpack16<S>(__ldg(row + col), p, q);
+      a[2 * v].x += w * p.x; a[2 * v].y += w * p.y; a[2 * v].z += w * p.z; a[2 * v].w += w * p.w;
+      a[2 * v + 1].x += w * q.x; a[2 * v + 1].y += w * q.y; a[2 * v + 1].z += w * q.z; a[2 * v + 1].w += w * q.w;
+    }
+  }
+}
+
+template <int S, int VPL>
+__device__ void local16_body(long long nparts, const long long* __restrict__ parts, const int* __restrict__ src,
+                             const float* __restrict__ wt, const uint4* __restrict__ x, int DV,
+                             float4* __restrict__ out) {
+  Lanes l = lanes_for(DV);
+  long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+  for (long long q = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); q < nparts; q += warps) {
+    long long t = parts[3 * q], s = parts[3 * q + 1], e = parts[3 * q + 2];
+    float4 acc[2 * VPL];
+    zero(acc);
+    for (long long j = s + l.g; j < e; j += l.G) axpy_row16<S, VPL>(acc, x + (long long)src[j] * DV, wt[j], l, DV);
+    reduce_groups(acc, l);
+    if (l.g != 0) continue;
+#pragma unroll
+    for (int v = 0; v < VPL; ++v) {
+      int col = l.c + v * l.L;
+      if (col < DV) {
+        atomicAdd(out + t * 2 * DV + 2 * col, acc[2 * v]);
+        atomicAdd(out + t * 2 * DV + 2 * col + 1, acc[2 * v + 1]);
+      }
+    }
+  }
+}
+
+#define DEF_LOCAL16(S, SFX, V)                                                                           \
+  extern "C" __global__ void mgg_local_##SFX##_v##V(long long nparts, const long long* parts,           \
+                                                    const int* src, const float* wt, const uint4* x,   \
+                                                    int DV, float4* out) {                             \
+    local16_body<S, V>(nparts, parts, src, wt, x, DV, out);                                              \
+  }
+DEF_LOCAL16(1, bf16, 1) DEF_LOCAL16(1, bf16, 2) DEF_LOCAL16(1, bf16, 4)
+DEF_LOCAL16(2, fp16, 1) DEF_LOCAL16(2, fp16, 2) DEF_LOCAL16(2, fp16, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: remote partitions with the §5.2 shared-memory layout (Eq. 1):
@@ -317,7 +397,8 @@ __device__ void split_body(long long nl, long long nr, const long long* __restri
   }
 DEF_SPLIT(1) DEF_SPLIT(2) DEF_SPLIT(4) DEF_SPLIT(8)
 
-// Halo variant, step 1: fetch each unique remote row once into a private buffer.
+// Halo variant, step 1: fetch each unique remote row once into a private buffer. It moves D4
+// 16-byte vectors per row whatever they hold: 16-bit rows are gathered unchanged (D4 = DV).
 extern "C" __global__ void mgg_halo_gather(long long nrows, const int* __restrict__ hpe,
                                            const int* __restrict__ hrow, const float* sym, int D4,
                                            float4* __restrict__ halo) {

@@ -6,6 +6,11 @@ add it to the target's output row (atomics); here one chunk of partitions at a t
 with two index_adds: edges -> partition partial sums -> target rows. Remote partitions read their
 neighbor rows from the halo buffer, which holds every unique remote row once, fetched through the
 symmetric store before the remote partitions run.
+
+Storage dtype: the rows are read from what the symmetric array holds. With a 16-bit array
+(bfloat16 / float16, `RuntimeConfig.storage_dtype`) x is rounded once when written to the store;
+local rows, halo rows and the self term all read those 16-bit values, each gathered chunk is
+upcast to float32 before it is weighted and summed, and the output is float32 (docs/storage-dtype.md).
 """
 from __future__ import annotations
 
@@ -48,12 +53,18 @@ class PartitionedAggregator:
         self.ends = ends
 
     def add_into(self, out: torch.Tensor, table: torch.Tensor) -> None:
-        """out[target] += sum over partitions of weight * table[sources] (float32)."""
+        """out[target] += sum over partitions of weight * table[sources], in out's dtype.
+
+        table: [rows, D] of any float dtype (a 16-bit table is gathered in 16 bits, then each
+        gathered chunk upcast to out.dtype before weighting and summing); out: float [n, D]."""
+        acc = out.dtype
         for a, b in self.chunks:
             s, e = int(self.starts[a]), int(self.ends[b - 1])
             rows = table.index_select(0, self.sources[s:e])
-            rows.mul_(self.weight[s:e].to(table.dtype).unsqueeze(1))
-            partial = torch.zeros((b - a, table.shape[1]), dtype=table.dtype)
+            if rows.dtype != acc:
+                rows = rows.to(acc)
+            rows.mul_(self.weight[s:e].to(acc).unsqueeze(1))
+            partial = torch.zeros((b - a, table.shape[1]), dtype=acc)
             partial.index_add_(0, self.part_of_edge[s:e] - a, rows)
             out.index_add_(0, self.target[a:b], partial)
 
@@ -68,9 +79,10 @@ class CPUExecutor:
         self.self_weight = torch.from_numpy(plan.self_weight).unsqueeze(1) if plan.has_self else None
 
     def __call__(self, x: torch.Tensor, sym) -> torch.Tensor:
-        """x: float32 [n_local, D] (this rank's rows); sym: a SymmetricArray [rows_per_pe, D].
+        """x: float32 [n_local, D] (this rank's rows); sym: a SymmetricArray [rows_per_pe, D] of
+        x's dtype, or of a 16-bit storage dtype (then every row read is x rounded to it).
 
-        Collective (every rank calls it with its own x). Returns float32 [n_local, D].
+        Collective (every rank calls it with its own x). Returns [n_local, D] in x's dtype.
         """
         plan = self.plan
         x = x.detach().contiguous()
@@ -78,9 +90,12 @@ class CPUExecutor:
         sym.publish()
         halo = sym.get_halo(plan.halo_ptr, plan.halo_row)  # each unique remote row once
         sym.release()
+        # local rows as stored: x itself, or my 16-bit slice (what other ranks read of my rows);
+        # publish/release do not touch my own slice, and it is only rewritten by the next write
+        table = x if sym.dtype == x.dtype else sym.local[: plan.n_local]
         out = torch.zeros((plan.n_local, x.shape[1]), dtype=x.dtype)
-        self.local.add_into(out, x)
+        self.local.add_into(out, table)
         self.remote.add_into(out, halo)
         if self.self_weight is not None:
-            out.addcmul_(self.self_weight.to(x.dtype), x)
+            out.addcmul_(self.self_weight.to(x.dtype), table.to(x.dtype))
         return out

@@ -14,22 +14,28 @@ __all__ = ["plan_executor", "fused_executor"]
 
 
 def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str = "auto",
-                  kind: str | None = None):
+                  kind: str | None = None, storage_dtype: str = "fp32"):
     """The executor of `plan` on `backend` ("gpu": the launcher of kernel `variant` -- "auto"
     resolved by `choose_variant` -- uploading the plan; "cpu": CPUExecutor, which ignores the
     variant). `kind` (the plan's aggregation kind) lets csr_rows skip the per-edge weights.
-    Call it as `ex(x, sym)`."""
+    `storage_dtype` ("fp32" | "bf16" | "fp16"): the element type of the symmetric array the
+    executor will be called with; on the GPU a variant without 16-bit kernels refuses it
+    (ValueError, one line, naming the variants that have them). Call it as `ex(x, sym)`."""
     if backend == "gpu":
         from .gpu import GPUExecutor, choose_variant
-        from .variants import get_variant
+        from .variants import check_storage_dtype, get_variant
+
+        from ..runtime.store import storage_torch_dtype
 
         if variant == "auto":
-            variant = choose_variant(plan)
+            variant = choose_variant(plan, storage_dtype)
+        check_storage_dtype(variant, storage_dtype)
+        st = storage_torch_dtype(storage_dtype)
         if get_variant(variant).executor == "csr":
             from .local_csr import CsrRowsExecutor
 
-            return CsrRowsExecutor(plan, store, kind)
-        return GPUExecutor(plan, store, variant=variant)
+            return CsrRowsExecutor(plan, store, kind, storage_dtype=st)
+        return GPUExecutor(plan, store, variant=variant, storage_dtype=st)
     from .cpu import CPUExecutor
 
     return CPUExecutor(plan)

@@ -13,7 +13,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from .streams import torch_stream_for_cupy
-from .variants import get_variant, lane_layout, plan_variant_names, shared_memory_problem
+from .variants import check_storage_dtype, get_variant, lane_layout, plan_variant_names, shared_memory_problem
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
            "check_shared_memory", "vectors_per_lane"]
@@ -25,18 +25,26 @@ VARIANTS = plan_variant_names()  # the variants this executor launches (csr_rows
 HALO_MIN_REUSE = 1.5
 
 
-def choose_variant(plan: AggregationPlan) -> str:
+def choose_variant(plan: AggregationPlan, storage_dtype: str = "fp32") -> str:
     """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr).
 
     A rank with no remote work gets `csr_rows`: the degree-aware local CSR kernel
-    (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md)."""
+    (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md).
+    With 16-bit storage (`storage_dtype` bf16 / fp16) a rank with remote work gets `halo`, the
+    one partition variant with 16-bit kernels."""
     if plan.num_remote_edges == 0:
         return "csr_rows"
+    if storage_dtype != "fp32":
+        return "halo"
     reuse = plan.num_remote_edges / max(1, plan.halo_size)
     return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
 
 
 _VPL = (1, 2, 4, 8)
+#: storage dtype -> its --storage-dtype name and the suffix of its 16-bit kernels
+_STORAGE_NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: widest row of the 16-bit kernels (32 lanes x 4 vectors x 8 elements)
+MAX_DIM_16 = 32 * 4 * 8
 
 
 def vectors_per_lane(dim_padded: int) -> int:
@@ -81,33 +89,42 @@ def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
 
 
 def halo_gather(sym, pe: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-    """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] (kernel mgg_halo_gather)."""
+    """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] in sym's dtype (kernel
+    mgg_halo_gather, which copies 16-byte vectors: float32 and 16-bit rows alike)."""
     from .build import load_module
 
     dev = sym.padded.device
     k, dp = len(rows), sym.dim_padded
-    out = torch.empty((k, dp), dtype=torch.float32, device=dev)
+    out = torch.empty((k, dp), dtype=sym.dtype, device=dev)
     if k:
         fn = load_module("aggregate").get_function("mgg_halo_gather")
         hp, hr = _dev(pe, np.int32, dev), _dev(rows, np.int32, dev)
         with _stream():
             fn((min(-(-k // 8), 65535),), (256,), (np.int64(k), _p(hp), _p(hr), np.uint64(sym.data_ptr),
-                                                 np.int32(dp // 4), _p(out)))
+                                                 np.int32(sym.vecs), _p(out)))
     return out[:, : sym.dim]
 
 
 class GPUExecutor:
     """Runs `out = W x + diag * x` for one plan on this rank's GPU.
 
+    With a 16-bit `storage_dtype` (bfloat16 / float16, docs/storage-dtype.md) only the halo
+    variant runs (16-bit halo buffer, mgg_local_{bf16,fp16}_v{V}); others raise ValueError.
+
     Attributes:
         poison: when True, every output / partial / halo buffer is NaN-filled before the kernels
             run (tests use it to prove every element is written).
     """
 
-    def __init__(self, plan: AggregationPlan, store, variant: str = "pipelined"):
+    def __init__(self, plan: AggregationPlan, store, variant: str = "pipelined",
+                 storage_dtype: torch.dtype = torch.float32):
         if variant == "auto":
-            variant = choose_variant(plan)
+            variant = choose_variant(plan, _STORAGE_NAME.get(storage_dtype, "fp32"))
         get_variant(variant)  # ValueError naming the registered variants
+        if storage_dtype not in _STORAGE_NAME:
+            raise ValueError(f"GPUExecutor: storage dtype must be one of {list(_STORAGE_NAME)}, got {storage_dtype}")
+        check_storage_dtype(variant, _STORAGE_NAME[storage_dtype])
+        self.storage_dtype = storage_dtype
         self.plan, self.store, self.variant = plan, store, variant
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -184,6 +201,47 @@ class GPUExecutor:
             np.int32(self.ps_max), _p(out), _p(lpo), _p(rpo), np.int32(atomic), np.int32(mode)),
            shared_mem=smem)
 
+    def _halo16(self, x: torch.Tensor, sym) -> torch.Tensor:
+        """The halo variant over a 16-bit symmetric array: gather each unique remote row once
+        (16-bit, unchanged), then mgg_local_{bf16,fp16} over my slice and over the halo, float32
+        atomics into out; the self term reads x as stored. Collective. Returns float32 [n, D]."""
+        p = self.plan
+        n, dim = p.n_local, int(x.shape[1])
+        if sym.dtype != self.storage_dtype:
+            raise ValueError(f"GPUExecutor: symmetric array is {sym.dtype}, the executor stores {self.storage_dtype}")
+        if dim > MAX_DIM_16:
+            raise ValueError(f"GPUExecutor: embedding width {dim} is above the 16-bit kernels' limit of {MAX_DIM_16}")
+        dv = sym.vecs
+        v = lane_layout(4 * dv, max_vpl=4)[1]
+        name = f"mgg_local_{_STORAGE_NAME[self.storage_dtype]}_v{v}"
+        L, R, h = len(p.local_parts), len(p.remote_parts), p.halo_size
+        symp = np.uint64(sym.data_ptr)
+        sym.write(x)
+        sym.publish()
+        with _stream():
+            out = self._fill((n, 8 * dv))
+            out.zero_()
+            if self.poison:
+                halo = torch.full((max(h, 1), sym.dim_padded), float("nan"), dtype=sym.dtype, device=self.device)
+            else:
+                halo = torch.empty((max(h, 1), sym.dim_padded), dtype=sym.dtype, device=self.device)
+            if h:
+                g = self._fn("mgg_halo_gather", 0)
+                grid, block = self._grid(min(h, self.num_sms * 64), 8)
+                g(grid, block, (np.int64(h), _p(self.hpe), _p(self.hrow), symp, np.int32(dv), _p(halo)))
+            fn = self._fn(name, 0)
+            for nparts, parts, src, wt, table in ((L, self.lparts, self.lsrc, self.lwt, symp),
+                                                  (R, self.rparts, self.rslot, self.rwt, _p(halo))):
+                if nparts:
+                    grid, block = self._grid(min(nparts, self.num_sms * 64), p.wpb)
+                    fn(grid, block, (np.int64(nparts), _p(parts), _p(src), _p(wt), table, np.int32(dv), _p(out)))
+            res = out[:, :dim]
+            if self.self_weight is not None:
+                res = res + self.self_weight * sym.local[:n].to(torch.float32)
+            res = res.contiguous()
+        sym.release()
+        return res
+
     def _gather_halo(self, symp, d4: int, halo: torch.Tensor | None = None) -> torch.Tensor:
         """Launch `mgg_halo_gather` on the current stream: every unique remote row of the plan,
         once, into `halo` (float32 [max(h, 1), Dp], allocated here when None). Returns it."""
@@ -198,7 +256,8 @@ class GPUExecutor:
 
     # -- one aggregation ----------------------------------------------------------------------
     def __call__(self, x: torch.Tensor, sym, only: str | None = None) -> torch.Tensor:
-        """x: float32 [n_local, D] on this GPU; sym: the NVSHMEM SymmetricArray of width D.
+        """x: float32 [n_local, D] on this GPU; sym: the NVSHMEM SymmetricArray of width D (of
+        the executor's storage dtype).
 
         `only` ("local" or "remote", halo variants): run that half alone -- the local partitions,
         or the gather and the remote partitions -- to measure the overlap (bench/overlap.py);
@@ -209,6 +268,10 @@ class GPUExecutor:
         if only is not None and self.variant not in ("halo", "halo_overlap"):
             raise ValueError(f"only={only!r} is for the halo variants, not {self.variant!r}")
         run_local, run_remote = only != "remote", only != "local"
+        if self.storage_dtype != torch.float32:
+            if only is not None:
+                raise ValueError("only= measures the float32 halo kernels; not with a 16-bit storage dtype")
+            return self._halo16(x, sym)
         p = self.plan
         n, dim = p.n_local, int(x.shape[1])
         dp = sym.dim_padded

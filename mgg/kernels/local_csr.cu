@@ -4,11 +4,16 @@
 // (mgg.kernels.build.build_cubin("local_csr", nvshmem=False)).
 //
 // Layout
-//   * x and out are [n, D4] float4 rows (Dp = 4 * D4 floats, D padded to a multiple of 4 as the
-//     symmetric store does); x may be the caller's tensor when D % 4 == 0.
+//   * x is [n, DV] rows of 16-byte vectors in the storage type S (template parameter, see Store
+//     below): S = 0 float32 (a vector is a float4, D padded to a multiple of 4 as the symmetric
+//     store does; x may be the caller's tensor when D % 4 == 0), S = 1 bfloat16 / S = 2 float16
+//     (a vector is a uint4 of 8 elements, D padded to a multiple of 8). Every loaded vector is
+//     converted to F4 = 1 (fp32) or 2 (16-bit) float4s in registers; sums are float32.
+//   * out is float32 [n, DV * F4] float4 rows (Dp = 4 * DV * F4 floats), whatever S is.
 //   * CSR of the plan: indptr int64 [n + 1], src int32 [E] (local source rows), wt float32 [E].
-//   * Lanes: L = min(32, pow2ceil(D4)) lanes per lane group, G = 32 / L groups per warp; lane
-//     `lig` of a group owns the float4 columns lig, lig + L, ... (V of them, V = ceil(D4 / L)).
+//   * Lanes: L = min(32, pow2ceil(DV)) lanes per lane group, G = 32 / L groups per warp; lane
+//     `lig` of a group owns the storage vectors lig, lig + L, ... (V of them, V = ceil(DV / L)),
+//     i.e. output float4 columns c * F4 .. c * F4 + F4 - 1 of each such vector c.
 //   * Vectorised index loads: a batch of entries is loaded one index (and weight) per lane, U
 //     registers per lane (U = 8 / L for L < 8, else 1); every group then takes K = L * U entries
 //     of the batch, each broadcast from its owner lane with __shfl_sync. The next batch's indices
@@ -32,7 +37,8 @@
 //     max(batches) of its G rows, shorter rows predicate their tail off (rows are sorted by
 //     degree, so the waste is small). Rows with no entry are here too: they write diag * x or 0.
 //
-// Kernels (one job each)
+// Kernels (one job each; the 16-bit storage forms carry a _bf16 / _fp16 suffix after "rows" /
+// "combine": mgg_csr_rows_bf16_l{L}_v{V}_w{W}, mgg_csr_combine_fp16, ...)
 //   mgg_csr_rows_l{L}_v{V}_w{W}   warps [0, n_long) take long tasks (longest first), warps
 //                                 [n_long, n_long + ceil(n_short / G)) packed rows;
 //                                 block = 32 * wpb threads, grid = ceil(total warps / wpb), no
@@ -40,10 +46,49 @@
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
 #include <cstdint>
+#include <cuda_fp16.h>
 
 #define FULL 0xffffffffu
 
 namespace {
+
+// Storage element types: the 16-byte vector a lane loads, and its conversion to F4 float4s.
+template <int S>
+struct Store;
+template <>
+struct Store<0> {  // float32
+  using vec = float4;
+  static constexpr int F4 = 1;
+  static __device__ __forceinline__ vec zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ void unpack(const vec& v, float4 (&o)[F4]) { o[0] = v; }
+};
+template <>
+struct Store<1> {  // bfloat16: the top 16 bits of a float32
+  using vec = uint4;
+  static constexpr int F4 = 2;
+  static __device__ __forceinline__ vec zero() { return make_uint4(0u, 0u, 0u, 0u); }
+  static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ void unpack(const vec& v, float4 (&o)[F4]) {
+    o[0] = make_float4(lo(v.x), hi(v.x), lo(v.y), hi(v.y));
+    o[1] = make_float4(lo(v.z), hi(v.z), lo(v.w), hi(v.w));
+  }
+};
+template <>
+struct Store<2> {  // float16 (IEEE half)
+  using vec = uint4;
+  static constexpr int F4 = 2;
+  static __device__ __forceinline__ vec zero() { return make_uint4(0u, 0u, 0u, 0u); }
+  static __device__ __forceinline__ float2 h2(unsigned w) {
+    __half2 h = *reinterpret_cast<const __half2*>(&w);
+    return __half22float2(h);
+  }
+  static __device__ __forceinline__ void unpack(const vec& v, float4 (&o)[F4]) {
+    float2 a = h2(v.x), b = h2(v.y), c = h2(v.z), d = h2(v.w);
+    o[0] = make_float4(a.x, a.y, b.x, b.y);
+    o[1] = make_float4(c.x, c.y, d.x, d.y);
+  }
+};
 
 template <int L>
 struct Geo {
@@ -86,14 +131,15 @@ __device__ __forceinline__ void load_batch(long long base, long long e, int lane
   }
 }
 
-// Sum this group's entries of [s, e) into acc. Every lane of the warp must call it with the same
-// `nbatch` (the shuffles are warp-wide).
-template <int L, int V, int W, bool WARP>
-__device__ __forceinline__ void accumulate(float4 (&acc)[V], long long s, long long e, int nbatch, int g,
-                                           int lig, int lane, const int* __restrict__ src,
+// Sum this group's entries of [s, e) into acc (V storage vectors = V * F4 float4s per lane).
+// Every lane of the warp must call it with the same `nbatch` (the shuffles are warp-wide).
+template <int S, int L, int V, int W, bool WARP>
+__device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long long s, long long e, int nbatch,
+                                           int g, int lig, int lane, const int* __restrict__ src,
                                            const float* __restrict__ wt, const float* __restrict__ cf,
-                                           const float4* __restrict__ x, int D4) {
-  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K;
+                                           const typename Store<S>::vec* __restrict__ x, int DV) {
+  using T = Store<S>;
+  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K, F4 = T::F4;
   constexpr int STEP = WARP ? 32 * U : K;       // entries of a batch (per warp / per group)
   constexpr int UNR = V == 1 ? (K < 8 ? K : 8) : (V == 2 ? 4 : 2);  // rows in flight per lane
   int idx[U], nidx[U];
@@ -106,7 +152,7 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V], long long s, long l
       load_batch<L, W, WARP>(s + (long long)(b + 1) * STEP, e, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
-      float4 r[UNR][V];
+      typename T::vec r[UNR][V];
       float w[UNR];
 #pragma unroll
       for (int kk = 0; kk < UNR; ++kk) {
@@ -114,65 +160,78 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V], long long s, long l
         const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
         int j = __shfl_sync(FULL, idx[k / L], owner);
         w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
-        const float4* row = x + (long long)j * D4;
+        const typename T::vec* row = x + (long long)j * DV;
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           int c = lig + v * L;
-          r[kk][v] = (j >= 0 && c < D4) ? __ldg(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+          r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : T::zero();
         }
       }
 #pragma unroll
       for (int kk = 0; kk < UNR; ++kk)
 #pragma unroll
-        for (int v = 0; v < V; ++v) axpy<W>(acc[v], w[kk], r[kk][v]);
+        for (int v = 0; v < V; ++v) {
+          float4 f[F4];
+          T::unpack(r[kk][v], f);
+#pragma unroll
+          for (int h = 0; h < F4; ++h) axpy<W>(acc[v * F4 + h], w[kk], f[h]);
+        }
     }
   }
 }
 
-// out[t] = rf * acc + diag[t] * x[t] for this lane's columns.
-template <int L, int V>
-__device__ __forceinline__ void write_row(const float4 (&acc)[V], long long t, int lig,
+// out[t] = rf * acc + diag[t] * x[t] for this lane's columns (x[t] as stored, converted).
+template <int S, int L, int V>
+__device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4], long long t, int lig,
                                           const float* __restrict__ rf, const float* __restrict__ diag,
-                                          const float4* __restrict__ x, int D4, float4* __restrict__ out) {
+                                          const typename Store<S>::vec* __restrict__ x, int DV,
+                                          float4* __restrict__ out) {
+  using T = Store<S>;
+  constexpr int F4 = T::F4;
   float f = rf ? rf[t] : 1.f;
   float d = diag ? diag[t] : 0.f;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     int c = lig + v * L;
-    if (c < D4) {
-      float4 a = acc[v];
-      a.x *= f; a.y *= f; a.z *= f; a.w *= f;
-      if (diag) {
-        float4 xv = __ldg(x + t * D4 + c);
-        a.x = fmaf(d, xv.x, a.x); a.y = fmaf(d, xv.y, a.y); a.z = fmaf(d, xv.z, a.z); a.w = fmaf(d, xv.w, a.w);
+    if (c < DV) {
+      float4 xv[F4];
+      if (diag) T::unpack(__ldg(x + t * DV + c), xv);
+#pragma unroll
+      for (int h = 0; h < F4; ++h) {
+        float4 a = acc[v * F4 + h];
+        a.x *= f; a.y *= f; a.z *= f; a.w *= f;
+        if (diag) {
+          a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
+          a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
+        }
+        __stcs(out + (t * DV + c) * F4 + h, a);
       }
-      __stcs(out + t * D4 + c, a);
     }
   }
 }
 
-template <int L, int V, int W>
+template <int S, int L, int V, int W>
 __device__ __forceinline__ void csr_rows_body(long long n_long, const long long* __restrict__ long_tasks,
                                               long long n_short, const int* __restrict__ short_rows,
                                               const long long* __restrict__ indptr, const int* __restrict__ src,
                                               const float* __restrict__ wt, const float* __restrict__ cf,
                                               const float* __restrict__ rf, const float* __restrict__ diag,
-                                              const float4* __restrict__ x, int D4, float4* __restrict__ out,
-                                              float4* __restrict__ partial) {
-  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K;
+                                              const typename Store<S>::vec* __restrict__ x, int DV,
+                                              float4* __restrict__ out, float4* __restrict__ partial) {
+  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  float4 acc[V];
+  float4 acc[A];
   zero(acc);
   if (gw < n_long) {  // one row (or one chunk of a hub row), all groups
     const long long t = long_tasks[4 * gw], s = long_tasks[4 * gw + 1], e = long_tasks[4 * gw + 2];
     const long long slot = long_tasks[4 * gw + 3];
     const int nbatch = (int)((e - s + 32 * U - 1) / (32 * U));
-    accumulate<L, V, W, true>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, D4);
+    accumulate<S, L, V, W, true>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
 #pragma unroll
     for (int off = L; off < 32; off <<= 1)
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
+      for (int v = 0; v < A; ++v) {
         acc[v].x += __shfl_xor_sync(FULL, acc[v].x, off);
         acc[v].y += __shfl_xor_sync(FULL, acc[v].y, off);
         acc[v].z += __shfl_xor_sync(FULL, acc[v].z, off);
@@ -180,12 +239,14 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
       }
     if (g != 0) return;
     if (slot < 0) {
-      write_row<L, V>(acc, t, lig, rf, diag, x, D4, out);
+      write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out);
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         int c = lig + v * L;
-        if (c < D4) partial[slot * D4 + c] = acc[v];
+        if (c < DV)
+#pragma unroll
+          for (int h = 0; h < F4; ++h) partial[(slot * DV + c) * F4 + h] = acc[v * F4 + h];
       }
     }
     return;
@@ -198,48 +259,69 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
   if (t >= 0) { s = indptr[t]; e = indptr[t + 1]; }
   const int mine = (int)((e - s + K - 1) / K);
   const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
-  accumulate<L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, D4);
-  if (t >= 0) write_row<L, V>(acc, t, lig, rf, diag, x, D4, out);
+  accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
+  if (t >= 0) write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out);
 }
 
-}  // namespace
-
-#define DEF_ROWS(L, V, W)                                                                                \
-  extern "C" __global__ void mgg_csr_rows_l##L##_v##V##_w##W(                                         \
-      long long n_long, const long long* long_tasks, long long n_short, const int* short_rows,         \
-      const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
-      const float* diag, const float4* x, int D4, float4* out, float4* partial) {                       \
-    csr_rows_body<L, V, W>(n_long, long_tasks, n_short, short_rows, indptr, src, wt, cf, rf, diag, x, D4, \
-                           out, partial);                                                               \
-  }
-#define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
-DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
-DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
-
-// Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
-// partial slot, number of slots).
-extern "C" __global__ void mgg_csr_combine(long long n_split, const long long* __restrict__ split,
-                                           const float4* __restrict__ partial, const float* __restrict__ rf,
-                                           const float* __restrict__ diag, const float4* __restrict__ x,
-                                           int D4, float4* __restrict__ out) {
+// Second pass for hub rows split over several warps (see mgg_csr_combine below).
+template <int S>
+__device__ __forceinline__ void csr_combine_body(long long n_split, const long long* __restrict__ split,
+                                                 const float4* __restrict__ partial, const float* __restrict__ rf,
+                                                 const float* __restrict__ diag,
+                                                 const typename Store<S>::vec* __restrict__ x, int DV,
+                                                 float4* __restrict__ out) {
+  using T = Store<S>;
+  constexpr int F4 = T::F4;
   const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
   const long long warps = (long long)gridDim.x * wpb;
   for (long long i = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); i < n_split; i += warps) {
     const long long t = split[3 * i], first = split[3 * i + 1], count = split[3 * i + 2];
     const float f = rf ? rf[t] : 1.f;
     const float d = diag ? diag[t] : 0.f;
-    for (int c = lane; c < D4; c += 32) {
-      float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (long long q = first; q < first + count; ++q) {
-        float4 v = partial[q * D4 + c];
-        a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
+    for (int c = lane; c < DV; c += 32) {
+      float4 xv[F4];
+      if (diag) T::unpack(__ldg(x + t * DV + c), xv);
+#pragma unroll
+      for (int h = 0; h < F4; ++h) {
+        const int col = c * F4 + h, D4 = DV * F4;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (long long q = first; q < first + count; ++q) {
+          float4 v = partial[q * D4 + col];
+          a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
+        }
+        a.x *= f; a.y *= f; a.z *= f; a.w *= f;
+        if (diag) {
+          a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
+          a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
+        }
+        out[t * D4 + col] = a;
       }
-      a.x *= f; a.y *= f; a.z *= f; a.w *= f;
-      if (diag) {
-        float4 xv = __ldg(x + t * D4 + c);
-        a.x = fmaf(d, xv.x, a.x); a.y = fmaf(d, xv.y, a.y); a.z = fmaf(d, xv.z, a.z); a.w = fmaf(d, xv.w, a.w);
-      }
-      out[t * D4 + c] = a;
     }
   }
 }
+
+}  // namespace
+
+#define DEF_ROWS_S(S, SFX, L, V, W)                                                                      \
+  extern "C" __global__ void mgg_csr_rows##SFX##_l##L##_v##V##_w##W(                                   \
+      long long n_long, const long long* long_tasks, long long n_short, const int* short_rows,         \
+      const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
+      const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial) {                \
+    csr_rows_body<S, L, V, W>(n_long, long_tasks, n_short, short_rows, indptr, src, wt, cf, rf, diag, x, \
+                              DV, out, partial);                                                        \
+  }
+#define DEF_ROWS(L, V, W) DEF_ROWS_S(0, , L, V, W) DEF_ROWS_S(1, _bf16, L, V, W) DEF_ROWS_S(2, _fp16, L, V, W)
+#define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
+DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
+DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
+
+// Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
+// partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row].
+#define DEF_COMBINE(S, SFX)                                                                              \
+  extern "C" __global__ void mgg_csr_combine##SFX(long long n_split, const long long* split,           \
+                                                  const float4* partial, const float* rf,               \
+                                                  const float* diag, const Store<S>::vec* x, int DV,   \
+                                                  float4* out) {                                       \
+    csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out);                                 \
+  }
+DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)

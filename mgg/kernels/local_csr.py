@@ -14,6 +14,10 @@ The factorisation is derived from the plan itself (its weights, and its self wei
 and checked against every plan weight once (`factor_weights`), so it is only used where it
 reproduces the plan. Host-side preparation (weights check, row schedule) is a plan-time cost,
 recorded in `CsrRowsExecutor.prep_seconds`.
+
+Storage dtype: with `storage_dtype` bfloat16 / float16 the kernels read x as 16-bit rows padded
+to a multiple of 8 elements (one 16-byte load = 8 elements), converted to float32 in registers;
+sums, partials and the output are float32 (docs/storage-dtype.md).
 """
 from __future__ import annotations
 
@@ -27,12 +31,15 @@ from ..runtime.plan import AggregationPlan
 from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights",
-           "lanes_for_width", "MAX_DIM_PADDED", "WEIGHT_MODES"]
+           "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
 WEIGHT_MODES = {"weighted": 0, "one": 1, "column": 2}
 _VPL = (1, 2, 4)
 MAX_DIM_PADDED = 32 * 4 * _VPL[-1]  # 512 floats
+MAX_DIM_16 = 32 * 8 * _VPL[-1]      # 1024 elements of a 16-bit storage dtype (8 per 16-byte vector)
+#: kernel name suffix of each storage dtype (mgg_csr_rows{suffix}_l.., mgg_csr_combine{suffix})
+STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 #: default entries per warp task of a hub row (rows longer than this are split)
 DEFAULT_CHUNK = 2048
 
@@ -251,13 +258,19 @@ class CsrRowsExecutor:
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
 
     Attributes:
+        storage_dtype: the element type the kernels read x in (float32, bfloat16, float16): x is
+            rounded to it (in the symmetric slice when world_size > 1, else a private buffer).
         poison: when True, the output and partial buffers are NaN-filled before the kernels run.
         factors: the WeightFactors in use; prep_seconds: host preparation time (weights check and
             every row schedule built so far).
     """
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
-                 long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK):
+                 long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
+                 storage_dtype: torch.dtype = torch.float32):
+        if storage_dtype not in STORAGE_SUFFIX:
+            raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
+        self.storage_dtype = storage_dtype
         if plan.num_remote_edges:
             raise ValueError(f"csr_rows: rank {plan.rank}'s plan has {plan.num_remote_edges} remote edges; "
                              f"this kernel aggregates local rows only (use GPUExecutor)")
@@ -313,10 +326,42 @@ class CsrRowsExecutor:
             return torch.full((rows, dp), float("nan"), dtype=torch.float32, device=self.device)
         return torch.empty((rows, dp), dtype=torch.float32, device=self.device)
 
+    def _layout(self, dim: int) -> tuple[int, int, int, int]:
+        """(dv 16-byte vectors per stored row, stored row width in elements, lanes, vectors per
+        lane) of a width-`dim` embedding in the storage dtype."""
+        if self.storage_dtype == torch.float32:
+            dp = max(4, -(-dim // 4) * 4)
+            lanes, vpl = lanes_for_width(dp)
+            return dp // 4, dp, lanes, vpl
+        if dim > MAX_DIM_16:
+            raise ValueError(f"csr_rows: embedding width {dim} is above the 16-bit kernels' limit of {MAX_DIM_16}")
+        dv = max(1, -(-dim // 8))
+        lanes, vpl = lane_layout(4 * dv, max_vpl=_VPL[-1])  # the same lane layout over 16-byte vectors
+        return dv, 8 * dv, lanes, vpl
+
+    def _table(self, x: torch.Tensor, sym, dim: int, dp: int) -> torch.Tensor:
+        """x as the kernels read it: [n, dp] rows in the storage dtype, 16-byte aligned."""
+        p = self.plan
+        if self.storage_dtype != torch.float32:
+            if p.world_size > 1:  # my slice, as other ranks read it
+                if sym.dtype != self.storage_dtype or sym.dim_padded != dp:
+                    raise ValueError(f"csr_rows: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
+                                     f"expected {self.storage_dtype} [*, {dp}]")
+                return sym.padded
+            xin = torch.zeros((p.n_local, dp), dtype=self.storage_dtype, device=self.device)
+            xin[:, :dim] = x
+            return xin
+        if dp == dim and x.is_contiguous() and x.data_ptr() % 16 == 0:
+            return x
+        xin = torch.zeros((p.n_local, dp), dtype=torch.float32, device=self.device)
+        xin[:, :dim] = x
+        return xin
+
     def __call__(self, x: torch.Tensor, sym=None) -> torch.Tensor:
-        """x: float32 [n_local, D] on this GPU (D <= 512); sym: the symmetric array of width D,
-        written and published (collective) only when world_size > 1, so that other ranks can read
-        this rank's rows. Returns float32 [n_local, D]."""
+        """x: float32 [n_local, D] on this GPU (D <= 512; 1024 with 16-bit storage); sym: the
+        symmetric array of width D (in the storage dtype), written and published (collective)
+        only when world_size > 1, so that other ranks can read this rank's rows. Returns float32
+        [n_local, D]: W x' + diag * x' with x' = x rounded to the storage dtype."""
         from .streams import torch_stream_for_cupy
 
         p = self.plan
@@ -325,39 +370,35 @@ class CsrRowsExecutor:
             raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
         dim = int(x.shape[1])
-        dp = max(4, -(-dim // 4) * 4)
-        lanes, vpl = lanes_for_width(dp)
+        dv, dp, lanes, vpl = self._layout(dim)
         groups = 32 // lanes
-        d4 = dp // 4
         if p.world_size > 1:
             if sym is None:
                 raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")
             sym.write(x)
             sym.publish()
-        if dp == dim and x.is_contiguous() and x.data_ptr() % 16 == 0:
-            xin = x
-        else:
-            xin = torch.zeros((n, dp), dtype=torch.float32, device=self.device)
-            xin[:, :dim] = x
-        out = self._buf(n, dp)
+        xin = self._table(x, sym, dim, dp)
+        width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
+        out = self._buf(n, width)
         sched = self.schedule(groups)
         arrays = self._schedules[groups][1]
-        partial = self._buf(max(sched.num_slots, 1), dp)
+        partial = self._buf(max(sched.num_slots, 1), width)
         mode = WEIGHT_MODES[self.factors.mode]
+        sfx = STORAGE_SUFFIX[self.storage_dtype]
         if n:
             with torch_stream_for_cupy():
-                fn = self.module.get_function(f"mgg_csr_rows_l{lanes}_v{vpl}_w{mode}")
+                fn = self.module.get_function(f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
                 blocks = -(-sched.num_warps // self.wpb)
                 fn((blocks,), (32 * self.wpb,), (
                     np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
                     _p(arrays["short"]), _p(self.indptr), _p(self.src), _p(self.wt), _p(self.cf), _p(self.rf),
-                    _p(self.diag), _p(xin), np.int32(d4), _p(out), _p(partial)))
+                    _p(self.diag), _p(xin), np.int32(dv), _p(out), _p(partial)))
                 ns = len(sched.split)
                 if ns:
-                    comb = self.module.get_function("mgg_csr_combine")
+                    comb = self.module.get_function(f"mgg_csr_combine{sfx}")
                     cblocks = max(1, min(-(-ns // 8), self.num_sms * 8))
                     comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(self.rf),
-                                              _p(self.diag), _p(xin), np.int32(d4), _p(out)))
+                                              _p(self.diag), _p(xin), np.int32(dv), _p(out)))
         if p.world_size > 1:
             sym.release()
-        return out if dp == dim else out[:, :dim].contiguous()
+        return out if width == dim else out[:, :dim].contiguous()

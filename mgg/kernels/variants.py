@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["KernelVariant", "VARIANTS", "get_variant", "variant_names", "tuned_variant_names",
-           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem"]
+           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem",
+           "storage_dtype_problem", "check_storage_dtype", "variants_for_storage"]
 
 INT_BYTES = 4
 FLOAT_BYTES = 4
@@ -49,6 +50,8 @@ class KernelVariant:
             work); `auto` picks it there, and benchmarks and tests skip it elsewhere.
         executor: which launcher runs it: "plan" (GPUExecutor, the partition kernels of
             aggregate.cu) or "csr" (CsrRowsExecutor, mgg/kernels/local_csr.py).
+        storage_dtypes: the `--storage-dtype` values it has kernels for (16-bit rows read and
+            upcast to float32 in registers); others are refused (`storage_dtype_problem`).
     """
 
     name: str
@@ -61,6 +64,7 @@ class KernelVariant:
     benched: bool = True
     local_only: bool = False
     executor: str = "plan"
+    storage_dtypes: tuple[str, ...] = ("fp32",)
 
     def smem_bytes(self, ps: int, dist: int, wpb: int, dim_padded: int) -> int:
         """Dynamic shared memory per block (bytes) when the plan has remote partitions."""
@@ -141,7 +145,7 @@ _register(KernelVariant(
 _register(KernelVariant(
     "halo", "each unique remote row fetched once into a private buffer, then the local kernel over "
     "the remote partitions", ("mgg_halo_gather", "mgg_local_v{v}"), _none, buffers=("halo",),
-    tunable=True))
+    tunable=True, storage_dtypes=("fp32", "bf16", "fp16")))
 _register(KernelVariant(
     "halo_overlap", "halo with the unique-row gather on a second, high-priority stream while the local "
     "partitions aggregate on the first; the remote partitions start when the gather's event fires",
@@ -155,7 +159,8 @@ _register(KernelVariant(
 _register(KernelVariant(
     "csr_rows", "a rank without remote work: degree-aware rows of the local CSR (hubs split over warps, "
     "short rows packed), each output row written once, no atomics; weight-free for sum/mean/gcn",
-    ("mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"), _none, local_only=True, executor="csr"))
+    ("mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"), _none, local_only=True, executor="csr",
+    storage_dtypes=("fp32", "bf16", "fp16")))
 _register(KernelVariant(
     "paper_nbi", "kernel 1 + kernel 2 with get_nbi + quiet",
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1, benched=False))
@@ -187,6 +192,31 @@ def get_variant(name: str) -> KernelVariant:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown GPU kernel variant {name!r}; expected one of {variant_names()}") from None
+
+
+def storage_dtype_problem(variant: str, storage_dtype: str) -> str:
+    """"" when `variant` has kernels for `storage_dtype`, else the one-line reason (naming the
+    variants that do). "auto" picks a capable variant for any storage dtype."""
+    if variant == "auto":
+        return ""
+    if storage_dtype in get_variant(variant).storage_dtypes:
+        return ""
+    able = ", ".join(variants_for_storage(storage_dtype))
+    return (f"--storage-dtype {storage_dtype} is not implemented for GPU --variant {variant} "
+            f"(16-bit kernels: auto, {able})")
+
+
+def check_storage_dtype(variant: str, storage_dtype: str) -> None:
+    """ValueError (one line) when `variant` cannot run with `storage_dtype` (see storage_dtype_problem)."""
+    problem = storage_dtype_problem(variant, storage_dtype)
+    if problem:
+        raise ValueError(problem)
+
+
+def variants_for_storage(storage_dtype: str, names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The variants of `names` (default: all registered) with kernels for `storage_dtype`."""
+    names = variant_names() if names is None else names
+    return tuple(n for n in names if storage_dtype in get_variant(n).storage_dtypes)
 
 
 #: the registered names (a tuple, for `choices=` and parametrize lists)

@@ -31,7 +31,7 @@ from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
-from .store import SymmetricArray, SymmetricStore
+from .store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
 from .transpose import transposed_rows_exchange, transposed_rows_t
 from .weights import check_kind, diag_weights, pair_weights_by_row
 
@@ -40,7 +40,9 @@ __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
 
 @dataclass
 class RuntimeConfig:
-    """Runtime knobs. `variant` picks the GPU kernel (mgg.kernels.variants, or "auto"); the CPU ignores it."""
+    """Runtime knobs. `variant` picks the GPU kernel (mgg.kernels.variants, or "auto"); the CPU ignores it.
+    `storage_dtype` ("fp32" | "bf16" | "fp16") is what `aggregate` holds embeddings in inside the
+    symmetric store and halo buffers (sums in float32, docs/storage-dtype.md)."""
 
     ps: int = 16
     dist: int = 4
@@ -49,10 +51,13 @@ class RuntimeConfig:
     variant: str = "auto"
     ps_inter: int | None = None  # ps of remote partitions on other nodes (None: same as ps)
     partition_beta: float | None = None  # node cost of partition_ranges (None: its default; 0: Algorithm 1)
+    storage_dtype: str = "fp32"  # element type of embeddings in the store (STORAGE_DTYPES)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.storage_dtype not in STORAGE_DTYPES:
+            raise ValueError(f"storage_dtype must be one of {tuple(STORAGE_DTYPES)}, got {self.storage_dtype!r}")
         self.params  # validates ranges
 
     @property
@@ -294,7 +299,8 @@ class DistGraph:
         key = (kind, transposed)
         if key not in per:
             plan = self.plan(kind, transposed)
-            per[key] = plan_executor(self.backend, plan, self.store, self.config.variant, kind)
+            per[key] = plan_executor(self.backend, plan, self.store, self.config.variant, kind,
+                                     storage_dtype=self.config.storage_dtype)
         return per[key]
 
     def prepare(self) -> None:
@@ -311,19 +317,30 @@ class DistGraph:
             self._arrays[key] = self.store.allocate(self.rows_per_pe, dim, dtype)
         return self._arrays[key]
 
+    @property
+    def storage_dtype(self) -> torch.dtype | None:
+        """The 16-bit torch dtype embeddings are stored in (config.storage_dtype), None for fp32
+        (then the store holds x's own dtype, as before)."""
+        dt = storage_torch_dtype(self.config.storage_dtype)
+        return None if dt == torch.float32 else dt
+
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
         """out = W x (+ diag * x), or W^T x with `transposed`. Collective; no autograd.
+
+        With a 16-bit `config.storage_dtype`, x is rounded to it once, in the store, and every
+        row the aggregation reads (local, remote, self term) is that rounded value; the sums
+        are float32. The backward's transposed aggregation of gradient rows does the same.
 
         Args:
             x: float32 [n_local, D] on `self.device`, the rows of this rank's nodes.
         Returns:
-            float32 [n_local, D].
+            float32 [n_local, D] (x's dtype).
         """
         if x.dim() != 2 or x.shape[0] != self.n_local:
             raise ValueError(f"aggregate: expected x of shape [{self.n_local}, D] on rank {self.rank}, "
                              f"got {tuple(x.shape)}")
         ex = self.executor(kind, transposed)
-        sym = self.symmetric(int(x.shape[1]), x.dtype)
+        sym = self.symmetric(int(x.shape[1]), self.storage_dtype or x.dtype)
         with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}"):
             return ex(x, sym)
 

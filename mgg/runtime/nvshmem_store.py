@@ -1,9 +1,11 @@
 """The NVSHMEM backend of SymmetricStore (GPU).
 
 NVSHMEM is initialised from the MPI communicator through nvshmem4py, on the GPU chosen by the
-node-local rank. Every symmetric array is one NVSHMEM allocation of [rows_per_pe, Dp] float32 per
-PE, Dp = D rounded up to a multiple of 4 so that each row starts on a 16-byte boundary (the
-kernels read rows as float4); `local` is the [rows_per_pe, D] view. `publish` and `release` are
+node-local rank. Every symmetric array is one NVSHMEM allocation of [rows_per_pe, Dp] per PE in
+its dtype: float32 with Dp = D rounded up to a multiple of 4, or a 16-bit storage dtype
+(bfloat16 / float16, docs/storage-dtype.md) with Dp = D rounded up to a multiple of 8, so that
+each row starts on a 16-byte boundary (the kernels read rows as 16-byte vectors: a float4, or 8
+16-bit elements); `local` is the [rows_per_pe, D] view, `vecs` the 16-byte vectors per row. `publish` and `release` are
 NVSHMEM barriers on the current CUDA stream, so they order the kernels before and after them
 without a host synchronisation.
 
@@ -27,10 +29,21 @@ from .layout import padded_dim
 from .store import SymmetricArray, SymmetricStore
 from .stream_ref import StreamRef
 
-__all__ = ["NvshmemStore", "RowGather", "padded_dim"]
+__all__ = ["NvshmemStore", "RowGather", "padded_dim", "padded_width", "NVSHMEM_DTYPES"]
 
-#: (array, pe int32 [k], rows int32 [k]) -> float32 [k, array.dim] on the GPU: row rows[i] of PE
-#: pe[i]'s slice of the symmetric array (a kernel launch on torch's current stream)
+#: element types a symmetric array may hold: float32, and the 16-bit storage dtypes
+NVSHMEM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def padded_width(dim: int, dtype: torch.dtype) -> int:
+    """Row length in elements of a [*, dim] array of `dtype` in symmetric memory: a whole number
+    of 16-byte vectors (4 float32 or 8 16-bit elements), at least one."""
+    if dtype == torch.float32:
+        return padded_dim(dim)
+    return max(8, (int(dim) + 7) // 8 * 8)
+
+#: (array, pe int32 [k], rows int32 [k]) -> [k, array.dim] of array.dtype on the GPU: row rows[i]
+#: of PE pe[i]'s slice of the symmetric array (a kernel launch on torch's current stream)
 RowGather = Callable[["_NvshmemArray", np.ndarray, np.ndarray], torch.Tensor]
 
 
@@ -38,11 +51,13 @@ class _NvshmemArray(SymmetricArray):
     def __init__(self, store: "NvshmemStore", rows_per_pe: int, dim: int, dtype: torch.dtype):
         import nvshmem.core as nvshmem
 
-        if dtype != torch.float32:
-            raise TypeError(f"NvshmemStore: only float32 arrays are supported, got {dtype}")
+        if dtype not in NVSHMEM_DTYPES:
+            raise TypeError(f"NvshmemStore: supported dtypes are {NVSHMEM_DTYPES}, got {dtype}")
         self.store, self.rows_per_pe, self.dim, self.dtype = store, rows_per_pe, dim, dtype
-        self.dim_padded = padded_dim(dim)
-        self.padded = nvshmem.tensor((max(1, rows_per_pe), self.dim_padded), dtype=torch.float32)
+        self.dim_padded = padded_width(dim, dtype)
+        #: 16-byte vectors per row (the kernels' D4 / DV)
+        self.vecs = self.dim_padded * torch.finfo(dtype).bits // 128
+        self.padded = nvshmem.tensor((max(1, rows_per_pe), self.dim_padded), dtype=dtype)
         self.padded.zero_()
         torch.cuda.current_stream().synchronize()
         store.comm.barrier()

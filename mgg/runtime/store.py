@@ -22,7 +22,21 @@ import torch
 
 from .comm import Communicator
 
-__all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "cpu_store"]
+__all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "cpu_store", "STORAGE_DTYPES",
+           "storage_torch_dtype", "SIXTEEN_BIT"]
+
+#: `--storage-dtype` names -> the torch dtype embeddings are held in inside symmetric arrays
+STORAGE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: the 2-byte storage dtypes (rows are rounded to them on `write`, summed in float32 by readers)
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
+def storage_torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a `--storage-dtype` name ("fp32", "bf16", "fp16"); ValueError otherwise."""
+    try:
+        return STORAGE_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"storage dtype must be one of {tuple(STORAGE_DTYPES)}, got {name!r}") from None
 
 _MAX_ROWS_PER_GET = 1 << 20  # keep MPI counts and datatype sizes well inside int32
 
@@ -40,7 +54,8 @@ class SymmetricArray(abc.ABC):
         """My slice, a tensor view [rows_per_pe, dim]."""
 
     def write(self, x: torch.Tensor) -> None:
-        """Copy x ([n <= rows_per_pe, dim]) into the first n rows of my slice."""
+        """Copy x ([n <= rows_per_pe, dim]) into the first n rows of my slice, converted to the
+        array's dtype (float32 -> bfloat16 / float16 rounds to nearest even)."""
         if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] > self.rows_per_pe:
             raise ValueError(f"write: expected [<= {self.rows_per_pe}, {self.dim}], got {tuple(x.shape)}")
         self.local[: x.shape[0]].copy_(x)
@@ -143,8 +158,18 @@ class LocalStore(SymmetricStore):
 
 # ---------------------------------------------------------------------------------------------
 # MPI one-sided windows
+#: torch dtype -> numpy dtype of the window's elements. bfloat16 has no numpy dtype: its raw bits
+#: travel as uint16 (MPI moves bytes; nothing in the window does arithmetic) and the torch side
+#: views them as bfloat16. float16 has one, but rides the same way for symmetry.
 _TORCH_TO_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64,
-                torch.int32: np.int32}
+                torch.int32: np.int32, torch.bfloat16: np.uint16, torch.float16: np.uint16}
+
+
+def _as_window_view(t: torch.Tensor, npdt: np.dtype) -> np.ndarray:
+    """The numpy view of tensor `t` with the window's element type (raw bits for 16-bit floats)."""
+    if t.dtype in SIXTEEN_BIT:
+        return t.view(torch.int16).numpy().view(npdt)
+    return t.numpy()
 
 
 class _MPIArray(SymmetricArray):
@@ -160,9 +185,12 @@ class _MPIArray(SymmetricArray):
         self._mpi_elem = MPI._typedict[npdt.char]
         nbytes = max(1, rows_per_pe * dim) * npdt.itemsize
         self._win = MPI.Win.Allocate(nbytes, npdt.itemsize, comm=comm.comm)
+        self._npdt = npdt
         mem = np.frombuffer(self._win.tomemory(), dtype=npdt)[: rows_per_pe * dim]
         self._np = mem.reshape(rows_per_pe, dim)
         self._tensor = torch.from_numpy(self._np)
+        if dtype in SIXTEEN_BIT:  # the window holds the raw 16 bits; torch sees the float type
+            self._tensor = self._tensor.view(dtype)
         self._tensor.zero_()
         self._row_type = self._mpi_elem.Create_contiguous(max(dim, 1)).Commit()
         self._win.Lock_all(MPI.MODE_NOCHECK)
@@ -196,9 +224,11 @@ class _MPIArray(SymmetricArray):
             raise IndexError(f"get_rows: row ids out of [0, {self.rows_per_pe}) for PE {pe}")
         if out is None:
             out = torch.empty((len(rows), self.dim), dtype=self.dtype)
+        if out.dtype != self.dtype:
+            raise TypeError(f"get_rows: out is {out.dtype}, the array holds {self.dtype}")
         if len(rows) == 0:
             return out
-        out_np = out.numpy()
+        out_np = _as_window_view(out, self._npdt)
         if not out_np.flags.c_contiguous:
             raise ValueError("get_rows: out must be C-contiguous")
         self._get_into(pe, rows, out_np)
@@ -210,7 +240,9 @@ class _MPIArray(SymmetricArray):
         h = int(halo_row.shape[0])
         if out is None:
             out = torch.empty((h, self.dim), dtype=self.dtype)
-        out_np = out.numpy()
+        if out.dtype != self.dtype:
+            raise TypeError(f"get_halo: out is {out.dtype}, the array holds {self.dtype}")
+        out_np = _as_window_view(out, self._npdt)
         for pe in range(len(halo_ptr) - 1):
             a, b = int(halo_ptr[pe]), int(halo_ptr[pe + 1])
             if b > a:
