@@ -107,6 +107,10 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reorder-nodes", choices=("none", "degree", "rcm", "cluster"), default="none",
                    help="relabel the nodes before partitioning (default none; docs/reorder.md: cluster "
                    "halves the remote rows of community-structured graphs at P = 8, degree and rcm do not help)")
+    p.add_argument("--profile-steps", action="store_true",
+                   help="time the parts of every training step (forward, backward, aggregations, gradient "
+                   "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "
+                   "(step_profile_ms); full-graph mode")
     p.add_argument("--seed", type=_int_in(0), default=0,
                    help="seed of weights, dropout, generated datasets and splits (default 0)")
     p.add_argument("--ps", type=_int_in(1, 1024), default=None,
@@ -263,7 +267,8 @@ def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace
         parser.error(f"--layers {ns.layers} conflicts with {given} {','.join(map(str, fanout))} "
                      f"({len(fanout)} layers): in --mode sampled the number of layers is the number of "
                      f"fanouts; drop --layers or give {ns.layers} fanouts")
-    for key, flag in (("tune", "--tune"), ("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume")):
+    for key, flag in (("tune", "--tune"), ("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume"),
+                      ("profile_steps", "--profile-steps")):
         if getattr(ns, key):
             parser.error(f"{flag} is not supported with --mode sampled yet")
 

@@ -95,6 +95,7 @@ class TrainConfig:
     eval_every: int = 1
     progress: bool = True
     force: bool = False                  # train even when the memory estimate says it does not fit
+    profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
     ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)
     checkpoint_dir: str | None = None
@@ -161,3 +162,4 @@ class TrainResult:
     phases: dict = field(default_factory=dict)    # startup phase -> seconds, max over ranks (mgg.apps.phases)
     time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
     memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)
+    step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step

@@ -8,6 +8,8 @@ checkpoint, checkpoints, the runtime tuner (`--tune`) and fault injection.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import os
 from dataclasses import asdict
 from typing import Any
@@ -90,6 +92,11 @@ def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict 
     return tuner, AggregationTimer(dg)
 
 
+def _untimed(part: str):
+    """The span of a step without --profile-steps: nothing."""
+    return nullcontext()
+
+
 class FullGraphHooks(EpochHooks):
     """One optimizer step over the whole graph per epoch, then the tuner's step and checkpoints."""
 
@@ -98,21 +105,32 @@ class FullGraphHooks(EpochHooks):
         self.model, self.opt, self.gen, self.fault = model, opt, gen, fault
         self.tuner = self.timer = self.ckpt = None
         self.fingerprint = ""
+        self.profile = None  # a StepProfile with --profile-steps
 
     def train_step(self, epoch: int):
+        if self.profile is None:
+            return self._step(epoch, _untimed)
+        with self.profile.step():
+            return self._step(epoch, self.profile.span)
+
+    def _step(self, epoch: int, span):
         import torch.nn.functional as F
 
         from ..nn import allreduce_gradients
 
         d = self.data
         self.opt.zero_grad(set_to_none=False)
-        logits = self.model(d.x, self.dg, self.gen)
-        tm = d.masks[0]
-        loss = F.cross_entropy(logits[tm], d.y[tm], reduction="sum") / d.n_train
+        with span("forward"):
+            logits = self.model(d.x, self.dg, self.gen)
+            tm = d.masks[0]
+            loss = F.cross_entropy(logits[tm], d.y[tm], reduction="sum") / d.n_train
         fault_point(self.fault, self.comm.rank, epoch)
-        loss.backward()
-        allreduce_gradients(self.model, self.comm)
-        self.opt.step()
+        with span("backward"):
+            loss.backward()
+        with span("allreduce"):
+            allreduce_gradients(self.model, self.comm)
+        with span("optimizer"):
+            self.opt.step()
         return loss.detach()
 
     def after_step(self, epoch: int) -> None:
@@ -222,8 +240,16 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
         if cfg.checkpoint_dir:
             hooks.ckpt = Checkpointer(cfg.checkpoint_dir, cfg.checkpoint_every, comm)
             hooks.fingerprint = graph_fingerprint(graph)
+        if cfg.profile_steps:
+            from .step_profile import StepProfile
+
+            hooks.profile = StepProfile(dg.device.type == "cuda")
+            hooks.profile.attach(dg)  # after the tuner's timer: unwrapped first, below
         state.bar = progress_bar(cfg, comm, start) if verbose else None
         run_epochs(state, hooks, start)
+        if hooks.profile is not None:
+            hooks.profile.detach()
+            state.res.step_profile = hooks.profile.summary(comm)
         finish(state, hooks.tuner)
         if hooks.tuner is not None and cfg.tune_log and comm.rank == 0:
             hooks.tuner.write_log(cfg.tune_log)  # also when the search did not finish, or was cached

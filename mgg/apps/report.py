@@ -64,6 +64,8 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         doc["time_to_first_epoch_s"] = res.time_to_first_epoch_s
     if res.memory:
         doc["memory"] = res.memory
+    if res.step_profile:
+        doc["step_profile_ms"] = res.step_profile
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
     atomic_write_json(path, json_safe(doc), indent=2)

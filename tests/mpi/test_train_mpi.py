@@ -74,3 +74,17 @@ def test_more_ranks_than_nodes_trains():
         ref = train(cfg, Communicator(comm=None), g)
         diff = comm.allreduce_scalar(float(np.abs(flat(res.model) - flat(ref.model)).max()), "max")
         assert diff < (1e-2 if model == "gin" else 1e-4), (model, diff)
+
+
+def test_step_profile_is_the_same_on_every_rank():
+    """--profile-steps at P ranks: the summary is collective (max over ranks), so every rank
+    reports the same figures, and profiling does not change what is trained."""
+    comm = world()
+    g = graph("sbm")
+    cfg = TrainConfig(dataset="sbm", epochs=4, backend="cpu", progress=False, profile_steps=True)
+    res = train(cfg, comm, g)
+    prof = res.step_profile
+    assert prof["steps"] == 4 and prof["aggregate"] > 0 and prof["allreduce"] >= 0
+    assert comm.allgather(prof) == [prof] * comm.size
+    plain = train(TrainConfig(dataset="sbm", epochs=4, backend="cpu", progress=False), comm, g)
+    assert np.array_equal(flat(res.model), flat(plain.model))
