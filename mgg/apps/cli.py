@@ -104,15 +104,21 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                    "mask is the same whatever the number of ranks")
     p.add_argument("--norm", choices=("batch", "layer", "none"), default=None,
                    help="normalisation in GIN's MLP (default batch: statistics over all ranks); gin only")
+    p.add_argument("--seed", type=_int_in(0), default=0,
+                   help="seed of weights, dropout, generated datasets and splits (default 0)")
+    p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
+    p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar or phase lines")
+    p.add_argument("--force", action="store_true",
+                   help="train even when the memory estimate says the run does not fit")
+
+
+def _add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """How the graph is laid out and aggregated: partitioning, kernels, storage, profiling."""
     p.add_argument("--reorder-nodes", choices=("none", "degree", "rcm", "cluster"), default="none",
                    help="relabel the nodes before partitioning (default none; docs/reorder.md: cluster "
                    "halves the remote rows of community-structured graphs at P = 8, degree and rcm do not help)")
-    p.add_argument("--profile-steps", action="store_true",
-                   help="time the parts of every training step (forward, backward, aggregations, gradient "
-                   "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "
-                   "(step_profile_ms); full-graph mode")
-    p.add_argument("--seed", type=_int_in(0), default=0,
-                   help="seed of weights, dropout, generated datasets and splits (default 0)")
     p.add_argument("--ps", type=_int_in(1, 1024), default=None,
                    help="neighbor partition size [1, 1024] (default 16; with --tune: pins ps)")
     p.add_argument("--dist", type=_int_in(1, 16), default=None,
@@ -128,12 +134,10 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                    help="element type of embeddings in the symmetric store and halo buffers (and of "
                    "gradient rows in the backward); sums stay float32, parameters and their gradients "
                    "float32 (docs/storage-dtype.md; default fp32)")
-    p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
-    p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar or phase lines")
-    p.add_argument("--force", action="store_true",
-                   help="train even when the memory estimate says the run does not fit")
+    p.add_argument("--profile-steps", action="store_true",
+                   help="time the parts of every training step (forward, backward, aggregations, gradient "
+                   "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "
+                   "(step_profile_ms); full-graph mode")
 
 
 def _add_tuner_args(p: argparse.ArgumentParser) -> None:
@@ -200,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mgg.train", description="Full-graph GNN training over mgg's distributed aggregation "
         "(launch with mpirun -np P; without mpirun it runs as one rank).")
     _add_training_args(p)
+    _add_runtime_args(p)
     _add_tuner_args(p)
     _add_reliability_args(p)
     _add_sampled_args(p)
