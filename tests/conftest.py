@@ -6,6 +6,7 @@ Test modules import the helpers (`from tests.conftest import ROOT, subprocess_en
 - `subprocess_env(**extra)`: the environment for a process a test launches.
 - `MPIRUN`: the `mpirun` prefix (oversubscribed, no binding, no UCX one-sided, root allowed when root).
 - `needs_mpirun`: skip marker for tests that launch `mpirun`.
+- fixture `kernel_cache_dir`: the run's one kernel cache (tests that compile CUDA sources share it).
 
 Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
 for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.
@@ -30,6 +31,13 @@ MARKERS = (
     "mpi: multi-rank test, run under mpirun with --with-mpi",
     "slow: launches a process (python -m mgg..., mpirun) or trains for seconds; deselect with -m 'not slow'",
 )
+
+
+@pytest.fixture(scope="session")
+def kernel_cache_dir(tmp_path_factory) -> Path:
+    """One kernel cache for the whole run: every test that builds a CUDA source (nvcc) shares it,
+    so each source is compiled once per run (point MGG_KERNEL_CACHE here with monkeypatch)."""
+    return tmp_path_factory.mktemp("kernel-cache")
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Every CUDA source in mgg/kernels builds the way the runtime builds it: nvcc, and for sources
 that call NVSHMEM, relocatable device code linked against libnvshmem_device.a (the
 nvidia-nvshmem-cu13 wheel of the test extra). Runs in CI on the CPU box (nvcc is there), so a
-kernel that does not build or link never lands. One cache for the module: each source once."""
+kernel that does not build or link never lands. The run's one kernel cache (conftest): each source once."""
 import glob
 import os
 import shutil
@@ -19,25 +19,17 @@ def _uses_nvshmem(name: str) -> bool:
     return "#include <nvshmem" in text
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kernels")
-    old = os.environ.get("MGG_KERNEL_CACHE")
-    os.environ["MGG_KERNEL_CACHE"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("MGG_KERNEL_CACHE", None)
-    else:
-        os.environ["MGG_KERNEL_CACHE"] = old
 
 
 def test_every_source_is_listed():
     assert {"aggregate", "local_csr", "gat_fused", "embedding_bag", "sample", "dropout"} <= set(SOURCES)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA 13)")
 @pytest.mark.parametrize("name", SOURCES)
-def test_source_builds_and_links(name, cache):
+def test_source_builds_and_links(name, kernel_cache_dir, monkeypatch):
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     nvshmem = _uses_nvshmem(name)
     if nvshmem:
         pytest.importorskip("nvidia.nvshmem", reason="needs the nvidia-nvshmem-cu13 wheel (the test extra)")

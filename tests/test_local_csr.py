@@ -123,10 +123,11 @@ def test_refuses_remote_work_and_wide_rows():
         lanes_for_width(516)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_local_csr_compiles_without_nvshmem(tmp_path, monkeypatch):
+def test_local_csr_compiles_without_nvshmem(kernel_cache_dir, monkeypatch):
     from mgg.kernels.build import build_cubin
 
-    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     b = build_cubin("local_csr", "sm_90", nvshmem=False)
     assert os.path.getsize(b.path) > 0 and b.method == "plain"

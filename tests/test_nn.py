@@ -282,15 +282,16 @@ def test_global_dropout_draws_one_seed_per_call():
     assert torch.equal(g.get_state(), ref.get_state())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
-def test_dropout_kernel_compiles(tmp_path, monkeypatch):
+def test_dropout_kernel_compiles(kernel_cache_dir, monkeypatch):
     import os
 
     from mgg.kernels.dropout_gpu import build
 
-    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     path = build("sm_90")
-    assert os.path.getsize(path) > 0 and path.startswith(str(tmp_path))
+    assert os.path.getsize(path) > 0 and path.startswith(str(kernel_cache_dir))
     assert build("sm_90") == path  # cached
 
 

@@ -187,6 +187,7 @@ __device__ void nvshmemx_float_get_nbi_warp(float* dest, const float* src, size_
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_aggregate_cu_compiles_with_16_bit_kernels(tmp_path):
     """aggregate.cu as relocatable device code against declaration-only NVSHMEM headers (the
@@ -206,12 +207,13 @@ def test_aggregate_cu_compiles_with_16_bit_kernels(tmp_path):
     assert b"mgg_halo_gather" in data and b"mgg_local_v8" in data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_local_csr_cu_has_16_bit_kernels(tmp_path, monkeypatch):
+def test_local_csr_cu_has_16_bit_kernels(kernel_cache_dir, monkeypatch):
     from mgg.kernels.build import build_cubin
     from mgg.kernels.local_csr import STORAGE_SUFFIX
 
-    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     data = open(build_cubin("local_csr", "sm_90", nvshmem=False).path, "rb").read()
     for sfx in STORAGE_SUFFIX.values():
         assert f"mgg_csr_combine{sfx}".encode() in data
