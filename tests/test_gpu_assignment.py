@@ -62,3 +62,15 @@ def test_doctor_compares_physical_gpus():
     fs = [_facts(r, "a", P(r, uuid="same", count=1), gpus=1) for r in range(2)]
     _, problems, _ = analyse(fs, [0, 0], ok, "gpu", 2)
     assert any("ranks 0, 1 on a would share one GPU" in p for p in problems)
+
+
+def test_unknown_identities_are_not_compared():
+    """A torch without device UUIDs or PCI ids gives uuid None: no verdict from it, never a false alarm."""
+    from types import SimpleNamespace
+
+    from mgg.runtime.gpu_assignment import _physical_id
+
+    assert assignment_problem([GpuProbe(r, "a", 1, 0, None) for r in range(3)]) == ""
+    assert _physical_id(SimpleNamespace(uuid="GPU-1")) == "GPU-1"
+    assert _physical_id(SimpleNamespace(pci_domain_id=0, pci_bus_id=0x1b, pci_device_id=0)) == "pci-0:1b:0"
+    assert _physical_id(SimpleNamespace()) is None

@@ -40,6 +40,15 @@ def device_index(local_rank: int, device_count: int) -> int:
     return int(local_rank) % int(device_count)
 
 
+def _physical_id(props) -> str | None:
+    """The device's UUID, else its PCI domain:bus:device, else None (not comparable: older torch)."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        return str(uuid)
+    pci = tuple(getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
+    return None if None in pci else "pci-%x:%x:%x" % pci
+
+
 def probe_local_gpu(rank: int, local_rank: int) -> GpuProbe:
     """This rank's GpuProbe (imports torch; never raises)."""
     host = socket.gethostname()
@@ -50,7 +59,7 @@ def probe_local_gpu(rank: int, local_rank: int) -> GpuProbe:
         if n == 0:
             return GpuProbe(rank, host, 0, why="no CUDA GPU is visible")
         i = device_index(local_rank, n)
-        return GpuProbe(rank, host, n, i, str(torch.cuda.get_device_properties(i).uuid))
+        return GpuProbe(rank, host, n, i, _physical_id(torch.cuda.get_device_properties(i)))
     except Exception as e:  # noqa: BLE001 - a broken driver is a finding, not a crash
         return GpuProbe(rank, host, 0, why=f"CUDA cannot be queried ({type(e).__name__}: {e})")
 
@@ -72,7 +81,8 @@ def assignment_problem(probes: list[GpuProbe]) -> str:
     for host, ps in by_host.items():
         users: dict[str, list[int]] = {}
         for p in ps:
-            users.setdefault(str(p.uuid), []).append(p.rank)
+            if p.uuid is not None:  # a GPU of unknown identity cannot be compared (no false alarm)
+                users.setdefault(p.uuid, []).append(p.rank)
         shared = [rs for rs in users.values() if len(rs) > 1]
         if shared:
             rs = shared[0]
