@@ -155,21 +155,9 @@ def validate_graph(g: Graph, source: str | None = None) -> Graph:
         raise GraphFormatError(source, "indices", "missing")
     indptr = _as_int64(g.indptr, source, "indptr")
     indices = _as_int64(g.indices, source, "indices")
-    if indptr.ndim != 1:
-        raise GraphFormatError(source, "indptr", f"must be 1-D, got shape {indptr.shape}")
     if indices.ndim != 1:
         raise GraphFormatError(source, "indices", f"must be 1-D, got shape {indices.shape}")
-    n = len(indptr) - 1
-    if n <= 0:
-        raise GraphFormatError(source, "indptr", f"empty graph: indptr has {len(indptr)} entries (0 nodes)")
-    if indptr[0] != 0:
-        raise GraphFormatError(source, "indptr", f"indptr[0]={int(indptr[0])}, expected 0")
-    dec = np.diff(indptr) < 0
-    if dec.any():
-        k = _first(dec) + 1
-        raise GraphFormatError(source, "indptr", f"indptr not monotone at position {k} ({int(indptr[k - 1])} > {int(indptr[k])})")
-    if indptr[-1] != len(indices):
-        raise GraphFormatError(source, "indptr", f"indptr[-1]={int(indptr[-1])} but indices has {len(indices)} entries")
+    n = _check_indptr(indptr, len(indices), source)
     _check_ids(indices, n, source, "indices")
     x = None if g.x is None else _check_x(g.x, n, source)
     y = None if g.y is None else _check_y(g.y, n, source)

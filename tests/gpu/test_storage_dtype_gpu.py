@@ -22,18 +22,17 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 
 from mgg.kernels.local_csr import CsrRowsExecutor  # noqa: E402
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
+from mgg.runtime import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.runtime.store import storage_torch_dtype  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
-from tests.test_local_csr import power_law_csr  # noqa: E402
+from tests.gpu.test_local_csr_gpu import graph, plans as cpu_plans  # noqa: E402  (the same power-law graph)
 
 SIXTEEN = ("bf16", "fp16")
 ACC_TOL = 1e-5
 ROUNDING_FLOOR = {"bf16": 3e-4, "fp16": 4e-5}  # as tests/test_storage_dtype.py
 #: every lane layout of the 16-bit kernels: 8 elements per 16-byte vector, up to 32 x 4 vectors
 DIMS = (1, 5, 8, 16, 33, 64, 130, 256, 512, 1000, 1024)
-_GRAPH = {}
 
 
 def rel_err(a, b):
@@ -44,15 +43,6 @@ def rounded(x: np.ndarray, name: str) -> np.ndarray:
     return torch.from_numpy(x).to(storage_torch_dtype(name)).double().numpy()
 
 
-def graph():
-    if "g" not in _GRAPH:
-        _GRAPH["g"] = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
-    return _GRAPH["g"]
-
-
-def cpu_plans(indptr, indices, kind):
-    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
-        return {False: dg.plan(kind, False), True: dg.plan(kind, True)}
 
 
 @pytest.mark.parametrize("name", SIXTEEN)
