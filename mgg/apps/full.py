@@ -8,9 +8,8 @@ checkpoint, checkpoints, the runtime tuner (`--tune`) and fault injection.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import os
+from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Any
 
