@@ -97,7 +97,8 @@ def test_prepare_cli_writes_sizes_and_refuses_overwrite(tmp_path, capsys):
     (["karate"], "nothing to do"),
     (["karate", "--out", "x.npz", "--ranks", "two"], "--ranks"),
     (["papers-like", "--scale", "2", "--out", "x.npz"], "--scale"),
-])
+    (["karate", "--out", "x.npz", "--device", "tpu9"], "--device"),
+] + ([] if torch.cuda.is_available() else [(["karate", "--out", "x.npz", "--device", "cuda"], "no CUDA GPU")]))
 def test_prepare_cli_bad_input(tmp_path, capsys, argv, msg, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:

@@ -56,6 +56,20 @@ def _ranks(text: str) -> list[int]:
     return ps
 
 
+def _check_device(name: str) -> None:
+    """ValueError for a --device that torch does not know or that this machine lacks."""
+    import torch
+
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise ValueError(f"--device {name!r} is not a device torch knows ({e}); use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA GPU is visible here; use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name}: presets are drawn on cpu or cuda")
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -141,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ps = _ranks(ns.ranks)
         if not (0 < ns.scale <= 1):
             raise ValueError(f"--scale must be in (0, 1], got {ns.scale}")
+        _check_device(ns.device)
         if ns.dry_run:
             if ns.out is not None:
                 raise ValueError("--dry-run writes nothing: leave out --out")
