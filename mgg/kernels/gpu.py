@@ -314,8 +314,8 @@ class GPUExecutor:
                     self._local(out, R, self.rparts, self.rslot, self.rwt, _p(halo), d4, v)
             elif self.variant == "halo_overlap":
                 cur = torch.cuda.current_stream(self.device)
-                self.side.wait_stream(cur)  # the published store and the halo buffer's allocation
-                halo = self._fill((max(p.halo_size, 1), dp))
+                halo = self._fill((max(p.halo_size, 1), dp))  # (a NaN fill when poisoned: on cur)
+                self.side.wait_stream(cur)  # the published store and the halo buffer, filled
                 with torch.cuda.stream(self.side), _stream():
                     self._gather_halo(symp, d4, halo)
                 gathered = torch.cuda.Event()
