@@ -8,7 +8,9 @@ One GPU, one process (P = 1). Per dataset, width D and kind it prints the median
 CUDA-event timings of one aggregation call (whole call: `paper` includes its symmetric-array
 write, zero-fill and self-term add; csr_rows writes every row once with the self term fused) for
   * csr_rows with the kind's weight-free mode (and with per-edge weights, `csr_rows-weighted`),
-    over a small grid of (wpb, chunk),
+    over a small grid of (wpb, chunk), and `csr_rows bf16` / `csr_rows fp16`: the same kernel
+    reading rows stored in 16 bits (--storage-dtype; default knobs; their HBM floor counts
+    2 * round_up(D, 8) bytes per row; the gather floor stays fp32's),
   * GPUExecutor variant `paper` (on P = 1 it runs only mgg_local) through DistGraph,
   * torch sparse CSR @ x (cuSPARSE),
 and two floors:
@@ -175,6 +177,9 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
             fast = CsrRowsExecutor(plan, None, kind)
             weighted = CsrRowsExecutor(plan, None, None)
             prep = time.perf_counter() - t0
+            # --storage-dtype bf16 / fp16: the same kernel reading 16-bit rows (8 per 16-byte load)
+            narrow = {f"csr_rows {n}": CsrRowsExecutor(plan, None, kind, storage_dtype=dt)
+                      for n, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16))}
             uniq = distinct_sources(plan)
             for dim in dims:
                 dp = max(4, (dim + 3) // 4 * 4)
@@ -193,6 +198,10 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                             ms = event_ms(lambda: ex(x), args.reps)
                             hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
                             res[f"{label} wpb={wpb} chunk={chunk}"] = (ms, hb)
+                for label, ex in narrow.items():  # default knobs; its row bytes are 2 * round_up(D, 8)
+                    ms = event_ms(lambda: ex(x), args.reps)
+                    dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats
+                    res[label] = (ms, compulsory_bytes(plan, dp16, False, uniq) / (hbm * 1e6))
                 dg.set_variant("paper")
                 ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)
                 res["paper (mgg_local)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
@@ -214,7 +223,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                                  "l2_floor_ms": l2_floor, "l2_GBps": l2, "hbm_GBps": hbm,
                                  "mode": fast.factors.mode, "prep_s": prep, "rel_err": err})
                 del x
-            del fast, weighted, w_csr
+            del fast, weighted, narrow, w_csr
             torch.cuda.empty_cache()
     return rows
 
