@@ -65,21 +65,28 @@ def test_widths_and_params(variant, dim, ps, dist, wpb):
     assert rel_err(outs[0], ref) < 1e-5
 
 
-def test_gpu_matches_cpu_executor_and_autograd():
+def gcn_on_cpu_and_gpu(comm, indptr, indices, x, g, **config):
+    """Differentiable GCN aggregation of x (and its backward with output gradient g) through the
+    CPU and the GPU backend: ({backend: (out, grad_x)}, lo, hi) for this rank's rows."""
     from mgg.nn import aggregate
 
-    comm = world()
-    indptr, indices = random_csr(500, 7000, seed=3)
-    x = np.random.default_rng(9).standard_normal((500, 24)).astype(np.float32)
-    g = np.random.default_rng(10).standard_normal((500, 24)).astype(np.float32)
     res = {}
     for backend in ("cpu", "gpu"):
-        with DistGraph(indptr, indices, comm, RuntimeConfig(8, 4, 4, backend=backend)) as dg:
+        with DistGraph(indptr, indices, comm, RuntimeConfig(8, 4, 4, backend=backend, **config)) as dg:
             xl = torch.from_numpy(dg.local(x).copy()).to(dg.device).requires_grad_(True)
             out = aggregate(xl, dg, "gcn")
             (out * torch.from_numpy(dg.local(g).copy()).to(dg.device)).sum().backward()
             res[backend] = (out.detach().cpu().numpy(), xl.grad.cpu().numpy())
             lo, hi = dg.lo, dg.hi
+    return res, lo, hi
+
+
+def test_gpu_matches_cpu_executor_and_autograd():
+    comm = world()
+    indptr, indices = random_csr(500, 7000, seed=3)
+    x = np.random.default_rng(9).standard_normal((500, 24)).astype(np.float32)
+    g = np.random.default_rng(10).standard_normal((500, 24)).astype(np.float32)
+    res, lo, hi = gcn_on_cpu_and_gpu(comm, indptr, indices, x, g)
     ref_out = aggregate_reference(indptr, indices, x, "gcn")[lo:hi]
     ref_grad = aggregate_reference(indptr, indices, g, "gcn", transposed=True)[lo:hi]
     for backend, (out, grad) in res.items():

@@ -110,21 +110,13 @@ def test_distgraph_16_bit_matches_oracle(name, variant, kind, dim):
 
 @pytest.mark.parametrize("name", SIXTEEN)
 def test_gpu_16_bit_autograd_matches_cpu(name):
-    from mgg.nn import aggregate
+    from tests.gpu.test_gpu_executor import gcn_on_cpu_and_gpu
 
     comm = _world()
     indptr, indices = random_csr(500, 7000, seed=3)
     x = np.random.default_rng(9).standard_normal((500, 24)).astype(np.float32)
     g = np.random.default_rng(10).standard_normal((500, 24)).astype(np.float32)
-    res = {}
-    for backend in ("cpu", "gpu"):
-        cfg = RuntimeConfig(8, 4, 4, backend=backend, storage_dtype=name)
-        with DistGraph(indptr, indices, comm, cfg) as dg:
-            xl = torch.from_numpy(dg.local(x).copy()).to(dg.device).requires_grad_(True)
-            out = aggregate(xl, dg, "gcn")
-            (out * torch.from_numpy(dg.local(g).copy()).to(dg.device)).sum().backward()
-            res[backend] = (out.detach().cpu().numpy(), xl.grad.cpu().numpy())
-            lo, hi = dg.lo, dg.hi
+    res, lo, hi = gcn_on_cpu_and_gpu(comm, indptr, indices, x, g, storage_dtype=name)
     ref_f = aggregate_reference(indptr, indices, rounded(x, name), "gcn")[lo:hi]
     ref_b = aggregate_reference(indptr, indices, rounded(g, name), "gcn", transposed=True)[lo:hi]
     for backend in ("cpu", "gpu"):
