@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data.rows import read_rows
 from .partition import partition_ranges
 
 __all__ = ["RankFootprint", "rank_footprints"]
@@ -116,9 +117,11 @@ def footprints_from_chunks(indptr: np.ndarray, chunks, world_sizes: list[int], n
 
 
 def _array_chunks(indices, total: int):
+    """(s, e, indices[s:e]) in chunks; a memory map is read with positioned reads (its pages do
+    not stay in this process's resident set)."""
     for s in range(0, total, _CHUNK):
         e = min(total, s + _CHUNK)
-        yield s, e, np.asarray(indices[s:e])
+        yield s, e, read_rows(indices, s, e)
 
 
 def rank_footprints(indptr: np.ndarray, indices: np.ndarray, world_size: int, num_features: int = 0,
