@@ -143,19 +143,37 @@ class SparseOperator:
     def __matmul__(self, x: torch.Tensor) -> torch.Tensor:
         return _SpMM.apply(self.A, self.At, x)
 
+    def rows(self, index: torch.Tensor) -> "SparseOperator":
+        """The operator of rows `index` (int64 [k], sorted) only: [k, N] (the rows a loss reads)."""
+        coo = self.A.to_sparse_coo().coalesce()
+        r, c = coo.indices()
+        n = self.A.shape[0]
+        new = torch.full((n,), -1, dtype=torch.int64, device=r.device)
+        new[index] = torch.arange(index.numel(), device=r.device)
+        keep = new[r] >= 0
+        sub = torch.sparse_coo_tensor(torch.stack([new[r[keep]], c[keep]]), coo.values()[keep],
+                                      (index.numel(), self.A.shape[1])).coalesce()
+        return SparseOperator(sub.to_sparse_csr())
+
 
 class PlainTorchGCN(torch.nn.Module):
-    """GCN as a user writes it in plain torch: h = A_hat (h W) + b per layer, the Linear first
-    (it commutes with the aggregation, so every SpMM runs at the output width)."""
+    """GCN as a user writes it in plain torch: h = A_hat (h W) + b per layer, each Linear on the
+    narrow side of its SpMM (they commute); `A_out` (the operator's rows the loss reads, e.g.
+    `A.rows(train)`) makes the last layer compute only those rows."""
 
     def __init__(self, dims: list[int]):
         super().__init__()
         self.lins = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
 
-    def forward(self, x, A):
+    def forward(self, x, A, A_out=None):
+        last = len(self.lins) - 1
         for i, lin in enumerate(self.lins):
-            x = A @ (x @ lin.weight.t()) + lin.bias
-            if i < len(self.lins) - 1:
+            op = A_out if (i == last and A_out is not None) else A
+            if lin.out_features <= lin.in_features:
+                x = op @ (x @ lin.weight.t()) + lin.bias
+            else:
+                x = lin(op @ x)
+            if i < last:
                 x = x.relu()
         return x
 
@@ -170,12 +188,18 @@ class PlainTorchGIN(torch.nn.Module):
         self.l2 = torch.nn.ModuleList(torch.nn.Linear(hidden, b) for b in dims[1:])
         self.eps = torch.nn.Parameter(torch.zeros(len(self.l1)))
 
-    def forward(self, x, A):
+    def forward(self, x, A, A_out=None, out_index=None):
+        """A_out / out_index: the operator's rows the loss reads and their ids (the last layer
+        then computes only those rows)."""
+        last = len(self.l1) - 1
         for i, (l1, l2) in enumerate(zip(self.l1, self.l2)):
             z = x @ l1.weight.t()
-            z = A @ z + (1 + self.eps[i]) * z + l1.bias
+            if i == last and A_out is not None:
+                z = A_out @ z + (1 + self.eps[i]) * z[out_index] + l1.bias
+            else:
+                z = A @ z + (1 + self.eps[i]) * z + l1.bias
             x = l2(z.relu())
-            if i < len(self.l1) - 1:
+            if i < last:
                 x = x.relu()
         return x
 

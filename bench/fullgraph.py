@@ -149,10 +149,15 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
 
     from mgg.nn import allreduce_gradients
 
+    rows = getattr(G, "bench_train_rows", None)  # mgg's row set of the training rows (as the CLI)
+
     def step():
         opt.zero_grad(set_to_none=False)
-        out = model(x, G, None)
-        loss = F.cross_entropy(out[train_mask], y[train_mask], reduction="sum") / n_train
+        if rows is not None:
+            loss = F.cross_entropy(model(x, G, None, rows=rows), y[rows.index], reduction="sum") / n_train
+        else:
+            out = model(x, G, None)
+            loss = F.cross_entropy(out[train_mask], y[train_mask], reduction="sum") / n_train
         loss.backward()
         if comm.size > 1:
             allreduce_gradients(model, comm)
@@ -174,9 +179,9 @@ def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
     calls = []
     real = dg.aggregate
 
-    def counting(x, kind, transposed=False):
+    def counting(x, kind, transposed=False, **kw):
         calls.append([kind, bool(transposed), int(x.shape[1])])
-        return real(x, kind, transposed)
+        return real(x, kind, transposed, **kw)
     dg.aggregate = counting
     try:
         x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
@@ -220,7 +225,8 @@ def time_system(build_G, mname, g, comm, args, device):
 
 def plain_torch_epoch(g, mname, args, device, comm):
     """Median epoch ms of the plain torch model a user would write (bench/baselines.py
-    PlainTorchGCN/GIN: torch sparse CSR SpMM, the first Linear before the aggregation)."""
+    PlainTorchGCN/GIN: torch sparse CSR SpMM, the Linears on the narrow side, the last layer on
+    the training rows only)."""
     import torch
     import torch.nn.functional as F
 
@@ -232,12 +238,14 @@ def plain_torch_epoch(g, mname, args, device, comm):
         model, A = plain_torch_model(g, mname, m["hidden"], m["layers"], device)
         x = torch.from_numpy(g.x).to(device)
         y = torch.from_numpy(g.y).to(device)
-        tm = torch.from_numpy(g.train_mask).to(device)
+        train = torch.nonzero(torch.from_numpy(g.train_mask).to(device)).reshape(-1)
+        A_out = A.rows(train)  # the last layer on the rows the loss reads
+        kw = {"out_index": train} if mname == "gin" else {}
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
         def step():
             opt.zero_grad()
-            F.cross_entropy(model(x, A)[tm], y[tm]).backward()
+            F.cross_entropy(model(x, A, A_out, **kw), y[train]).backward()
             opt.step()
         cuda_ms(step, args.warmup, comm, sync_all=False)
         ms, err = statistics.median(cuda_ms(step, args.epochs, comm, sync_all=False)), None
@@ -410,6 +418,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
 def run(args) -> None:
     import torch
 
+    from mgg.apps.loop import ROW_SET_MAX_SHARE
     from mgg.runtime import DistGraph, RuntimeConfig, world
 
     comm = world()
@@ -437,6 +446,8 @@ def run(args) -> None:
         g = load_graph(name, float(sc or 1), args.cache, comm)
         t = time.perf_counter()
         dg = DistGraph.build(g, comm, RuntimeConfig(args.ps, args.dist, args.wpb, backend="gpu"))
+        if float(g.train_mask.sum()) <= ROW_SET_MAX_SHARE * g.num_nodes:  # as `mgg.train` does
+            dg.bench_train_rows = dg.register_rows("train", np.nonzero(dg.local(g.train_mask))[0])
         for kind in sorted({"gcn"} | {model_spec(mn)["kind"] for mn in args.models.split(",")}):
             dg.plan(kind), dg.plan(kind, True)
         dg.num_nodes = g.num_nodes

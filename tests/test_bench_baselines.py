@@ -50,3 +50,23 @@ def test_plain_torch_model_matches_dense_float64(mname):
     (ref ** 2).sum().backward()
     assert torch.allclose(out.double(), ref, atol=1e-5)
     assert torch.allclose(grad.double(), x64.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("mname", ["gcn", "gin"])
+def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname):
+    g = load_dataset("karate")
+    torch.manual_seed(0)
+    model, op = plain_torch_model(g, mname, 8, 2, "cpu")
+    idx = torch.tensor([0, 3, 7, 20, 33])
+    kw = {"out_index": idx} if mname == "gin" else {}
+    x = torch.from_numpy(g.x)
+    full = model(x, op)
+    (full[idx] ** 2).sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    part = model(x, op, op.rows(idx), **kw)
+    (part ** 2).sum().backward()
+    assert part.shape == (5, full.shape[1])
+    torch.testing.assert_close(part, full[idx], rtol=1e-5, atol=1e-6)
+    for p, w in zip(model.parameters(), want):
+        torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-6)

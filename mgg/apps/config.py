@@ -163,3 +163,4 @@ class TrainResult:
     time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
     memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step
+    row_sets: dict = field(default_factory=dict)  # row set name -> nodes over all ranks (mgg.runtime.rowset)

@@ -15,8 +15,9 @@ from typing import Any
 
 from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
 from .faults import fault_point, parse_fault
-from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs,
-                   untimed)
+from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar,
+                   register_row_sets, run_epochs, untimed)
+from .phases import PhaseClock
 
 __all__ = ["train_full", "resume_state", "start_tuner"]
 
@@ -120,9 +121,13 @@ class FullGraphHooks(EpochHooks):
         d = self.data
         self.opt.zero_grad(set_to_none=False)
         with span("forward"):
-            logits = self.model(d.x, self.dg, self.gen)
-            tm = d.masks[0]
-            loss = F.cross_entropy(logits[tm], d.y[tm], reduction="sum") / d.n_train
+            if d.train_rows is not None:  # the last layer on the training rows only
+                logits = self.model(d.x, self.dg, self.gen, rows=d.train_rows)
+                target = d.y[d.train_rows.index]
+            else:
+                tm = d.masks[0]
+                logits, target = self.model(d.x, self.dg, self.gen)[tm], d.y[tm]
+            loss = F.cross_entropy(logits, target, reduction="sum") / d.n_train
         fault_point(self.fault, self.comm.rank, epoch)
         with span("backward"):
             loss.backward()
@@ -140,7 +145,7 @@ class FullGraphHooks(EpochHooks):
     def eval_logits(self, data: LocalData):
         self.model.eval()
         with untimed(self.timer):
-            return self.model(data.x, self.dg, None)
+            return self.model(data.x, self.dg, None, rows=data.eval_rows)
 
     def end_epoch(self, epoch: int, state: LoopState) -> None:
         """A checkpoint when one is due, at the last epoch, or when the ranks stop on a signal."""
@@ -176,14 +181,13 @@ def _restore(resume, hooks: FullGraphHooks, state: LoopState) -> int:
     return res.start_epoch
 
 
-def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, LoopState]:
+def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGraphHooks, LoopState]:
     """The model replica (same initial weights on every rank), optimizer, dropout generator and
     the loop state of a fresh run."""
     import torch
 
     from ..nn import broadcast_parameters, build_model
 
-    data = local_data(dg, prep)
     model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout, norm=cfg.norm).to(dg.device)
     broadcast_parameters(model, comm)
@@ -194,13 +198,11 @@ def _setup(cfg: TrainConfig, comm, dg, prep, fault) -> tuple[FullGraphHooks, Loo
 
 
 def _startup_phases(clock, dg, model: str) -> None:
-    """Record DistGraph's construction (partition, store) on `clock`, then build the model's
-    forward and transposed plans and their executors now (kernels built or loaded from the cache,
-    plans uploaded) as the `plan` and `build` phases, instead of inside the first epoch."""
+    """Build the model's forward and transposed plans and their executors now (kernels built or
+    loaded from the cache, plans uploaded) as the `plan` and `build` phases, instead of inside
+    the first epoch."""
     from ..nn.registry import model_entry
 
-    for name in ("partition", "store"):
-        clock.add(name, dg.build_seconds[name])
     kind = model_entry(model).aggregation
     if kind is None:  # fused attention (GAT) builds its own structures in the first epoch
         return
@@ -226,10 +228,17 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
     fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = resume_state(cfg, comm, graph)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed, deferred=True)
+    clock = clock or PhaseClock(comm, show=False)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
-        if clock is not None:
-            _startup_phases(clock, dg, cfg.model)
-        hooks, state = _setup(cfg, comm, dg, prep, fault)
+        for name in ("partition", "store"):  # DistGraph's construction
+            clock.add(name, dg.build_seconds[name])
+        with clock.phase("data"):  # this rank's features, labels and masks on its device
+            data = local_data(dg, prep)
+            register_row_sets(dg, data)  # before the plans: theirs are built with them
+        _startup_phases(clock, dg, cfg.model)
+        with clock.phase("model"):
+            hooks, state = _setup(cfg, comm, dg, data, fault)
+        state.res.row_sets = {r.name: r.num_global for r in (data.train_rows, data.eval_rows) if r is not None}
         state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
         hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(state.data.x.shape[1], cfg.hidden),

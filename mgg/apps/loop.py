@@ -21,7 +21,7 @@ import numpy as np
 from .config import TrainConfig, TrainResult, UserError
 
 __all__ = ["LocalData", "EpochHooks", "EpochSums", "LoopState", "Teardown", "build_distgraph", "distgraph_session",
-           "local_data", "mask_counts", "reduce_epoch", "run_epochs", "finish", "untimed", "tuning_summary",
+           "local_data", "mask_counts", "register_row_sets", "ROW_SET_MAX_SHARE", "reduce_epoch", "run_epochs", "finish", "untimed", "tuning_summary",
            "progress_bar", "MASKS"]
 
 MASKS = ("train", "val", "test")
@@ -36,6 +36,30 @@ class LocalData:
     masks: tuple           # torch bool [n_local] each: train, val, test
     n_train: float         # the global number of training nodes
     num_classes: int = 0   # over the whole graph
+    train_rows: Any = None  # RowSet of the training rows (register_row_sets), or None: all rows
+    eval_rows: Any = None   # RowSet of the rows any mask holds, or None: all rows
+
+
+#: a row set is used when it holds at most this share of the graph's nodes: below it the
+#: restricted last layer saves more than its extra plans cost (plan time and memory)
+ROW_SET_MAX_SHARE = 0.5
+
+
+def register_row_sets(dg, data: LocalData) -> None:
+    """Register the training rows and the evaluated rows (any mask) as row sets of `dg`, each
+    only when it holds at most ROW_SET_MAX_SHARE of the nodes (over all ranks, so every rank
+    decides alike), and record them in `data`. Collective; before the first plan is built."""
+    import torch
+
+    train = data.masks[0]
+    evaluated = data.masks[0] | data.masks[1] | data.masks[2]
+    sizes = np.array([float(train.sum()), float(evaluated.sum())])
+    dg.comm.allreduce_(sizes)
+    limit = ROW_SET_MAX_SHARE * dg.num_nodes
+    if sizes[0] <= limit:
+        data.train_rows = dg.register_rows("train", torch.nonzero(train).reshape(-1))
+    if sizes[1] <= limit:
+        data.eval_rows = dg.register_rows("eval", torch.nonzero(evaluated).reshape(-1))
 
 
 def build_distgraph(cfg: TrainConfig, comm, graph: Any):
@@ -112,11 +136,16 @@ def local_data(dg, prep) -> LocalData:
 
 
 def mask_counts(logits, data: LocalData) -> dict[str, float]:
-    """{"<mask>_correct", "<mask>_total"} per mask of this rank's nodes (floats, to be summed)."""
+    """{"<mask>_correct", "<mask>_total"} per mask of this rank's nodes (floats, to be summed).
+    `logits`: float [n_local, C], or [len(data.eval_rows), C] for the rows of data.eval_rows."""
     pred = logits.argmax(dim=1)
+    masks, y = data.masks, data.y
+    if data.eval_rows is not None and logits.shape[0] != y.shape[0]:
+        masks = tuple(m[data.eval_rows.index] for m in masks)
+        y = y[data.eval_rows.index]
     out: dict[str, float] = {}
-    for name, m in zip(MASKS, data.masks):
-        out[f"{name}_correct"] = float((pred[m] == data.y[m]).sum().item())
+    for name, m in zip(MASKS, masks):
+        out[f"{name}_correct"] = float((pred[m] == y[m]).sum().item())
         out[f"{name}_total"] = float(m.sum().item())
     return out
 

@@ -4,9 +4,11 @@ reported (max over ranks) in the metrics JSON as `phases` with `time_to_first_ep
 Phases, in order: init (process start to the start of loading: interpreter, imports, MPI and
 the communicator), load (read or generate the dataset), reorder (with --reorder-nodes), prepare (features, labels, masks),
 partition (ranges, this rank's forward and transposed rows: `DistGraph` construction without the
-store), store (the symmetric store: MPI window or NVSHMEM init), plan (forward and transposed
-plans of the model's aggregation kind), build (executors: kernel build or cache load, plan upload),
-first_epoch (the first training epoch and its evaluation).
+store), store (the symmetric store: MPI window or NVSHMEM init), data (this rank's features, labels and
+masks onto its device, and the row sets of the training and evaluated rows), plan (forward and
+transposed plans of the model's aggregation kind), build (executors: kernel build or cache load,
+plan upload), model (the model replica, its broadcast and the optimizer), first_epoch (the first
+training epoch and its evaluation). Together they cover the time to the end of the first epoch.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import numpy as np
 
 __all__ = ["PhaseClock", "process_age_s", "PHASES"]
 
-PHASES = ("init", "load", "reorder", "prepare", "partition", "store", "plan", "build", "first_epoch")
+PHASES = ("init", "load", "reorder", "prepare", "partition", "store", "data", "plan", "build", "model",
+          "first_epoch")
 
 
 def _start_age_s() -> float:

@@ -85,11 +85,11 @@ class StepProfile:
         self._dg, self._orig = dg, dg.aggregate
         orig = self._orig
 
-        def timed(x, kind, transposed=False):
+        def timed(x, kind, transposed=False, **kw):
             if not self._in_step:
-                return orig(x, kind, transposed)
+                return orig(x, kind, transposed, **kw)
             with self.span("aggregate_t" if transposed else "aggregate"):
-                return orig(x, kind, transposed)
+                return orig(x, kind, transposed, **kw)
         dg.aggregate = timed
 
     def detach(self) -> None:

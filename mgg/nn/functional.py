@@ -22,28 +22,30 @@ class Aggregate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, dg, kind: str) -> torch.Tensor:  # type: ignore[override]
-        ctx.dg = dg
-        ctx.kind = kind
-        return dg.aggregate(x.detach().contiguous(), kind)
+    def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:  # type: ignore[override]
+        ctx.dg, ctx.kind, ctx.rows = dg, kind, rows
+        return dg.aggregate(x.detach().contiguous(), kind, rows=rows)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True)
-        return grad_x, None, None
+        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True, rows=ctx.rows)
+        return grad_x, None, None, None
 
 
-def aggregate(x: torch.Tensor, dg, kind: str) -> torch.Tensor:
-    """Differentiable `dg.aggregate(x, kind)`.
+def aggregate(x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:
+    """Differentiable `dg.aggregate(x, kind)`, or its rows `rows` only.
 
     Args:
         x: float [n_local, D], this rank's node rows.
         dg: the DistGraph.
         kind: "sum" | "mean" | "gcn" (see docs/architecture.md).
+        rows: None, or a RowSet registered on dg (mgg.runtime.rowset).
     Returns:
-        float [n_local, D].
+        float [n_local, D], or float [len(rows), D]: the rows of `rows.index`, in that order.
     """
-    return Aggregate.apply(x, dg, kind)
+    if rows is None:
+        return Aggregate.apply(x, dg, kind)
+    return Aggregate.apply(x, dg, kind, rows)[rows.index]
 
 
 _M32 = 0xFFFFFFFF

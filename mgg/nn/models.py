@@ -33,14 +33,26 @@ class GNN(nn.Module):
         for conv in self.convs:
             conv.reset_parameters()
 
-    def forward(self, x: torch.Tensor, dg, generator: torch.Generator | None = None) -> torch.Tensor:
-        """x: float32 [n_local, in_dim] -> logits float32 [n_local, out_dim]. Collective."""
+    def forward(self, x: torch.Tensor, dg, generator: torch.Generator | None = None,
+                rows=None) -> torch.Tensor:
+        """x: float32 [n_local, in_dim] -> logits float32 [n_local, out_dim]. Collective.
+
+        rows: a RowSet registered on dg (mgg.runtime.rowset): the logits of those rows only,
+        float32 [len(rows), out_dim], in `rows.index` order. The last layer then aggregates
+        and transforms those rows only (when the layer `supports_rows`; else it runs on every
+        row and the result is sliced); the values are those of the full forward.
+        """
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
             x = global_dropout(x, self.dropout, dg, generator, self.training)
-            x = conv(x, dg)
             if i < last:
-                x = self.activation(x)
+                x = self.activation(conv(x, dg))
+            elif rows is None:
+                x = conv(x, dg)
+            elif getattr(conv, "supports_rows", False):
+                x = conv(x, dg, rows=rows)
+            else:
+                x = conv(x, dg)[rows.index]
         return x
 
 

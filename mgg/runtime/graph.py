@@ -31,6 +31,7 @@ from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
+from .rowset import RowSet, global_row_mask, keep_entries, keep_rows
 from .store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
 from .transpose import transposed_rows_exchange, transposed_rows_t
 from .weights import check_kind, diag_weights, pair_weights_by_row
@@ -148,10 +149,13 @@ class DistGraph:
             self._bwd: _RankRows | None = self._transposed_rows(indptr_d, indices_d)
             del indptr_d, indices_d
         self.params = self.config.params
-        self._plans: dict[tuple[str, bool], AggregationPlan] = {}  # for self.params
+        # (kind, transposed, row set name or None) -> plan, for self.params
+        self._plans: dict[tuple[str, bool, str | None], AggregationPlan] = {}
+        self._row_sets: dict[str, RowSet] = {}
+        self._row_masks: dict[str, torch.Tensor] = {}  # global masks until the transposed plans exist
         self.plan_cache = PlanCache(self.PLAN_CACHE)
-        # LRU: (params, variant) -> {(kind, transposed): executor}
-        self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool], Any]] = OrderedDict()
+        # LRU: (params, variant) -> {(kind, transposed, row set): executor}
+        self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool, str | None], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
         t_store = time.perf_counter()
         self.store = store if store is not None else make_store(comm, self.backend)
@@ -206,32 +210,73 @@ class DistGraph:
         """arr[lo:hi] of a global per-node array (numpy array or tensor)."""
         return arr[self.lo: self.hi]
 
-    def plan(self, kind: str, transposed: bool = False) -> AggregationPlan:
-        """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward).
+    def register_rows(self, name: str, local_rows) -> RowSet:
+        """Name a subset of this rank's rows whose outputs are the only ones read (mgg.runtime.rowset):
+        `aggregate(x, kind, rows=set)` then runs W_S over their in-edges only. Collective (every
+        rank registers the same names in the same order, before the first plan is built).
+
+        Args:
+            name: the subset's name. local_rows: int [k] rows in [0, n_local) (numpy or tensor).
+        """
+        if self._fwd is None or self._bwd is None:
+            raise RuntimeError(f"register_rows({name!r}): register row sets before the first plan is built")
+        if name in self._row_sets:
+            raise ValueError(f"register_rows: a row set named {name!r} exists")
+        idx = torch.as_tensor(np.asarray(local_rows.cpu() if isinstance(local_rows, torch.Tensor) else local_rows)
+                              ).to(torch.int64).reshape(-1)
+        bad = idx[(idx < 0) | (idx >= self.n_local)]
+        if bad.numel():
+            raise ValueError(f"register_rows({name!r}): row {int(bad[0])} is outside this rank's "
+                             f"{self.n_local} rows (rank {self.rank})")
+        idx = torch.unique(idx)  # sorted, distinct
+        total = int(self.comm.allreduce_scalar(float(idx.numel())))
+        rs = RowSet(name, idx.to(self.device), total)
+        self._row_masks[name] = global_row_mask(idx, self.lo, self.num_nodes, self.comm, self.plan_device)
+        self._row_sets[name] = rs
+        return rs
+
+    def plan(self, kind: str, transposed: bool = False, rows: str | None = None) -> AggregationPlan:
+        """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward); with
+        `rows` (a registered row set's name) those of W_S (mgg.runtime.rowset).
 
         The structure (split, partitions, halo) does not depend on the kind: the first plan of a
-        direction is built, the others only recompute the weights in plan order.
+        direction is built (with the row sets' plans of that direction), the others only
+        recompute the weights in plan order.
         """
         check_kind(kind)
-        key = (kind, transposed)
+        if rows is not None and rows not in self._row_sets:
+            raise KeyError(f"no row set named {rows!r} (DistGraph.register_rows)")
+        key = (kind, transposed, rows)
         if key not in self._plans:
-            same_dir = [p for (k, t), p in self._plans.items() if t == transposed]
-            if same_dir:
-                self._plans[key] = self._reweighted(same_dir[0], kind, transposed)
+            same = [p for (k, t, r), p in self._plans.items() if t == transposed and r == rows]
+            if same:
+                self._plans[key] = self._reweighted(same[0], kind, transposed)
             else:
-                rows = self._bwd if transposed else self._fwd
-                # forward entry (row i, col j) carries w(j -> i); transposed (row j, col i) w(j -> i)
-                w = pair_weights_by_row(kind, self._deg_t, rows.indptr, self.lo, rows.indices,
-                                        row_is_target=not transposed)
-                d = diag_weights(kind, self._deg_t, torch.arange(self.lo, self.hi, device=self.plan_device))
-                self._plans[key] = build_plan(rows.indptr, rows.indices, w, d, self.bounds, self.rank,
-                                              self.params, self.node_of_pe, device=self.plan_device)
-                # later kinds of this direction are reweighted from the plan: the rows can go
-                if transposed:
-                    self._bwd = None
-                else:
-                    self._fwd = None
+                self._build_direction(kind, transposed)
         return self._plans[key]
+
+    def _build_direction(self, kind: str, transposed: bool) -> None:
+        """The plans of `kind` in one direction, full and per row set, from this rank's rows
+        (which are then dropped: later kinds are reweighted from the plans)."""
+        rows = self._bwd if transposed else self._fwd
+        for name in (None, *self._row_sets):
+            ip, idx = rows.indptr, rows.indices
+            if name is not None and transposed:  # W_S^T: the entries whose target is in S
+                ip, idx = keep_entries(ip, idx, self._row_masks[name][idx])
+            elif name is not None:               # W_S: the rows of S
+                mask = torch.zeros(self.n_local, dtype=torch.bool, device=self.plan_device)
+                mask[self._row_sets[name].index.to(self.plan_device)] = True
+                ip, idx = keep_rows(ip, idx, mask)
+            # forward entry (row i, col j) carries w(j -> i); transposed (row j, col i) w(j -> i)
+            w = pair_weights_by_row(kind, self._deg_t, ip, self.lo, idx, row_is_target=not transposed)
+            d = diag_weights(kind, self._deg_t, torch.arange(self.lo, self.hi, device=self.plan_device))
+            self._plans[(kind, transposed, name)] = build_plan(ip, idx, w, d, self.bounds, self.rank, self.params,
+                                                               self.node_of_pe, device=self.plan_device)
+        if transposed:
+            self._bwd = None
+            self._row_masks.clear()
+        else:
+            self._fwd = None
 
     def _reweighted(self, base: AggregationPlan, kind: str, transposed: bool) -> AggregationPlan:
         """`base` with the weights of `kind`: each plan entry is (row node, other endpoint)."""
@@ -288,17 +333,17 @@ class DistGraph:
         # the CPU executor ignores the variant: one entry per params
         return self.params, (self.config.variant if self.backend == "gpu" else "")
 
-    def executor(self, kind: str, transposed: bool = False):
-        """The executor of `kind` for the current configuration (built once, kept in an LRU of
-        `EXECUTOR_CACHE` configurations)."""
+    def executor(self, kind: str, transposed: bool = False, rows: str | None = None):
+        """The executor of `kind` (over row set `rows`) for the current configuration (built
+        once, kept in an LRU of `EXECUTOR_CACHE` configurations)."""
         cfg = self._config_key()
         per = self._executors.setdefault(cfg, {})
         self._executors.move_to_end(cfg)
         while len(self._executors) > self.EXECUTOR_CACHE:
             self._executors.popitem(last=False)  # its device arrays go with the last reference
-        key = (kind, transposed)
+        key = (kind, transposed, rows)
         if key not in per:
-            plan = self.plan(kind, transposed)
+            plan = self.plan(kind, transposed, rows)
             per[key] = plan_executor(self.backend, plan, self.store, self.config.variant, kind,
                                      storage_dtype=self.config.storage_dtype)
         return per[key]
@@ -307,8 +352,8 @@ class DistGraph:
         """Build, now, the executors of the current configuration for every plan this DistGraph
         has (plan arrays uploaded, kernels loaded), so the next `aggregate` pays none of it --
         the runtime tuner calls this right after a switch, outside the timed region."""
-        for kind, transposed in list(self._plans):
-            self.executor(kind, transposed)
+        for kind, transposed, rows in list(self._plans):
+            self.executor(kind, transposed, rows)
 
     def symmetric(self, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         """The symmetric [rows_per_pe, dim] buffer for embeddings of width `dim` (allocated once)."""
@@ -324,8 +369,11 @@ class DistGraph:
         dt = storage_torch_dtype(self.config.storage_dtype)
         return None if dt == torch.float32 else dt
 
-    def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False) -> torch.Tensor:
+    def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False,
+                  rows: RowSet | str | None = None) -> torch.Tensor:
         """out = W x (+ diag * x), or W^T x with `transposed`. Collective; no autograd.
+        With `rows` (a registered RowSet or its name) W_S (or W_S^T): only the rows of the set
+        are meaningful in the output (mgg.runtime.rowset).
 
         With a 16-bit `config.storage_dtype`, x is rounded to it once, in the store, and every
         row the aggregation reads (local, remote, self term) is that rounded value; the sums
@@ -339,9 +387,10 @@ class DistGraph:
         if x.dim() != 2 or x.shape[0] != self.n_local:
             raise ValueError(f"aggregate: expected x of shape [{self.n_local}, D] on rank {self.rank}, "
                              f"got {tuple(x.shape)}")
-        ex = self.executor(kind, transposed)
+        name = rows.name if isinstance(rows, RowSet) else rows
+        ex = self.executor(kind, transposed, name)
         sym = self.symmetric(int(x.shape[1]), self.storage_dtype or x.dtype)
-        with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}"):
+        with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}{f' rows {name}' if name else ''}"):
             return ex(x, sym)
 
     def close(self) -> None:

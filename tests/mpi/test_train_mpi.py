@@ -45,6 +45,24 @@ def test_p_ranks_train_the_one_rank_weights(dataset, model):
     assert all(np.isfinite(e["loss"]) for e in res.epochs)
 
 
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_p_ranks_with_row_sets_train_the_one_rank_weights(model):
+    """papers-like keeps ~1% of its nodes in the masks: the last layer runs on the row sets
+    (mgg.runtime.rowset), at P ranks as at one."""
+    from mgg.data import load_dataset
+
+    comm = world()
+    g = load_dataset("papers-like", scale=0.0005, seed=0)
+    cfg = TrainConfig(dataset="papers-like", model=model, epochs=6, backend="cpu", ps=4, dist=2, wpb=2,
+                      progress=False)
+    res = train(cfg, comm, g)
+    ref = train(cfg, Communicator(comm=None), g)
+    assert set(res.row_sets) == {"train", "eval"} and res.row_sets == ref.row_sets
+    diff = comm.allreduce_scalar(float(np.abs(flat(res.model) - flat(ref.model)).max()), "max")
+    assert diff < 1e-4 * max(1.0, float(np.abs(flat(ref.model)).max()))
+    assert abs(res.final_loss - ref.final_loss) < 1e-4 and res.test_acc == ref.test_acc
+
+
 def test_bad_dataset_is_reported_on_every_rank(tmp_path_factory):
     comm = world()
     cfg = TrainConfig(dataset="/nonexistent/graph.npz", epochs=1, backend="cpu")

@@ -19,8 +19,11 @@ class GCNConv(nn.Module):
     Args:
         in_channels, out_channels: feature widths. bias: learn an additive bias.
     Shapes:
-        input float32 [n_local, in_channels] -> output float32 [n_local, out_channels].
+        input float32 [n_local, in_channels] -> output float32 [n_local, out_channels], or
+        [len(rows), out_channels] with `rows` (a RowSet: only those rows are aggregated).
     """
+
+    supports_rows = True
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
@@ -34,11 +37,11 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
         if self.out_channels <= self.in_channels:
-            out = aggregate(self.lin(x), dg, "gcn")
+            out = aggregate(self.lin(x), dg, "gcn", rows)
         else:
-            out = self.lin(aggregate(x, dg, "gcn"))
+            out = self.lin(aggregate(x, dg, "gcn", rows))
         if self.bias is not None:
             out = out + self.bias
         return out

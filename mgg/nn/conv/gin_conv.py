@@ -58,21 +58,35 @@ class GINConv(nn.Module):
             self.eps.fill_(self.initial_eps)
 
     @property
+    def supports_rows(self) -> bool:
+        """Whether `forward(..., rows=...)` may run the MLP on those rows only: not with a stage
+        that needs the graph (DistBatchNorm's statistics are over every node)."""
+        return not any(getattr(m, "needs_graph", False) for m in _modules(self.nn))
+
+    @property
     def projects_first(self) -> bool:
         """True when the MLP's first Linear runs before the aggregation (it narrows the rows)."""
         first = _modules(self.nn)[0]
         return isinstance(first, nn.Linear) and first.out_features < first.in_features
 
-    def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+        """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
+        only when `supports_rows`)."""
+        if rows is not None and not self.supports_rows:
+            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+
+        def own(t: torch.Tensor) -> torch.Tensor:
+            return t if rows is None else t[rows.index]
+
         stages = _modules(self.nn)
         if self.projects_first:
             lin, rest = stages[0], stages[1:]
             h = x @ lin.weight.t()
-            out = (1.0 + self.eps) * h + aggregate(h, dg, "sum")
+            out = (1.0 + self.eps) * own(h) + aggregate(h, dg, "sum", rows)
             if lin.bias is not None:
                 out = out + lin.bias
             return _run(rest, out, dg)
-        out = (1.0 + self.eps) * x + aggregate(x, dg, "sum")
+        out = (1.0 + self.eps) * own(x) + aggregate(x, dg, "sum", rows)
         return _run(stages, out, dg)
 
     def extra_repr(self) -> str:

@@ -39,18 +39,27 @@ class SAGEConv(nn.Module):
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
 
-    def _mean(self, x: torch.Tensor, dg) -> torch.Tensor:
-        return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean")
+    @property
+    def supports_rows(self) -> bool:
+        """`forward(..., rows=...)` aggregates those rows only (the plan path; not `fused`)."""
+        return not self.fused
 
-    def forward(self, x: torch.Tensor, dg) -> torch.Tensor:
+    def _mean(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+        return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean", rows)
+
+    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+        """x float32 [n_local, in] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
+        only when `supports_rows`)."""
+        if rows is not None and not self.supports_rows:
+            raise ValueError("SAGEConv(fused=True) aggregates every row (rows=None)")
         if self.out_channels < self.in_channels:
-            out = self._mean(x @ self.lin_l.weight.t(), dg)
+            out = self._mean(x @ self.lin_l.weight.t(), dg, rows)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(self._mean(x, dg))
+            out = self.lin_l(self._mean(x, dg, rows))
         if self.lin_r is not None:
-            out = out + self.lin_r(x)
+            out = out + self.lin_r(x if rows is None else x[rows.index])
         return out
 
     def extra_repr(self) -> str:

@@ -1,0 +1,108 @@
+"""Row sets (mgg.runtime.rowset): the aggregation and the models on a subset of output rows,
+against the float64 reference and against the full computation (P = 1; tests/mpi for P > 1)."""
+import numpy as np
+import pytest
+import torch
+
+from mgg.nn import build_model
+from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.testing.reference import aggregation_matrix
+from tests.graphs import random_csr
+
+
+def _graph(n=300, e=2600, seed=4):
+    indptr, indices = random_csr(n, e, seed=seed)
+    rows = np.sort(np.random.default_rng(seed).choice(n, n // 7, replace=False))
+    return indptr, indices, rows
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+def test_rows_match_the_float64_reference_both_directions(kind):
+    indptr, indices, rows = _graph()
+    n = len(indptr) - 1
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, 5)).astype(np.float32)
+    g = np.zeros((n, 5), np.float32)
+    g[rows] = rng.standard_normal((len(rows), 5))  # what the backward of out[S] passes
+    w = aggregation_matrix(indptr, indices, kind)
+    ws = w[rows]  # the rows of S: W_S
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(4, 2, 2, backend="cpu")) as dg:
+        rs = dg.register_rows("s", torch.from_numpy(rows))
+        full = dg.aggregate(torch.from_numpy(x), kind)
+        out = dg.aggregate(torch.from_numpy(x), kind, rows=rs)
+        back = dg.aggregate(torch.from_numpy(g), kind, transposed=True, rows="s")
+        assert dg.plan(kind, rows="s").num_local_edges < dg.plan(kind).num_local_edges
+    assert len(rs) == rs.num_global == len(rows)
+    np.testing.assert_allclose(out[rs.index].numpy(), ws @ x.astype(np.float64), rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[rs.index], full[rs.index])  # the full path's order: same bits
+    ref_back = ws.T @ g[rows].astype(np.float64)
+    np.testing.assert_allclose(back.numpy(), ref_back, rtol=1e-5, atol=1e-5)
+
+
+def test_register_rows_errors():
+    indptr, indices, _ = _graph(40, 200)
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        with pytest.raises(ValueError, match="row 40 is outside"):
+            dg.register_rows("s", np.array([3, 40]))
+        dg.register_rows("s", np.array([5, 3, 3]))
+        with pytest.raises(ValueError, match="exists"):
+            dg.register_rows("s", np.array([1]))
+        with pytest.raises(KeyError, match="no row set named 't'"):
+            dg.plan("sum", rows="t")
+        dg.plan("sum")
+        with pytest.raises(RuntimeError, match="before the first plan"):
+            dg.register_rows("t", np.array([1]))
+
+
+def _step(model, dg, x, y, rows, rs):
+    model.zero_grad()
+    logits = model(x, dg, None, rows=rs) if rs is not None else model(x, dg, None)[rows]
+    loss = torch.nn.functional.cross_entropy(logits, y[rows])
+    loss.backward()
+    return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name,opts", [("gcn", {}), ("gin", {"norm": "none"}), ("gin", {"norm": "batch"}),
+                                        ("sage", {}), ("gat", {})])
+def test_models_on_rows_equal_the_full_forward_and_backward(name, opts):
+    indptr, indices, rows = _graph()
+    n = len(indptr) - 1
+    torch.manual_seed(0)
+    x = torch.randn(n, 12)
+    y = torch.randint(0, 5, (n,))
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        rs = dg.register_rows("train", torch.from_numpy(rows))
+        model = build_model(name, 12, 8, 5, 2, 0.0, **opts)
+        want_logits, want_grads = _step(model, dg, x, y, torch.from_numpy(rows), None)
+        logits, grads = _step(model, dg, x, y, torch.from_numpy(rows), rs)
+    assert logits.shape == (len(rows), 5)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_cli_uses_row_sets_when_the_training_rows_are_few(tmp_path):
+    """papers-like keeps ~1% of the nodes in its masks: the run registers both row sets, and
+    its losses equal those of the same run without them (all rows computed)."""
+    from mgg.apps import loop
+    from mgg.train import main
+
+    def run(share: float, out):
+        saved = loop.ROW_SET_MAX_SHARE
+        loop.ROW_SET_MAX_SHARE = share
+        try:
+            assert main(["--dataset", "papers-like", "--scale", "0.002", "--epochs", "3", "--backend", "cpu",
+                         "--no-progress", "--metrics-json", str(out)]) == 0
+        finally:
+            loop.ROW_SET_MAX_SHARE = saved
+        import json
+
+        return json.loads(out.read_text())
+
+    with_sets, without = run(0.5, tmp_path / "a.json"), run(0.0, tmp_path / "b.json")
+    n = with_sets["num_nodes"]
+    assert set(with_sets["row_sets"]) == {"train", "eval"} and "row_sets" not in without
+    assert 0 < with_sets["row_sets"]["train"] < with_sets["row_sets"]["eval"] < 0.05 * n
+    np.testing.assert_allclose([e["loss"] for e in with_sets["epochs"]], [e["loss"] for e in without["epochs"]],
+                               rtol=1e-5)
+    assert with_sets["test_acc"] == pytest.approx(without["test_acc"])
