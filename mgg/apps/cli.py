@@ -166,6 +166,9 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
+    from .warm import warm_imports
+
+    warm_imports()  # the optimizer's torch._dynamo, beside the startup phases
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)

@@ -79,7 +79,9 @@ class DeferredPrepared:
                 n = int(len(g.indptr) - 1)
                 masks = [m[lo:hi] for m in _random_split(np.asarray(g.y, dtype=np.int64).reshape(n), n, self.seed)]
             train_m, val_m, test_m = (np.asarray(m, dtype=bool) & (y >= 0) for m in masks)
-            out = (np.array(x, dtype=np.float32, order="C"), np.array(y, dtype=np.int64), train_m, val_m, test_m)
+            # rows read from a file are fresh arrays: no copy where they already are float32 / int64
+            out = (np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.int64),
+                   train_m, val_m, test_m)
         except Exception as e:  # noqa: BLE001 - agreed on below
             err = e
         comm.check(err)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..dense import project
 from ..functional import aggregate
 
 __all__ = ["GCNConv"]
@@ -39,7 +40,7 @@ class GCNConv(nn.Module):
 
     def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
         if self.out_channels <= self.in_channels:
-            out = aggregate(self.lin(x), dg, "gcn", rows)
+            out = aggregate(project(x, self.lin.weight), dg, "gcn", rows)
         else:
             out = self.lin(aggregate(x, dg, "gcn", rows))
         if self.bias is not None:

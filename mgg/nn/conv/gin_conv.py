@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..dense import project
 from ..functional import aggregate
 
 __all__ = ["GINConv"]
@@ -81,7 +82,7 @@ class GINConv(nn.Module):
         stages = _modules(self.nn)
         if self.projects_first:
             lin, rest = stages[0], stages[1:]
-            h = x @ lin.weight.t()
+            h = project(x, lin.weight)
             out = (1.0 + self.eps) * own(h) + aggregate(h, dg, "sum", rows)
             if lin.bias is not None:
                 out = out + lin.bias

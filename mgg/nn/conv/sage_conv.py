@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..dense import project
 from ..functional import aggregate
 from ..fused import fused_mean
 
@@ -53,7 +54,7 @@ class SAGEConv(nn.Module):
         if rows is not None and not self.supports_rows:
             raise ValueError("SAGEConv(fused=True) aggregates every row (rows=None)")
         if self.out_channels < self.in_channels:
-            out = self._mean(x @ self.lin_l.weight.t(), dg, rows)
+            out = self._mean(project(x, self.lin_l.weight), dg, rows)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
