@@ -61,6 +61,7 @@ def default_long_threshold(groups: int) -> int:
 class RowSchedule:
     """Row -> warp mapping of mgg_csr_rows for one CSR and one lane-group count G.
 
+    Arrays are numpy, or tensors on the GPU where the schedule was built from a CUDA indptr.
     long_tasks: int64 [n_long, 4] (row, start, end, slot), longest first; slot -1 writes out[row],
         slot >= 0 writes partial[slot] (a chunk of a split row).
     short_rows: int32 [n_short], rows packed G per warp, by degree descending (isolated rows last).
@@ -70,9 +71,9 @@ class RowSchedule:
     groups: int
     long_threshold: int
     chunk: int
-    long_tasks: np.ndarray
-    short_rows: np.ndarray
-    split: np.ndarray
+    long_tasks: np.ndarray | torch.Tensor
+    short_rows: np.ndarray | torch.Tensor
+    split: np.ndarray | torch.Tensor
     num_slots: int
     seconds: float = 0.0
 
@@ -81,12 +82,14 @@ class RowSchedule:
         return len(self.long_tasks) + -(-len(self.short_rows) // self.groups)
 
 
-def row_schedule(indptr: np.ndarray, groups: int, long_threshold: int | None = None,
+def row_schedule(indptr, groups: int, long_threshold: int | None = None,
                  chunk: int = DEFAULT_CHUNK) -> RowSchedule:
     """The degree-aware mapping of the rows of CSR `indptr` (int64 [n + 1]) for G = `groups`.
 
     Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
-    chunks; the others (isolated rows included) are packed G per warp. Vectorised numpy.
+    chunks; the others (isolated rows included) are packed G per warp. Torch ops on indptr's
+    device: a numpy indptr gives numpy arrays (computed on the CPU), a CUDA tensor gives tensors
+    on its GPU (a sort of the short rows by degree, no host round trip).
     """
     t0 = time.perf_counter()
     if groups not in (1, 2, 4, 8, 16, 32):
@@ -96,31 +99,36 @@ def row_schedule(indptr: np.ndarray, groups: int, long_threshold: int | None = N
     thr = default_long_threshold(groups) if long_threshold is None else int(long_threshold)
     if thr < 0:
         raise ValueError(f"long_threshold must be >= 0, got {thr}")
-    indptr = np.asarray(indptr, dtype=np.int64)
-    deg = np.diff(indptr)
+    as_numpy = not isinstance(indptr, torch.Tensor)
+    ip = torch.from_numpy(np.ascontiguousarray(indptr, dtype=np.int64)) if as_numpy else indptr.to(torch.int64)
+    dev = ip.device
+    deg = ip[1:] - ip[:-1]
     is_long = deg > thr
-    long_rows = np.flatnonzero(is_long)
+    long_rows = torch.nonzero(is_long).reshape(-1)
     ldeg = deg[long_rows]
-    nch = -(-ldeg // chunk)
-    total = int(nch.sum())
-    row = np.repeat(long_rows, nch)
-    first = np.cumsum(nch) - nch                                 # first task of each long row
-    k = np.arange(total, dtype=np.int64) - np.repeat(first, nch)  # chunk number inside the row
-    rdeg, rn = np.repeat(ldeg, nch), np.repeat(nch, nch)
+    nch = (ldeg + chunk - 1) // chunk
+    total = int(nch.sum()) if nch.numel() else 0
+    row = torch.repeat_interleave(long_rows, nch, output_size=total)
+    first = torch.cumsum(nch, 0) - nch                                   # first task of each long row
+    k = torch.arange(total, dtype=torch.int64, device=dev) - torch.repeat_interleave(first, nch, output_size=total)
+    rdeg = torch.repeat_interleave(ldeg, nch, output_size=total)
+    rn = torch.repeat_interleave(nch, nch, output_size=total)
     # chunk k of a row of d entries in m chunks: [k * d // m, (k + 1) * d // m)
-    start = indptr[row] + k * rdeg // rn
-    end = indptr[row] + (k + 1) * rdeg // rn
+    start = ip[row] + k * rdeg // rn
+    end = ip[row] + (k + 1) * rdeg // rn
     is_split = rn > 1
-    slot = np.where(is_split, np.cumsum(is_split) - 1, -1)
+    slot = torch.where(is_split, torch.cumsum(is_split, 0) - 1, -1)
     srow = nch > 1
-    split = np.stack([long_rows[srow], slot[first[srow]], nch[srow]], axis=1) if srow.any() \
-        else np.zeros((0, 3), np.int64)
-    tasks = np.stack([row, start, end, slot], axis=1) if total else np.zeros((0, 4), np.int64)
-    tasks = tasks[np.argsort(start - end, kind="stable")]        # longest first
-    short = np.flatnonzero(~is_long)
-    short = short[np.argsort(-deg[short], kind="stable")].astype(np.int32)
-    return RowSchedule(groups, thr, int(chunk), tasks.astype(np.int64), short, split.astype(np.int64),
-                       int(is_split.sum()), time.perf_counter() - t0)
+    split = torch.stack([long_rows[srow], slot[first[srow]], nch[srow]], dim=1) if bool(srow.any()) \
+        else torch.zeros((0, 3), dtype=torch.int64, device=dev)
+    tasks = torch.stack([row, start, end, slot], dim=1) if total else torch.zeros((0, 4), dtype=torch.int64, device=dev)
+    tasks = tasks[torch.argsort(start - end, stable=True)]                # longest first
+    short = torch.nonzero(~is_long).reshape(-1)
+    short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
+    num_slots = int(is_split.sum())
+    if as_numpy:
+        tasks, short, split = tasks.numpy(), short.numpy(), split.numpy()
+    return RowSchedule(groups, thr, int(chunk), tasks, short, split, num_slots, time.perf_counter() - t0)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -147,11 +155,12 @@ def _row_blocks(indptr: np.ndarray, block: int = 1 << 23):
         r0 = r1
 
 
-def _max_rel_dev(indptr, indices, w, rf, cf, device=None) -> float:
+def _max_rel_dev(indptr, indices, w, rf, cf, device=None, on_device=None) -> float:
     """max |rf[row] * cf[col] - w| / |w| over all entries (float32 [n] factors, None = 1),
-    computed in float32 blocks (a plan-time check); on `device` (a CUDA device) with torch."""
+    computed in float32 blocks (a plan-time check); on `device` (a CUDA device) with torch,
+    reading `on_device` = (indptr, indices, weights) tensors already there when given."""
     if device is not None and torch.device(device).type == "cuda":
-        return _max_rel_dev_torch(indptr, indices, w, rf, cf, torch.device(device))
+        return _max_rel_dev_torch(indptr, indices, w, rf, cf, torch.device(device), on_device=on_device)
     worst = 0.0
     for r0, r1 in _row_blocks(indptr):
         a, b = int(indptr[r0]), int(indptr[r1])
@@ -169,30 +178,36 @@ def _max_rel_dev(indptr, indices, w, rf, cf, device=None) -> float:
     return worst
 
 
-def _max_rel_dev_torch(indptr, indices, w, rf, cf, dev: torch.device, block: int = 1 << 26) -> float:
-    """_max_rel_dev with torch on `dev`, in blocks of `block` entries (the same float32 math)."""
+def _max_rel_dev_torch(indptr, indices, w, rf, cf, dev: torch.device, block: int = 1 << 26,
+                       on_device=None) -> float:
+    """_max_rel_dev with torch on `dev`, in blocks of `block` entries (the same float32 math);
+    `on_device`: (indptr int64, indices int32/int64, weights float32) tensors on `dev`, read
+    instead of uploading the host arrays block by block."""
     n = len(indptr) - 1
-    ip = torch.from_numpy(np.ascontiguousarray(indptr, np.int64)).to(dev)
+    ip_d, idx_d, w_d = on_device if on_device is not None else (None, None, None)
+    ip = ip_d if ip_d is not None else torch.from_numpy(np.ascontiguousarray(indptr, np.int64)).to(dev)
     rf_t = None if rf is None else torch.from_numpy(np.ascontiguousarray(rf, np.float32)).to(dev)
     cf_t = None if cf is None else torch.from_numpy(np.ascontiguousarray(cf, np.float32)).to(dev)
     e = int(indptr[-1])
     worst = torch.zeros((), dtype=torch.float32, device=dev)
     for a in range(0, e, block):
         b = min(e, a + block)
-        ws = torch.from_numpy(np.ascontiguousarray(w[a:b], np.float32)).to(dev)
+        ws = w_d[a:b] if w_d is not None else torch.from_numpy(np.ascontiguousarray(w[a:b], np.float32)).to(dev)
         f = torch.ones(b - a, dtype=torch.float32, device=dev)
         if rf_t is not None:
             pos = torch.arange(a, b, device=dev)
             row = torch.searchsorted(ip, pos, right=True) - 1
             f = rf_t[row.clamp_(0, n - 1)]
         if cf_t is not None:
-            f = f * cf_t[torch.from_numpy(np.ascontiguousarray(indices[a:b], np.int64)).to(dev)]
+            cols = (idx_d[a:b].long() if idx_d is not None
+                    else torch.from_numpy(np.ascontiguousarray(indices[a:b], np.int64)).to(dev))
+            f = f * cf_t[cols]
         worst = torch.maximum(worst, ((f - ws).abs_() / ws.abs().clamp_min(1e-30)).max())
     return float(worst)
 
 
 def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
-                   device=None) -> WeightFactors:
+                   device=None, on_device=None) -> WeightFactors:
     """The cheapest exact weight mode of `plan`'s local CSR for aggregation `kind`.
 
     sum: every weight 1 -> "one". mean: weights constant per row (forward, 1/deg_in(target)) ->
@@ -200,7 +215,8 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
     gcn: w = dinv[row] * dinv[col] with dinv recovered from the self weights 1/(deg_in + 1) ->
     "column" with cf = rf = dinv (checked to `rtol`, float32 rounding of the product). Anything
     else, or a plan whose weights do not match: "weighted". The checks run on `device` (CUDA:
-    torch; None: numpy on the host).
+    torch, reading `on_device` = (indptr, indices, weights) of the local CSR already uploaded
+    there when given; None: numpy on the host).
     """
     ip = np.asarray(plan.local_indptr, np.int64)
     idx = np.asarray(plan.local_indices, np.int64)
@@ -217,18 +233,18 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
         deg = np.diff(ip)
         rf = np.zeros(n, np.float32)
         rf[deg > 0] = w[ip[:-1][deg > 0]]
-        if _max_rel_dev(ip, idx, w, rf, None, device) == 0.0:
+        if _max_rel_dev(ip, idx, w, rf, None, device, on_device) == 0.0:
             return WeightFactors("one", row=rf, note="mean forward: w = rf[row]")
         cf = np.zeros(n, np.float32)
         cf[idx] = w
-        if _max_rel_dev(ip, idx, w, None, cf, device) == 0.0:
+        if _max_rel_dev(ip, idx, w, None, cf, device, on_device) == 0.0:
             return WeightFactors("column", col=cf, note="mean transposed: w = cf[col]")
     elif kind == "gcn" and plan.has_self:
         sw = np.asarray(plan.self_weight, np.float64)
         if np.all(sw > 0):
             deg1 = np.rint(1.0 / sw)
             dinv = (deg1 ** -0.5).astype(np.float32)
-            dev = _max_rel_dev(ip, idx, w, dinv, dinv, device)
+            dev = _max_rel_dev(ip, idx, w, dinv, dinv, device, on_device)
             if dev <= rtol:
                 return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
                                      note="gcn: w = dinv[row] * dinv[col]")
@@ -284,13 +300,14 @@ class CsrRowsExecutor:
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
-        self.factors = factor_weights(plan, kind, device=dev)
+        self.indptr = _dev(plan.local_indptr, np.int64, dev)
+        self.src = _dev(plan.local_indices, np.int32, dev)
+        wt = _dev(plan.local_weight, np.float32, dev)  # kept only when the kernel reads it
+        self.factors = factor_weights(plan, kind, device=dev, on_device=(self.indptr, self.src, wt))
         self.prep_seconds = time.perf_counter() - t0
         self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
         f = self.factors
-        self.indptr = _dev(plan.local_indptr, np.int64, dev)
-        self.src = _dev(plan.local_indices, np.int32, dev)
-        self.wt = _dev(plan.local_weight, np.float32, dev) if f.mode == "weighted" else None
+        self.wt = wt if f.mode == "weighted" else None
         self.rf = _dev(f.row, np.float32, dev)
         self.cf = _dev(f.col, np.float32, dev)
         self.diag = _dev(plan.self_weight, np.float32, dev) if plan.has_self else None
@@ -302,11 +319,10 @@ class CsrRowsExecutor:
     def schedule(self, groups: int) -> RowSchedule:
         """The (cached) row schedule for lane-group count `groups`, built and uploaded once."""
         if groups not in self._schedules:
-            s = row_schedule(self.plan.local_indptr, groups, self.long_threshold, self.chunk)
+            s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk)  # on the GPU
             self.prep_seconds += s.seconds
-            arrays = {"tasks": _dev(s.long_tasks, np.int64, self.device),
-                      "short": _dev(s.short_rows, np.int32, self.device),
-                      "split": _dev(s.split, np.int64, self.device)}
+            arrays = {"tasks": s.long_tasks.contiguous(), "short": s.short_rows.contiguous(),
+                      "split": s.split.contiguous()}
             self._schedules[groups] = (s, arrays)
         return self._schedules[groups][0]
 
