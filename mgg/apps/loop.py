@@ -128,8 +128,10 @@ def local_data(dg, prep) -> LocalData:
     except (ValueError, RankError) as e:
         raise UserError(f"cannot load dataset: {e}") from e
 
+    from ..runtime.transfer import host_to_device
+
     def local(a: np.ndarray):
-        return torch.from_numpy(a).to(dg.device)
+        return host_to_device(a, dg.device)
 
     return LocalData(local(rows.x), local(rows.y), tuple(local(m) for m in (rows.train, rows.val, rows.test)),
                      float(rows.n_train), rows.num_classes)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
+from ..runtime.transfer import host_to_device
 from .streams import torch_stream_for_cupy
 from .variants import check_storage_dtype, get_variant, lane_layout, plan_variant_names, shared_memory_problem
 
@@ -69,7 +70,7 @@ def check_shared_memory(variant: str, smem: int, limit: int, plan: AggregationPl
 
 
 def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(device)
+    return host_to_device(np.asarray(a), device, torch.from_numpy(np.empty(0, dtype)).dtype)
 
 
 def _p(t: torch.Tensor | None) -> np.uint64:

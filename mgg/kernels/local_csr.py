@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
+from ..runtime.transfer import host_to_device
 from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights",
@@ -255,7 +256,7 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
 def _dev(a: np.ndarray | None, dtype, device) -> torch.Tensor | None:
     if a is None:
         return None
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(device)
+    return host_to_device(np.asarray(a), device, torch.from_numpy(np.empty(0, dtype)).dtype)
 
 
 def _p(t: torch.Tensor | None) -> np.uint64:

@@ -32,6 +32,7 @@ import torch
 
 from ..atomic import atomic_write
 from .partition import owner_of
+from .transfer import device_to_host
 
 __all__ = ["AggregationPlan", "build_plan", "cut_partitions", "cut_segments", "cut_remote",
            "warp_worklist",
@@ -357,8 +358,9 @@ def _to_dev(a, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
-    """A CPU tensor's numpy view, or a device tensor copied to the host."""
-    return t.cpu().numpy() if t.device.type != "cpu" else t.numpy()
+    """A CPU tensor's numpy view, or a device tensor copied to the host (staged, threaded:
+    mgg.runtime.transfer)."""
+    return device_to_host(t) if t.device.type != "cpu" else t.numpy()
 
 
 def _split_rows_t(ip: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, bounds: np.ndarray,

@@ -1,4 +1,4 @@
-"""mgg.nn.dense.project on a tall CUDA matrix (the blocked weight gradient) against float64."""
+"""mgg.nn.dense.project on a tall CUDA matrix (the custom backward) against float64."""
 import pytest
 import torch
 
@@ -11,7 +11,7 @@ from mgg.nn.dense import TALL_ROWS, project  # noqa: E402
 
 def test_tall_projection_gradients_match_float64():
     torch.manual_seed(0)
-    n = TALL_ROWS + 12345  # blocks and a remainder
+    n = TALL_ROWS + 12345
     x = torch.randn(n, 24, device="cuda", requires_grad=True)
     w = torch.randn(5, 24, device="cuda", requires_grad=True)
     g = torch.randn(n, 5, device="cuda")
