@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime core", ("mgg.runtime.comm", "mgg.runtime.watchdog", "mgg.runtime.partition",
                       "mgg.runtime.plan", "mgg.runtime.weights", "mgg.runtime.layout",
                       "mgg.runtime.stream_ref", "mgg.runtime.store", "mgg.runtime.nvshmem_store",
-                      "mgg.runtime.halo", "mgg.runtime.plancache")),
+                      "mgg.runtime.halo", "mgg.runtime.plancache", "mgg.runtime.transfer")),
     ("kernels", ("mgg.kernels",)),
     ("executor", ("mgg.runtime", "mgg.runtime.graph", "mgg.runtime.backends")),
     ("tuner", ("mgg.runtime.tuning", "mgg.runtime.tuner")),

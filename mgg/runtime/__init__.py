@@ -1,7 +1,7 @@
 """The runtime: partition -> plan -> store (the core), then executors and `DistGraph`.
 
-The core modules (comm, partition, plan, weights, layout, store, nvshmem_store, halo, plancache)
-sit below mgg.kernels; `DistGraph`, `RuntimeConfig`, `resolve_backend` and `make_store`
+The core modules (comm, partition, plan, weights, layout, store, nvshmem_store, halo, plancache,
+transfer) sit below mgg.kernels; `DistGraph`, `RuntimeConfig`, `resolve_backend` and `make_store`
 (mgg.runtime.graph, mgg.runtime.backends) sit above it. They are exported here lazily (PEP 562
 `__getattr__`), so that importing a core module -- which runs this file first -- never loads the
 kernels or the executor layer. docs/architecture.md draws the layers; tests/test_layers.py checks them.
