@@ -7,12 +7,18 @@ Measured on one H200 (papers-like@0.1 layer 1: N = 11.1M, F = 128, O = 16; devru
 autograd's whole backward 5.01 ms, x^T G 3.09 ms, G^T x 2.26 ms, reading x and G once 1.33 ms
 (a batched GEMM over row blocks plus a sum took 3.54 ms: not used). `project` is `x @ W^T` with
 that backward; the result equals autograd's up to float32 summation order.
+
+`dropout_project` goes further for an input layer that starts with dropout: the hash dropout
+(mgg.nn.functional.global_dropout's mask, bit for bit) runs inside the projection kernel and its
+weight-gradient kernel (mgg/kernels/dropout_project.cu), so the dropped input is never written
+nor read back: on papers-like@0.1 it replaces a dropout pass (write and read of 5.7 GB) and two
+GEMMs.
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["project", "TALL_ROWS"]
+__all__ = ["project", "dropout_project", "fused_input_projection", "TALL_ROWS"]
 
 #: inputs with at least this many rows (on CUDA) take the custom backward
 TALL_ROWS = 1 << 20
@@ -41,3 +47,51 @@ def project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if x.is_cuda and x.dim() == 2 and x.shape[0] >= TALL_ROWS and torch.is_grad_enabled():
         return _Project.apply(x, weight)
     return x @ weight.t()
+
+
+class _DropoutProject(torch.autograd.Function):
+    """y = dropout(x) W^T in one kernel; backward: grad W = G^T dropout(x) in one kernel (the mask
+    regenerated from the seed), grad x = dropout(G W) (the same mask)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, p: float, seed: int, row0: int):  # type: ignore[override]
+        from ..kernels.dropout_project import project_forward
+
+        x = x.detach()
+        ctx.save_for_backward(x, weight)
+        ctx.p, ctx.seed, ctx.row0 = p, seed, row0
+        return project_forward(x, weight, p, seed, row0)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        from ..kernels.dropout_project import project_weight_grad
+
+        x, weight = ctx.saved_tensors
+        g = g.contiguous()
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = g @ weight.to(g.dtype)
+            if ctx.p > 0:
+                from ..kernels.dropout_gpu import dropout_hash_cuda
+
+                gx = dropout_hash_cuda(gx, ctx.p, ctx.seed, ctx.row0)
+        if ctx.needs_input_grad[1]:
+            gw = project_weight_grad(x, g, ctx.p, ctx.seed, ctx.row0).to(weight.dtype)
+        return gx, gw, None, None, None
+
+
+def fused_input_projection(x: torch.Tensor, out_features: int) -> bool:
+    """Whether `dropout_project` runs fused kernels for x (a tall float32 CUDA matrix whose width
+    and `out_features` the kernels take: mgg.kernels.dropout_project.supports)."""
+    if not (x.is_cuda and x.dim() == 2 and x.shape[0] >= TALL_ROWS):
+        return False
+    from ..kernels.dropout_project import supports
+
+    return supports(x, out_features)
+
+
+def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+    """dropout(x) @ weight^T for x float32 CUDA [n, F] (when `fused_input_projection`), where
+    dropout keeps entry (row0 + r, c) when hash_uniform(row0 + r, c, seed) >= p and scales by
+    1 / (1 - p) -- global_dropout's mask for that seed; p = 0: x @ weight^T. Returns [n, O]."""
+    return _DropoutProject.apply(x, weight, float(p), int(seed), int(row0))

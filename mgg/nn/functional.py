@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["Aggregate", "aggregate", "global_dropout", "hash_uniform", "hash_uniform_host",
+__all__ = ["Aggregate", "aggregate", "global_dropout", "draw_seed", "hash_uniform", "hash_uniform_host",
            "hash_dropout_reference", "HashDropoutCUDA"]
 
 
@@ -105,7 +105,7 @@ def hash_uniform_host(row0: int, n: int, cols: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(u)
 
 
-def _draw_seed(generator: torch.Generator | None) -> int:
+def draw_seed(generator: torch.Generator | None) -> int:
     """One 62-bit dropout seed from `generator` (one draw per call, on every rank alike)."""
     return int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
 
@@ -164,7 +164,7 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
         return x
     if p >= 1.0:
         return torch.zeros_like(x)
-    seed = _draw_seed(generator)
+    seed = draw_seed(generator)
     if x.device.type == "cpu":
         keep = hash_uniform_host(dg.lo, x.shape[0], x.shape[1], seed) >= p
         return x * keep.to(x.dtype) / (1.0 - p)

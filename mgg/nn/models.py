@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
-from .functional import global_dropout
+from .dense import dropout_project, fused_input_projection
+from .functional import draw_seed, global_dropout
 from .registry import ModelDefaults, RegistryView, model_entry, register_model
 from .norm import make_norm
 
@@ -44,16 +45,27 @@ class GNN(nn.Module):
         """
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            x = global_dropout(x, self.dropout, dg, generator, self.training)
-            if i < last:
-                x = self.activation(conv(x, dg))
-            elif rows is None:
-                x = conv(x, dg)
-            elif getattr(conv, "supports_rows", False):
-                x = conv(x, dg, rows=rows)
+            r = rows if i == last else None
+            if r is not None and not getattr(conv, "supports_rows", False):
+                x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
+            elif self._fuses_input(conv, x):  # dropout inside the projection kernels
+                p = self.dropout if self.training else 0.0
+                seed = draw_seed(generator) if p > 0 else 0  # the draw global_dropout makes
+                h = dropout_project(x, conv.first_weight, p, seed, dg.lo)
+                x = conv.forward_projected(h, dg) if r is None else conv.forward_projected(h, dg, rows=r)
             else:
-                x = conv(x, dg)[rows.index]
+                x = global_dropout(x, self.dropout, dg, generator, self.training)
+                x = conv(x, dg) if r is None else conv(x, dg, rows=r)
+            if i < last:
+                x = self.activation(x)
         return x
+
+    def _fuses_input(self, conv, x: torch.Tensor) -> bool:
+        """Whether `conv`'s input projection takes x through dropout_project: a conv that applies
+        a weight first (`first_weight`) to a tall CUDA input the fused kernels take, with a
+        dropout probability below 1."""
+        w = getattr(conv, "first_weight", None)
+        return w is not None and self.dropout < 1.0 and fused_input_projection(x, int(w.shape[0]))
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:

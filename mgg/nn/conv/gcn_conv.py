@@ -38,14 +38,21 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
+    @property
+    def first_weight(self) -> torch.Tensor | None:
+        """The weight applied to the input before anything else (linear first), or None."""
+        return self.lin.weight if self.out_channels <= self.in_channels else None
+
     def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
         if self.out_channels <= self.in_channels:
-            out = aggregate(project(x, self.lin.weight), dg, "gcn", rows)
-        else:
-            out = self.lin(aggregate(x, dg, "gcn", rows))
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+            return self.forward_projected(project(x, self.lin.weight), dg, rows)
+        out = self.lin(aggregate(x, dg, "gcn", rows))
+        return out if self.bias is None else out + self.bias
+
+    def forward_projected(self, h: torch.Tensor, dg, rows=None) -> torch.Tensor:
+        """The rest of forward once the input went through `first_weight` (h = x W^T)."""
+        out = aggregate(h, dg, "gcn", rows)
+        return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}"

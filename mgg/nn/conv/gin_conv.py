@@ -81,14 +81,25 @@ class GINConv(nn.Module):
 
         stages = _modules(self.nn)
         if self.projects_first:
-            lin, rest = stages[0], stages[1:]
-            h = project(x, lin.weight)
-            out = (1.0 + self.eps) * own(h) + aggregate(h, dg, "sum", rows)
-            if lin.bias is not None:
-                out = out + lin.bias
-            return _run(rest, out, dg)
+            return self.forward_projected(project(x, stages[0].weight), dg, rows)
         out = (1.0 + self.eps) * own(x) + aggregate(x, dg, "sum", rows)
         return _run(stages, out, dg)
+
+    @property
+    def first_weight(self) -> torch.Tensor | None:
+        """The MLP's first Linear weight when it runs before the sum (`projects_first`), or None."""
+        return _modules(self.nn)[0].weight if self.projects_first else None
+
+    def forward_projected(self, h: torch.Tensor, dg, rows=None) -> torch.Tensor:
+        """The rest of forward once the input went through `first_weight` (h = x W^T)."""
+        if rows is not None and not self.supports_rows:
+            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+        lin, rest = _modules(self.nn)[0], _modules(self.nn)[1:]
+        own = h if rows is None else h[rows.index]
+        out = (1.0 + self.eps) * own + aggregate(h, dg, "sum", rows)
+        if lin.bias is not None:
+            out = out + lin.bias
+        return _run(rest, out, dg)
 
     def extra_repr(self) -> str:
         return f"train_eps={isinstance(self.eps, nn.Parameter)}, projects_first={self.projects_first}"

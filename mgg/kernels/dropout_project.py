@@ -1,0 +1,85 @@
+"""Launcher of mgg/kernels/dropout_project.cu: x [n, F] -> dropout(x) @ W^T and its weight
+gradient, with the hash dropout regenerated in the kernels (the dropped x is never stored).
+
+`supports(x, O)` says whether the fused kernels take a float32 CUDA x of this shape (F % 4 == 0,
+F <= 256, O <= 32 with OT * ceil(F / 128) <= 32, 16-byte aligned); `project_forward` and
+`project_weight_grad` run them (p = 0: the plain projection). Built by mgg.kernels.build (plain
+nvcc cubin, cached), launched on torch's current stream.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .streams import torch_stream_for_cupy
+
+__all__ = ["supports", "project_forward", "project_weight_grad", "WPB", "FWD_BLOCKS_PER_SM",
+           "WGRAD_BLOCKS_PER_SM"]
+
+WPB = 8                  # warps per block
+FWD_BLOCKS_PER_SM = 4
+WGRAD_BLOCKS_PER_SM = 2  # fewer warps: fewer [F, O] partials to sum
+
+
+def _ot(o: int) -> int:
+    return 8 if o <= 8 else (16 if o <= 16 else 32)
+
+
+def supports(x: torch.Tensor, out_features: int) -> bool:
+    """Whether the fused kernels take x (float32 CUDA [n, F]) projected to `out_features`."""
+    if x.dim() != 2 or x.dtype != torch.float32 or not x.is_cuda or not x.is_contiguous():
+        return False
+    f = int(x.shape[1])
+    if f % 4 or f > 256 or not 1 <= out_features <= 32 or x.data_ptr() % 16:
+        return False
+    return _ot(out_features) * (-(-f // 128)) <= 32
+
+
+def _fn(kind: str, o: int, f: int):
+    from .build import load_module
+
+    return load_module("dropout_project", nvshmem=False).get_function(f"mgg_dp_{kind}_o{_ot(o)}_j{-(-f // 128)}")
+
+
+def _args(p: float, seed: int) -> tuple:
+    p32 = np.float32(p)
+    scale = np.float32(1.0) / np.float32(1.0 - p) if p > 0 else np.float32(1.0)
+    seed = int(seed)
+    return (np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(p > 0))
+
+
+def _blocks(dev: torch.device, per_sm: int, n: int) -> int:
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    return max(1, min(sms * per_sm, -(-n // WPB)))
+
+
+def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+    """float32 [n, O]: dropout(x) @ weight^T, dropout keeping (row0 + r, c) when
+    hash_uniform(row0 + r, c, seed) >= p (p = 0: no dropout). weight float32 [O, F]."""
+    n, f = x.shape
+    o = int(weight.shape[0])
+    w = weight.detach().to(torch.float32).contiguous()
+    out = torch.empty((n, o), dtype=torch.float32, device=x.device)
+    if n == 0:
+        return out
+    with torch_stream_for_cupy(x.device):
+        _fn("fwd", o, f)((_blocks(x.device, FWD_BLOCKS_PER_SM, n),), (32 * WPB,), (
+            np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
+            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
+    return out
+
+
+def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+    """float32 [O, F]: g^T dropout(x) (the same dropout as project_forward), g float32 [n, O]."""
+    n, f = x.shape
+    o = int(g.shape[1])
+    g = g.to(torch.float32).contiguous()
+    if n == 0:
+        return torch.zeros((o, f), dtype=torch.float32, device=x.device)
+    blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n)
+    partial = torch.empty((blocks * WPB, f, o), dtype=torch.float32, device=x.device)
+    with torch_stream_for_cupy(x.device):
+        _fn("wgrad", o, f)((blocks,), (32 * WPB,), (
+            np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(partial.data_ptr()), np.int64(n),
+            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
+    return partial.sum(0).t()

@@ -1,0 +1,67 @@
+"""mgg/kernels/dropout_project.cu: the fused dropout + projection and its weight gradient against
+float64 (the dropout mask from the torch-op reference of the hash dropout), and GCN/GIN with the
+fused input layer against the same models without it."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+from mgg.kernels.dropout_project import project_forward, project_weight_grad, supports  # noqa: E402
+from mgg.nn.functional import hash_dropout_reference  # noqa: E402
+
+
+@pytest.mark.parametrize("f,o", [(128, 16), (128, 7), (64, 32), (256, 16), (12, 3), (200, 8)])
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_kernels_match_float64(f, o, p):
+    torch.manual_seed(0)
+    n, seed, row0 = 3001, 12345678901, 77
+    x = torch.randn(n, f, device="cuda")
+    w = torch.randn(o, f, device="cuda")
+    g = torch.randn(n, o, device="cuda")
+    assert supports(x, o)
+    xd = hash_dropout_reference(x, p, seed, row0).double() if p > 0 else x.double()
+    out = project_forward(x, w, p, seed, row0)
+    torch.testing.assert_close(out.double(), xd @ w.double().t(), rtol=1e-4, atol=1e-3)
+    gw = project_weight_grad(x, g, p, seed, row0)
+    assert gw.shape == (o, f)
+    torch.testing.assert_close(gw.double(), g.double().t() @ xd, rtol=1e-4, atol=1e-2)
+
+
+def test_unsupported_shapes_are_refused():
+    x = torch.randn(10, 130, device="cuda")
+    assert not supports(x, 16)                                   # F % 4
+    assert not supports(torch.randn(10, 260, device="cuda"), 8)  # F > 256
+    assert not supports(torch.randn(10, 256, device="cuda"), 32)  # 32 outputs x 2 column blocks
+
+
+@pytest.mark.parametrize("model", ["gcn", "gin"])
+def test_models_with_the_fused_input_layer_match(model, monkeypatch):
+    from mgg.nn import build_model, dense
+    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from tests.graphs import random_csr
+
+    indptr, indices = random_csr(2000, 30000, seed=3)
+    torch.manual_seed(1)
+    x = torch.randn(2000, 128, device="cuda")
+    y = torch.randint(0, 5, (2000,), device="cuda")
+    opts = {"norm": "none"} if model == "gin" else {}
+    results = []
+    with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu")) as dg:
+        xl = x[dg.lo:dg.hi].contiguous()
+        for tall in (1 << 40, 0):  # unfused, then fused (every input counts as tall)
+            monkeypatch.setattr(dense, "TALL_ROWS", tall)
+            torch.manual_seed(2)
+            m = build_model(model, 128, 16, 5, 2, 0.5, **opts).cuda()
+            gen = torch.Generator().manual_seed(9)
+            out = m(xl, dg, gen)
+            torch.nn.functional.cross_entropy(out, y[dg.lo:dg.hi]).backward()
+            after = int(torch.randint(0, 1 << 30, (1,), generator=gen))  # the same draws were made
+            results.append((out.detach(), [p.grad.clone() for p in m.parameters()], after))
+    (o1, g1, a1), (o2, g2, a2) = results
+    assert a1 == a2
+    torch.testing.assert_close(o2, o1, rtol=1e-4, atol=1e-4)
+    for a, b in zip(g2, g1):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
