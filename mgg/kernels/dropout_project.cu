@@ -5,6 +5,7 @@
 // mgg/kernels/dropout.cu and mgg.nn.functional.hash_uniform:
 //     h_row = lowbias32((row & 0xffffffff) ^ s1); u = (lowbias32(h_row ^ (c * 0x9E3779B1 + s2)) >> 8) / 2^24
 //     x'[r, c] = (x[r, c] * (u >= p ? 1 : 0)) * scale          (dropout = 0: x' = x)
+// (the kernels take p as the integer threshold ceil(p 2^24) of h >> 8, the same decision)
 //
 // Kernels (one warp per row, grid-stride over rows; lane l owns columns 4l + 128j, j < J)
 //   mgg_dp_fwd_o{OT}_j{J}    out[r, o] = sum_c x'[r, c] W[o, c], 4 / J rows in flight per warp. A
@@ -32,15 +33,16 @@ __device__ __forceinline__ uint32_t dp_lowbias32(uint32_t x) {
   return x;
 }
 
-__device__ __forceinline__ float dp_keep(uint32_t h_row, uint32_t col, uint32_t s2, float p) {
+// u >= p with u = (h >> 8) / 2^24 exactly (a 24-bit integer over 2^24) is (h >> 8) >= ceil(p 2^24):
+// the launcher passes that threshold, and the compare stays integer (no int -> float convert)
+__device__ __forceinline__ float dp_keep(uint32_t h_row, uint32_t col, uint32_t s2, uint32_t thresh) {
   const uint32_t h = dp_lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
-  const float u = (float)(h >> 8) * (1.0f / 16777216.0f);
-  return u >= p ? 1.0f : 0.0f;
+  return (h >> 8) >= thresh ? 1.0f : 0.0f;
 }
 
 // x'[r, c0 .. c0 + 3] (zeros past F)
 __device__ __forceinline__ float4 dp_load(const float* __restrict__ x, long long r, int F, int c0, int drop,
-                                          uint32_t h_row, uint32_t s2, float p, float scale) {
+                                          uint32_t h_row, uint32_t s2, uint32_t p, float scale) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (c0 < F) {
     v = *reinterpret_cast<const float4*>(x + r * F + c0);
@@ -56,7 +58,7 @@ __device__ __forceinline__ float4 dp_load(const float* __restrict__ x, long long
 
 template <int OT, int J>
 __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,
-                       long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, float p,
+                       long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
                        float scale, int drop) {
   const int lane = threadIdx.x & 31;
   float w[J][4][OT];  // this lane's columns of W^T
@@ -122,7 +124,7 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
 
 template <int OT, int J>
 __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,
-                         long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, float p,
+                         long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
                          float scale, int drop) {
   const int lane = threadIdx.x & 31;
   float acc[J][4][OT];
@@ -179,12 +181,12 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
 #define DP_KERNELS(OT, J)                                                                              \
   extern "C" __global__ void mgg_dp_fwd_o##OT##_j##J(                                                  \
       const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out, long long n,   \
-      int F, int O, long long row0, unsigned int s1, unsigned int s2, float p, float scale, int drop) { \
+      int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p, float scale, int drop) { \
     dp_fwd<OT, J>(x, W, out, n, F, O, row0, s1, s2, p, scale, drop);                                   \
   }                                                                                                    \
   extern "C" __global__ void mgg_dp_wgrad_o##OT##_j##J(                                                \
       const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,            \
-      long long n, int F, int O, long long row0, unsigned int s1, unsigned int s2, float p,             \
+      long long n, int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p,             \
       float scale, int drop) {                                                                         \
     dp_wgrad<OT, J>(x, G, partial, n, F, O, row0, s1, s2, p, scale, drop);                             \
   }

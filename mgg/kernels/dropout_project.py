@@ -42,7 +42,11 @@ def _fn(kind: str, o: int, f: int):
 
 
 def _args(p: float, seed: int) -> tuple:
-    p32 = np.float32(p)
+    """(s1, s2, threshold, scale, drop): keep when (hash >> 8) >= ceil(float32(p) 2^24), which is
+    hash_uniform's u >= float32(p) exactly (u is a 24-bit integer over 2^24)."""
+    import math
+
+    p32 = np.uint32(math.ceil(float(np.float32(p)) * (1 << 24)))
     scale = np.float32(1.0) / np.float32(1.0 - p) if p > 0 else np.float32(1.0)
     seed = int(seed)
     return (np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(p > 0))

@@ -49,9 +49,8 @@ class GNN(nn.Module):
             if r is not None and not getattr(conv, "supports_rows", False):
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
-                p = self.dropout if self.training else 0.0
-                seed = draw_seed(generator) if p > 0 else 0  # the draw global_dropout makes
-                h = dropout_project(x, conv.first_weight, p, seed, dg.lo)
+                seed = draw_seed(generator)  # the draw global_dropout makes
+                h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo)
                 x = conv.forward_projected(h, dg) if r is None else conv.forward_projected(h, dg, rows=r)
             else:
                 x = global_dropout(x, self.dropout, dg, generator, self.training)
@@ -61,11 +60,13 @@ class GNN(nn.Module):
         return x
 
     def _fuses_input(self, conv, x: torch.Tensor) -> bool:
-        """Whether `conv`'s input projection takes x through dropout_project: a conv that applies
-        a weight first (`first_weight`) to a tall CUDA input the fused kernels take, with a
-        dropout probability below 1."""
+        """Whether `conv`'s input projection takes x through dropout_project: training with a
+        dropout probability in (0, 1), and a conv that applies a weight first (`first_weight`)
+        to a tall CUDA input the fused kernels take. (Without dropout cuBLAS's GEMMs are faster
+        than the fused kernels: `project`.)"""
         w = getattr(conv, "first_weight", None)
-        return w is not None and self.dropout < 1.0 and fused_input_projection(x, int(w.shape[0]))
+        return (w is not None and self.training and 0.0 < self.dropout < 1.0
+                and fused_input_projection(x, int(w.shape[0])))
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
