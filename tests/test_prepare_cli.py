@@ -175,3 +175,27 @@ def test_prepare_dry_run_sizes_without_writing(tmp_path, capsys, monkeypatch):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_reorder_nodes_writes_the_relabelled_graph_and_its_permutation(tmp_path):
+    import numpy as np
+
+    from mgg.apps.prepare_cli import main
+    from mgg.data import load_dataset
+    from mgg.data.npz import load_npz
+    from mgg.data.reorder import inverse_permutation
+
+    out = tmp_path / "g.npz"
+    assert main(["sbm", "--scale", "0.05", "--out", str(out), "--reorder-nodes", "degree"]) == 0
+    g, perm = load_npz(str(out)), np.load(tmp_path / "g.perm.npy")
+    orig = load_dataset("sbm", scale=0.05, seed=0)
+    assert sorted(perm.tolist()) == list(range(orig.num_nodes))  # a permutation, perm[new] = old
+    np.testing.assert_array_equal(g.y, orig.y[perm])
+    np.testing.assert_array_equal(g.x, orig.x[perm])
+    inv = inverse_permutation(perm)  # every edge old j -> old i is new inv[j] -> inv[i]
+    src = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    new_edges = set(zip(g.indices.tolist(), src.tolist()))
+    osrc = np.repeat(np.arange(orig.num_nodes), np.diff(orig.indptr))
+    assert new_edges == set(zip(inv[orig.indices].tolist(), inv[osrc].tolist()))
+    deg = np.diff(g.indptr)  # degree order: in-degrees do not increase
+    assert np.all(deg[:-1] >= deg[1:])

@@ -20,7 +20,7 @@
 //                            partials (a fixed order: deterministic).
 // Launch geometry: blockDim.x = 32 * WPB (any WPB), gridDim.x = blocks (the launcher picks a few
 // per SM); no shared memory. x, out, G contiguous row-major; W [O, F] row-major; 16-byte aligned
-// x. OT is O rounded up to 8, 16 or 32 (outputs >= O are not written); J = ceil(F / 128) <= 2,
+// x (and G when O % 4 == 0). OT is O rounded up to 8, 16 or 32 (outputs >= O are not written); J = ceil(F / 128) <= 2,
 // and OT * J <= 32 (the per-lane register arrays hold 4 * J * OT floats; no spills at sm_90).
 #include <stdint.h>
 
@@ -145,8 +145,16 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
       const long long r = r0 + q * warps;
       const bool in = r < n;
       const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+      if (in && (O & 3) == 0) {  // the row of G as float4s (every lane reads it: a broadcast)
 #pragma unroll
-      for (int o = 0; o < OT; ++o) g[q][o] = (in && o < O) ? G[r * O + o] : 0.f;  // one row, every lane
+        for (int o = 0; o < OT; o += 4) {
+          const float4 t = o < O ? *reinterpret_cast<const float4*>(G + r * O + o) : make_float4(0.f, 0.f, 0.f, 0.f);
+          g[q][o] = t.x; g[q][o + 1] = t.y; g[q][o + 2] = t.z; g[q][o + 3] = t.w;
+        }
+      } else {
+#pragma unroll
+        for (int o = 0; o < OT; ++o) g[q][o] = (in && o < O) ? G[r * O + o] : 0.f;
+      }
 #pragma unroll
       for (int j = 0; j < J; ++j)
         v[q][j] = in ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)

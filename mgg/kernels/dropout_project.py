@@ -78,6 +78,8 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, r
     n, f = x.shape
     o = int(g.shape[1])
     g = g.to(torch.float32).contiguous()
+    if o % 4 == 0 and g.data_ptr() % 16:  # the kernel reads rows of G as float4s
+        g = g.clone()
     if n == 0:
         return torch.zeros((o, f), dtype=torch.float32, device=x.device)
     blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n)
