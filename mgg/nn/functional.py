@@ -24,11 +24,13 @@ class Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:  # type: ignore[override]
         ctx.dg, ctx.kind, ctx.rows = dg, kind, rows
-        return dg.aggregate(x.detach().contiguous(), kind, rows=rows)
+        extra = {} if rows is None else {"rows": rows}  # graphs without row sets take no `rows`
+        return dg.aggregate(x.detach().contiguous(), kind, **extra)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True, rows=ctx.rows)
+        extra = {} if ctx.rows is None else {"rows": ctx.rows}
+        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True, **extra)
         return grad_x, None, None, None
 
 
