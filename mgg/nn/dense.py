@@ -3,7 +3,7 @@
 autograd's backward of `x @ W.t()` computes the weight gradient as x^T G ([F, N] @ [N, O]) and
 transposes it; cuBLAS runs that float32 GEMM with its reduction over all N rows as a slow SIMT
 kernel. G^T x ([O, N] @ [N, F]) is the same matrix, transposed, and cuBLAS runs it much faster.
-Measured on one H200 (papers-like@0.1 layer 1: N = 11.1M, F = 128, O = 16; devrun/ab_project.py):
+Measured on one H200 (papers-like@0.1 layer 1: N = 11.1M, F = 128, O = 16; bench/projection.py):
 autograd's whole backward 5.01 ms, x^T G 3.09 ms, G^T x 2.26 ms, reading x and G once 1.33 ms
 (a batched GEMM over row blocks plus a sum took 3.54 ms: not used). `project` is `x @ W^T` with
 that backward; the result equals autograd's up to float32 summation order.
