@@ -149,12 +149,14 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
 
     from mgg.nn import allreduce_gradients
 
-    rows = getattr(G, "bench_train_rows", None)  # mgg's row set of the training rows (as the CLI)
+    sets = getattr(G, "bench_train_rows", None)  # mgg's per-layer row sets of the loss (as the CLI)
+    layers = len(model.convs)
+    rows = None if sets is None else tuple(sets[len(sets) - layers:])  # the model's last `layers`
 
     def step():
         opt.zero_grad(set_to_none=False)
         if rows is not None:
-            loss = F.cross_entropy(model(x, G, None, rows=rows), y[rows.index], reduction="sum") / n_train
+            loss = F.cross_entropy(model(x, G, None, rows=rows), y[rows[-1].index], reduction="sum") / n_train
         else:
             out = model(x, G, None)
             loss = F.cross_entropy(out[train_mask], y[train_mask], reduction="sum") / n_train
@@ -446,8 +448,10 @@ def run(args) -> None:
         g = load_graph(name, float(sc or 1), args.cache, comm)
         t = time.perf_counter()
         dg = DistGraph.build(g, comm, RuntimeConfig(args.ps, args.dist, args.wpb, backend="gpu"))
-        if float(g.train_mask.sum()) <= ROW_SET_MAX_SHARE * g.num_nodes:  # as `mgg.train` does
-            dg.bench_train_rows = dg.register_rows("train", np.nonzero(dg.local(g.train_mask))[0])
+        layers = max(model_spec(mn)["layers"] for mn in args.models.split(","))
+        sets = dg.register_layer_rows("train", np.nonzero(dg.local(g.train_mask))[0], layers,
+                                      ROW_SET_MAX_SHARE)  # as `mgg.train` does
+        dg.bench_train_rows = sets if sets[-1] is not None else None
         for kind in sorted({"gcn"} | {model_spec(mn)["kind"] for mn in args.models.split(",")}):
             dg.plan(kind), dg.plan(kind, True)
         dg.num_nodes = g.num_nodes

@@ -82,8 +82,9 @@ def test_models_on_rows_equal_the_full_forward_and_backward(name, opts):
 
 
 def test_cli_uses_row_sets_when_the_training_rows_are_few(tmp_path):
-    """papers-like keeps ~1% of the nodes in its masks: the run registers both row sets, and
-    its losses equal those of the same run without them (all rows computed)."""
+    """papers-like keeps ~1% of the nodes in its masks: the run registers the row sets of both
+    layers (the last layer's rows, and the first layer's: those and their in-neighbours) for the
+    loss and the evaluation, and its losses equal those of the same run without them."""
     from mgg.apps import loop
     from mgg.train import main
 
@@ -101,8 +102,50 @@ def test_cli_uses_row_sets_when_the_training_rows_are_few(tmp_path):
 
     with_sets, without = run(0.5, tmp_path / "a.json"), run(0.0, tmp_path / "b.json")
     n = with_sets["num_nodes"]
-    assert set(with_sets["row_sets"]) == {"train", "eval"} and "row_sets" not in without
-    assert 0 < with_sets["row_sets"]["train"] < with_sets["row_sets"]["eval"] < 0.05 * n
+    sets = with_sets["row_sets"]
+    assert set(sets) == {"train", "train.0", "eval", "eval.0"} and "row_sets" not in without
+    assert 0 < sets["train"] < sets["eval"] < 0.05 * n  # the last layer's rows
+    assert sets["train"] < sets["train.0"] <= 0.5 * n and sets["eval"] < sets["eval.0"] <= 0.5 * n  # + in-neighbours
+    print(sets, n)
     np.testing.assert_allclose([e["loss"] for e in with_sets["epochs"]], [e["loss"] for e in without["epochs"]],
                                rtol=1e-5)
     assert with_sets["test_acc"] == pytest.approx(without["test_acc"])
+
+
+def test_expand_rows_adds_the_in_neighbours():
+    indptr, indices, rows = _graph(200, 900, seed=8)
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        rs = dg.register_rows("s", rows)
+        wide = dg.expand_rows(rs, "s.0")
+    want = set(rows.tolist())
+    for r in rows:
+        want |= set(indices[indptr[r]:indptr[r + 1]].tolist())
+    assert wide.index.tolist() == sorted(want) and wide.num_global == len(want)
+
+
+@pytest.mark.parametrize("name,opts", [("gcn", {}), ("sage", {}), ("gin", {"norm": "none"}),
+                                        ("gin", {"norm": "batch"})])
+@pytest.mark.parametrize("layers", [2, 3])
+def test_models_on_layer_row_sets_equal_the_full_forward_and_backward(name, opts, layers):
+    """Every layer computes only the rows the next one reads (register_layer_rows): the logits
+    and every gradient equal the full model's (batch norm across rows: nothing restricted)."""
+    indptr, indices, rows = _graph(400, 2400, seed=5)
+    torch.manual_seed(0)
+    x, y = torch.randn(400, 12), torch.randint(0, 5, (400,))
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        sets = dg.register_layer_rows("train", rows, layers)
+        assert all(s is not None for s in sets) and sets[0].num_global > sets[-1].num_global
+        model = build_model(name, 12, 8, 5, layers, 0.0, **opts)
+        want_logits, want_grads = _step(model, dg, x, y, torch.from_numpy(rows), None)
+        logits, grads = _step(model, dg, x, y, torch.from_numpy(rows), sets)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_register_layer_rows_stops_at_the_share():
+    indptr, indices, rows = _graph(300, 4000, seed=2)
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        sets = dg.register_layer_rows("t", rows[:5], 3, max_share=0.3)
+    assert sets[-1] is not None and len(sets[-1]) == 5
+    assert sets[0] is None  # two hops of a dense graph cover more than 30% of it

@@ -121,8 +121,8 @@ class FullGraphHooks(EpochHooks):
         d = self.data
         self.opt.zero_grad(set_to_none=False)
         with span("forward"):
-            if d.train_rows is not None:  # the last layer on the training rows only
-                logits = self.model(d.x, self.dg, self.gen, rows=d.train_rows)
+            if d.train_rows is not None:  # each layer on the rows the loss needs
+                logits = self.model(d.x, self.dg, self.gen, rows=d.train_layers)
                 target = d.y[d.train_rows.index]
             else:
                 tm = d.masks[0]
@@ -145,7 +145,7 @@ class FullGraphHooks(EpochHooks):
     def eval_logits(self, data: LocalData):
         self.model.eval()
         with untimed(self.timer):
-            return self.model(data.x, self.dg, None, rows=data.eval_rows)
+            return self.model(data.x, self.dg, None, rows=data.eval_layers)
 
     def end_epoch(self, epoch: int, state: LoopState) -> None:
         """A checkpoint when one is due, at the last epoch, or when the ranks stop on a signal."""
@@ -197,6 +197,13 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     return FullGraphHooks(state, model, opt, gen, fault), state
 
 
+def _layers(cfg: TrainConfig) -> int:
+    """The number of layers of cfg's model (its registered default when not given)."""
+    from ..nn.registry import model_entry
+
+    return int(cfg.layers if cfg.layers is not None else model_entry(cfg.model).defaults.layers)
+
+
 def _startup_phases(clock, dg, model: str) -> None:
     """Build the model's forward and transposed plans and their executors now (kernels built or
     loaded from the cache, plans uploaded) as the `plan` and `build` phases, instead of inside
@@ -234,11 +241,12 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             clock.add(name, dg.build_seconds[name])
         with clock.phase("data"):  # this rank's features, labels and masks on its device
             data = local_data(dg, prep)
-            register_row_sets(dg, data)  # before the plans: theirs are built with them
+            register_row_sets(dg, data, _layers(cfg))  # before the plans: theirs are built with them
         _startup_phases(clock, dg, cfg.model)
         with clock.phase("model"):
             hooks, state = _setup(cfg, comm, dg, data, fault)
-        state.res.row_sets = {r.name: r.num_global for r in (data.train_rows, data.eval_rows) if r is not None}
+        state.res.row_sets = {r.name: r.num_global for sets in (data.train_layers, data.eval_layers)
+                              for r in (sets or ()) if r is not None}
         state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
         hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(state.data.x.shape[1], cfg.hidden),

@@ -38,28 +38,29 @@ class LocalData:
     num_classes: int = 0   # over the whole graph
     train_rows: Any = None  # RowSet of the training rows (register_row_sets), or None: all rows
     eval_rows: Any = None   # RowSet of the rows any mask holds, or None: all rows
+    train_layers: Any = None  # per layer: the rows it computes for the loss (RowSet or None)
+    eval_layers: Any = None   # per layer: the rows it computes for an evaluation
 
 
 #: a row set is used when it holds at most this share of the graph's nodes: below it the
-#: restricted last layer saves more than its extra plans cost (plan time and memory)
+#: restricted layers save more than their extra plans cost (plan time and memory)
 ROW_SET_MAX_SHARE = 0.5
 
 
-def register_row_sets(dg, data: LocalData) -> None:
-    """Register the training rows and the evaluated rows (any mask) as row sets of `dg`, each
-    only when it holds at most ROW_SET_MAX_SHARE of the nodes (over all ranks, so every rank
-    decides alike), and record them in `data`. Collective; before the first plan is built."""
+def register_row_sets(dg, data: LocalData, layers: int = 1) -> None:
+    """Register, per layer of an `layers`-layer model, the rows it must compute for the loss
+    (the training rows at the last layer, each earlier layer also their in-neighbours) and for
+    an evaluation (the rows any mask holds): DistGraph.register_layer_rows, each set only while
+    it holds at most ROW_SET_MAX_SHARE of the nodes (over all ranks, so every rank decides
+    alike). Recorded in `data`. Collective; before the first plan is built."""
     import torch
 
     train = data.masks[0]
     evaluated = data.masks[0] | data.masks[1] | data.masks[2]
-    sizes = np.array([float(train.sum()), float(evaluated.sum())])
-    dg.comm.allreduce_(sizes)
-    limit = ROW_SET_MAX_SHARE * dg.num_nodes
-    if sizes[0] <= limit:
-        data.train_rows = dg.register_rows("train", torch.nonzero(train).reshape(-1))
-    if sizes[1] <= limit:
-        data.eval_rows = dg.register_rows("eval", torch.nonzero(evaluated).reshape(-1))
+    for name, mask in (("train", train), ("eval", evaluated)):
+        sets = dg.register_layer_rows(name, torch.nonzero(mask).reshape(-1), layers, ROW_SET_MAX_SHARE)
+        setattr(data, f"{name}_layers", sets if any(r is not None for r in sets) else None)
+        setattr(data, f"{name}_rows", sets[-1])
 
 
 def build_distgraph(cfg: TrainConfig, comm, graph: Any):
@@ -119,8 +120,6 @@ def distgraph_session(cfg: TrainConfig, comm, graph: Any) -> Iterator[tuple[Any,
 def local_data(dg, prep) -> LocalData:
     """This rank's rows of `prep` (a mgg.data.PreparedGraph, or a DeferredPrepared that reads
     only these rows) on dg.device. Collective; a bad row on any rank -> UserError on all."""
-    import torch
-
     from ..runtime import RankError
 
     try:

@@ -34,7 +34,7 @@ class Aggregate(torch.autograd.Function):
         return grad_x, None, None, None
 
 
-def aggregate(x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:
+def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True) -> torch.Tensor:
     """Differentiable `dg.aggregate(x, kind)`, or its rows `rows` only.
 
     Args:
@@ -42,12 +42,15 @@ def aggregate(x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:
         dg: the DistGraph.
         kind: "sum" | "mean" | "gcn" (see docs/architecture.md).
         rows: None, or a RowSet registered on dg (mgg.runtime.rowset).
+        compact: with `rows`, return only those rows; False: every row, where only those of
+            `rows` are meaningful (an inner layer's output, read by the next layer at them only).
     Returns:
         float [n_local, D], or float [len(rows), D]: the rows of `rows.index`, in that order.
     """
     if rows is None:
         return Aggregate.apply(x, dg, kind)
-    return Aggregate.apply(x, dg, kind, rows)[rows.index]
+    out = Aggregate.apply(x, dg, kind, rows)
+    return out[rows.index] if compact else out
 
 
 _M32 = 0xFFFFFFFF

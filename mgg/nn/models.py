@@ -39,22 +39,30 @@ class GNN(nn.Module):
         """x: float32 [n_local, in_dim] -> logits float32 [n_local, out_dim]. Collective.
 
         rows: a RowSet registered on dg (mgg.runtime.rowset): the logits of those rows only,
-        float32 [len(rows), out_dim], in `rows.index` order. The last layer then aggregates
-        and transforms those rows only (when the layer `supports_rows`; else it runs on every
-        row and the result is sliced); the values are those of the full forward.
+        float32 [len(rows), out_dim], in `rows.index` order; or one entry per layer (RowSet or
+        None), the last one those rows, e.g. DistGraph.register_layer_rows: layer l then
+        computes only its rows (each set holding the next one's and their in-neighbours), for
+        the layers from which on every conv `supports_rows` (no batch norm across rows). The
+        values of the rows returned are those of the full forward.
         """
         last = len(self.convs) - 1
+        per_layer = list(rows) if isinstance(rows, (list, tuple)) else [None] * last + [rows]
+        if len(per_layer) != len(self.convs):
+            raise ValueError(f"rows: {len(per_layer)} entries for {len(self.convs)} layers")
+        restrictable = len(self.convs)  # the first layer from which on every conv takes rows
+        while restrictable > 0 and getattr(self.convs[restrictable - 1], "supports_rows", False):
+            restrictable -= 1
         for i, conv in enumerate(self.convs):
-            r = rows if i == last else None
-            if r is not None and not getattr(conv, "supports_rows", False):
+            r = per_layer[i] if (i == last or i >= restrictable) else None
+            kw = {} if r is None else {"rows": r, "compact": i == last}
+            if i == last and r is not None and i < restrictable:  # a conv without rows: all, sliced
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
                 seed = draw_seed(generator)  # the draw global_dropout makes
                 h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo)
-                x = conv.forward_projected(h, dg) if r is None else conv.forward_projected(h, dg, rows=r)
+                x = conv.forward_projected(h, dg, **kw)
             else:
-                x = global_dropout(x, self.dropout, dg, generator, self.training)
-                x = conv(x, dg) if r is None else conv(x, dg, rows=r)
+                x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg, **kw)
             if i < last:
                 x = self.activation(x)
         return x

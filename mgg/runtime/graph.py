@@ -235,6 +235,49 @@ class DistGraph:
         self._row_sets[name] = rs
         return rs
 
+    def expand_rows(self, rows: RowSet, name: str) -> RowSet:
+        """Register `name` = rows ∪ N_in(rows): every row of the set and every source of an edge
+        into it, on the ranks owning them -- the rows a layer must output so that the next
+        layer can compute `rows` (mgg.runtime.rowset). Collective (one all-reduce of a node
+        mask over the ranks); before the first plan is built."""
+        if self._fwd is None:
+            raise RuntimeError(f"expand_rows({name!r}): register row sets before the first plan is built")
+        fwd, dev = self._fwd, self.plan_device
+        mine = torch.zeros(self.n_local, dtype=torch.bool, device=dev)
+        mine[rows.index.to(dev)] = True
+        _, sources = keep_rows(fwd.indptr, fwd.indices, mine)
+        if self.world_size > 1:
+            mask = torch.zeros(self.num_nodes, dtype=torch.uint8, device=dev)
+            mask[sources] = 1
+            host = np.ascontiguousarray(mask.cpu().numpy())
+            self.comm.allreduce_(host, "max")
+            mine |= torch.from_numpy(host[self.lo: self.hi]).to(dev).bool()
+        else:
+            mine[sources - self.lo] = True
+        return self.register_rows(name, torch.nonzero(mine).reshape(-1))
+
+    def register_layer_rows(self, name: str, local_rows, layers: int, max_share: float = 1.0
+                            ) -> tuple[RowSet | None, ...]:
+        """The row sets an `layers`-layer model needs to output `local_rows` at its last layer:
+        entry l (0-based) holds the rows layer l must compute -- the last one `local_rows`
+        (named `name`), each earlier one the expansion (`expand_rows`) of the next (named
+        `name.l`). A set holding more than `max_share` of the nodes (over all ranks) is not
+        registered, and neither are the ones before it (None: every row). Collective."""
+        if layers < 1:
+            raise ValueError(f"register_layer_rows: layers must be >= 1, got {layers}")
+        idx = torch.as_tensor(np.asarray(local_rows.cpu() if isinstance(local_rows, torch.Tensor) else local_rows))
+        total = int(self.comm.allreduce_scalar(float(torch.unique(idx).numel())))
+        out: list[RowSet | None] = [None] * layers
+        if total > max_share * self.num_nodes:
+            return tuple(out)
+        out[-1] = self.register_rows(name, idx)
+        for layer in range(layers - 2, -1, -1):
+            wider = self.expand_rows(out[layer + 1], f"{name}.{layer}")
+            if wider.num_global > max_share * self.num_nodes:
+                break  # registered but unused: its plans are small next to the full ones
+            out[layer] = wider
+        return tuple(out)
+
     def plan(self, kind: str, transposed: bool = False, rows: str | None = None) -> AggregationPlan:
         """This rank's plan for `kind` (cached). Forward: W; transposed: W^T (backward); with
         `rows` (a registered row set's name) those of W_S (mgg.runtime.rowset).

@@ -93,3 +93,20 @@ def test_row_set_aggregation_matches_reference(kind):
     want = (ws @ x.astype(np.float64))[(chosen >= dg.lo) & (chosen < dg.hi)]
     assert rel_err(out, want) < 1e-5 if len(want) else out.shape[0] == 0
     assert rel_err(back, dg.local(ws.T @ g[chosen].astype(np.float64))) < 1e-5
+
+
+def test_expand_rows_over_ranks_adds_remote_in_neighbours():
+    comm = world()
+    n = 300
+    indptr, indices = random_csr(n, 2000, seed=13)
+    chosen = np.sort(np.random.default_rng(4).choice(n, 25, replace=False))
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="cpu")) as dg:
+        mine = chosen[(chosen >= dg.lo) & (chosen < dg.hi)] - dg.lo
+        wide = dg.expand_rows(dg.register_rows("s", mine), "s.0")
+        got = (wide.index.numpy() + dg.lo).tolist()
+        lo, hi = dg.lo, dg.hi
+    want = set(chosen.tolist())
+    for r in chosen:
+        want |= set(indices[indptr[r]:indptr[r + 1]].tolist())
+    assert got == sorted(v for v in want if lo <= v < hi)
+    assert wide.num_global == len(want)

@@ -47,8 +47,9 @@ def test_p_ranks_train_the_one_rank_weights(dataset, model):
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_p_ranks_with_row_sets_train_the_one_rank_weights(model):
-    """papers-like keeps ~1% of its nodes in the masks: the last layer runs on the row sets
-    (mgg.runtime.rowset), at P ranks as at one."""
+    """papers-like keeps ~1% of its nodes in the masks: each layer runs on its row sets
+    (mgg.runtime.rowset; the first layer on the training rows and their in-neighbours), at P
+    ranks as at one."""
     from mgg.data import load_dataset
 
     comm = world()
@@ -57,7 +58,7 @@ def test_p_ranks_with_row_sets_train_the_one_rank_weights(model):
                       progress=False)
     res = train(cfg, comm, g)
     ref = train(cfg, Communicator(comm=None), g)
-    assert set(res.row_sets) == {"train", "eval"} and res.row_sets == ref.row_sets
+    assert set(res.row_sets) == {"train", "train.0", "eval", "eval.0"} and res.row_sets == ref.row_sets
     diff = comm.allreduce_scalar(float(np.abs(flat(res.model) - flat(ref.model)).max()), "max")
     assert diff < 1e-4 * max(1.0, float(np.abs(flat(ref.model)).max()))
     assert abs(res.final_loss - ref.final_loss) < 1e-4 and res.test_acc == ref.test_acc

@@ -43,15 +43,17 @@ class GCNConv(nn.Module):
         """The weight applied to the input before anything else (linear first), or None."""
         return self.lin.weight if self.out_channels <= self.in_channels else None
 
-    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+        """rows: a RowSet -- only those rows are computed; `compact` returns them alone, else
+        [n_local, out] where only they are meaningful (mgg.nn.functional.aggregate)."""
         if self.out_channels <= self.in_channels:
-            return self.forward_projected(project(x, self.lin.weight), dg, rows)
-        out = self.lin(aggregate(x, dg, "gcn", rows))
+            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact)
+        out = self.lin(aggregate(x, dg, "gcn", rows, compact))
         return out if self.bias is None else out + self.bias
 
-    def forward_projected(self, h: torch.Tensor, dg, rows=None) -> torch.Tensor:
+    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
-        out = aggregate(h, dg, "gcn", rows)
+        out = aggregate(h, dg, "gcn", rows, compact)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

@@ -70,19 +70,16 @@ class GINConv(nn.Module):
         first = _modules(self.nn)[0]
         return isinstance(first, nn.Linear) and first.out_features < first.in_features
 
-    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
-        only when `supports_rows`)."""
+        only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`)."""
         if rows is not None and not self.supports_rows:
             raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
-
-        def own(t: torch.Tensor) -> torch.Tensor:
-            return t if rows is None else t[rows.index]
-
         stages = _modules(self.nn)
         if self.projects_first:
-            return self.forward_projected(project(x, stages[0].weight), dg, rows)
-        out = (1.0 + self.eps) * own(x) + aggregate(x, dg, "sum", rows)
+            return self.forward_projected(project(x, stages[0].weight), dg, rows, compact)
+        own = x[rows.index] if (rows is not None and compact) else x
+        out = (1.0 + self.eps) * own + aggregate(x, dg, "sum", rows, compact)
         return _run(stages, out, dg)
 
     @property
@@ -90,13 +87,13 @@ class GINConv(nn.Module):
         """The MLP's first Linear weight when it runs before the sum (`projects_first`), or None."""
         return _modules(self.nn)[0].weight if self.projects_first else None
 
-    def forward_projected(self, h: torch.Tensor, dg, rows=None) -> torch.Tensor:
+    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
         if rows is not None and not self.supports_rows:
             raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
         lin, rest = _modules(self.nn)[0], _modules(self.nn)[1:]
-        own = h if rows is None else h[rows.index]
-        out = (1.0 + self.eps) * own + aggregate(h, dg, "sum", rows)
+        own = h[rows.index] if (rows is not None and compact) else h
+        out = (1.0 + self.eps) * own + aggregate(h, dg, "sum", rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
         return _run(rest, out, dg)

@@ -45,22 +45,22 @@ class SAGEConv(nn.Module):
         """`forward(..., rows=...)` aggregates those rows only (the plan path; not `fused`)."""
         return not self.fused
 
-    def _mean(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
-        return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean", rows)
+    def _mean(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+        return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean", rows, compact)
 
-    def forward(self, x: torch.Tensor, dg, rows=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """x float32 [n_local, in] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
-        only when `supports_rows`)."""
+        only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`)."""
         if rows is not None and not self.supports_rows:
             raise ValueError("SAGEConv(fused=True) aggregates every row (rows=None)")
         if self.out_channels < self.in_channels:
-            out = self._mean(project(x, self.lin_l.weight), dg, rows)
+            out = self._mean(project(x, self.lin_l.weight), dg, rows, compact)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(self._mean(x, dg, rows))
+            out = self.lin_l(self._mean(x, dg, rows, compact))
         if self.lin_r is not None:
-            out = out + self.lin_r(x if rows is None else x[rows.index])
+            out = out + self.lin_r(x[rows.index] if (rows is not None and compact) else x)
         return out
 
     def extra_repr(self) -> str:
