@@ -31,7 +31,7 @@ from .comm import Communicator
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
-from .rowset import RowSet, global_row_mask, keep_entries, keep_rows
+from .rowset import RowSet, global_row_mask, keep_entries, keep_rows, with_in_neighbours
 from .store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
 from .transpose import transposed_rows_exchange, transposed_rows_t
 from .weights import check_kind, diag_weights, pair_weights_by_row
@@ -242,19 +242,9 @@ class DistGraph:
         mask over the ranks); before the first plan is built."""
         if self._fwd is None:
             raise RuntimeError(f"expand_rows({name!r}): register row sets before the first plan is built")
-        fwd, dev = self._fwd, self.plan_device
-        mine = torch.zeros(self.n_local, dtype=torch.bool, device=dev)
-        mine[rows.index.to(dev)] = True
-        _, sources = keep_rows(fwd.indptr, fwd.indices, mine)
-        if self.world_size > 1:
-            mask = torch.zeros(self.num_nodes, dtype=torch.uint8, device=dev)
-            mask[sources] = 1
-            host = np.ascontiguousarray(mask.cpu().numpy())
-            self.comm.allreduce_(host, "max")
-            mine |= torch.from_numpy(host[self.lo: self.hi]).to(dev).bool()
-        else:
-            mine[sources - self.lo] = True
-        return self.register_rows(name, torch.nonzero(mine).reshape(-1))
+        wide = with_in_neighbours(self._fwd.indptr, self._fwd.indices, rows.index.to(self.plan_device),
+                                  self.lo, self.hi, self.num_nodes, self.comm)
+        return self.register_rows(name, torch.nonzero(wide).reshape(-1))
 
     def register_layer_rows(self, name: str, local_rows, layers: int, max_share: float = 1.0
                             ) -> tuple[RowSet | None, ...]:

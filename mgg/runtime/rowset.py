@@ -14,6 +14,11 @@ rows in S are bit for bit those of the full aggregation. Rows outside S are not 
 (their self term only); the transposed form is W_S^T g only for g that is zero outside S, which
 is what the backward of `out[S]` passes. Both forms are built from this rank's forward and
 transposed rows when the first plan of each direction is (mgg.runtime.graph), on the plan device.
+
+Layers before the last need only the rows the next layer reads: its set and the sources of the
+edges into it (`with_in_neighbours`; `DistGraph.register_layer_rows` chains them). An inner
+layer's output keeps every row, but only those of its set are meaningful; the next layer reads
+no other, and the gradient that comes back is zero outside the set, as W_S^T needs.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["RowSet", "keep_rows", "keep_entries", "global_row_mask"]
+__all__ = ["RowSet", "keep_rows", "keep_entries", "global_row_mask", "with_in_neighbours"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,23 @@ def global_row_mask(local_index: torch.Tensor, lo: int, num_nodes: int, comm, de
         if len(p):
             mask[torch.from_numpy(np.asarray(p, dtype=np.int64)).to(device)] = True
     return mask
+
+
+def with_in_neighbours(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor, lo: int, hi: int,
+                       num_nodes: int, comm) -> torch.Tensor:
+    """bool [hi - lo]: this rank's rows that are in some rank's subset or a source of an edge into
+    one. indptr/indices: this rank's forward CSR rows (targets lo..hi-1, global source ids);
+    rows: int64 local rows of this rank's subset. Collective: one all-reduce (max) of a uint8
+    node mask over the ranks; none on one rank."""
+    dev = indptr.device
+    mine = torch.zeros(hi - lo, dtype=torch.bool, device=dev)
+    mine[rows] = True
+    _, sources = keep_rows(indptr, indices, mine)
+    if comm.size > 1:
+        mask = torch.zeros(num_nodes, dtype=torch.uint8, device=dev)
+        mask[sources] = 1
+        host = np.ascontiguousarray(mask.cpu().numpy())
+        comm.allreduce_(host, "max")
+        return mine | torch.from_numpy(host[lo:hi]).to(dev).bool()
+    mine[sources - lo] = True
+    return mine
