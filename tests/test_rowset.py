@@ -85,22 +85,16 @@ def test_cli_uses_row_sets_when_the_training_rows_are_few(tmp_path):
     """papers-like keeps ~1% of the nodes in its masks: the run registers the row sets of both
     layers (the last layer's rows, and the first layer's: those and their in-neighbours) for the
     loss and the evaluation, and its losses equal those of the same run without them."""
-    from mgg.apps import loop
+    import json
+
     from mgg.train import main
 
-    def run(share: float, out):
-        saved = loop.ROW_SET_MAX_SHARE
-        loop.ROW_SET_MAX_SHARE = share
-        try:
-            assert main(["--dataset", "papers-like", "--scale", "0.002", "--epochs", "3", "--backend", "cpu",
-                         "--no-progress", "--metrics-json", str(out)]) == 0
-        finally:
-            loop.ROW_SET_MAX_SHARE = saved
-        import json
-
+    def run(flags: list[str], out):
+        assert main(["--dataset", "papers-like", "--scale", "0.002", "--epochs", "3", "--backend", "cpu",
+                     "--no-progress", "--metrics-json", str(out), *flags]) == 0
         return json.loads(out.read_text())
 
-    with_sets, without = run(0.5, tmp_path / "a.json"), run(0.0, tmp_path / "b.json")
+    with_sets, without = run([], tmp_path / "a.json"), run(["--no-row-sets"], tmp_path / "b.json")
     n = with_sets["num_nodes"]
     sets = with_sets["row_sets"]
     assert set(sets) == {"train", "train.0", "eval", "eval.0"} and "row_sets" not in without

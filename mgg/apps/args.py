@@ -128,6 +128,10 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="element type of embeddings in the symmetric store and halo buffers (and of "
                    "gradient rows in the backward); sums stay float32, parameters and their gradients "
                    "float32 (docs/storage-dtype.md; default fp32)")
+    p.add_argument("--no-row-sets", dest="row_sets", action="store_false",
+                   help="compute every layer over every row, instead of only the rows the loss or the "
+                   "evaluation reads and their in-neighbours (row sets, used while a set holds <= 50%% of "
+                   "the nodes; docs/e2e.md); the results are the same")
     p.add_argument("--profile-steps", action="store_true",
                    help="time the parts of every training step (forward, backward, aggregations, gradient "
                    "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "

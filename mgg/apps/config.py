@@ -96,6 +96,7 @@ class TrainConfig:
     progress: bool = True
     force: bool = False                  # train even when the memory estimate says it does not fit
     profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)
+    row_sets: bool = True                # layers on the rows the loss/evaluation read (mgg.runtime.rowset)
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
     ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)
     checkpoint_dir: str | None = None

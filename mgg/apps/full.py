@@ -241,7 +241,8 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             clock.add(name, dg.build_seconds[name])
         with clock.phase("data"):  # this rank's features, labels and masks on its device
             data = local_data(dg, prep)
-            register_row_sets(dg, data, _layers(cfg))  # before the plans: theirs are built with them
+            if cfg.row_sets:  # before the plans: theirs are built with them
+                register_row_sets(dg, data, _layers(cfg))
         _startup_phases(clock, dg, cfg.model)
         with clock.phase("model"):
             hooks, state = _setup(cfg, comm, dg, data, fault)
