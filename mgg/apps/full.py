@@ -197,13 +197,6 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     return FullGraphHooks(state, model, opt, gen, fault), state
 
 
-def _layers(cfg: TrainConfig) -> int:
-    """The number of layers of cfg's model (its registered default when not given)."""
-    from ..nn.registry import model_entry
-
-    return int(cfg.layers if cfg.layers is not None else model_entry(cfg.model).defaults.layers)
-
-
 def _startup_phases(clock, dg, model: str) -> None:
     """Build the model's forward and transposed plans and their executors now (kernels built or
     loaded from the cache, plans uploaded) as the `plan` and `build` phases, instead of inside
@@ -242,7 +235,7 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
         with clock.phase("data"):  # this rank's features, labels and masks on its device
             data = local_data(dg, prep)
             if cfg.row_sets:  # before the plans: theirs are built with them
-                register_row_sets(dg, data, _layers(cfg))
+                register_row_sets(dg, data, cfg.layers)  # cfg is resolved: layers is set
         _startup_phases(clock, dg, cfg.model)
         with clock.phase("model"):
             hooks, state = _setup(cfg, comm, dg, data, fault)

@@ -218,6 +218,11 @@ class DistGraph:
         Args:
             name: the subset's name. local_rows: int [k] rows in [0, n_local) (numpy or tensor).
         """
+        return self._register(name, local_rows)
+
+    def _register(self, name: str, local_rows, global_mask: torch.Tensor | None = None) -> RowSet:
+        """register_rows; `global_mask` (bool [num_nodes] on the plan device: the set over all
+        ranks), when the caller has it, saves the all-gather that builds it."""
         if self._fwd is None or self._bwd is None:
             raise RuntimeError(f"register_rows({name!r}): register row sets before the first plan is built")
         if name in self._row_sets:
@@ -231,7 +236,8 @@ class DistGraph:
         idx = torch.unique(idx)  # sorted, distinct
         total = int(self.comm.allreduce_scalar(float(idx.numel())))
         rs = RowSet(name, idx.to(self.device), total)
-        self._row_masks[name] = global_row_mask(idx, self.lo, self.num_nodes, self.comm, self.plan_device)
+        self._row_masks[name] = (global_mask if global_mask is not None else
+                                 global_row_mask(idx, self.lo, self.num_nodes, self.comm, self.plan_device))
         self._row_sets[name] = rs
         return rs
 
@@ -242,9 +248,10 @@ class DistGraph:
         mask over the ranks); before the first plan is built."""
         if self._fwd is None:
             raise RuntimeError(f"expand_rows({name!r}): register row sets before the first plan is built")
-        wide = with_in_neighbours(self._fwd.indptr, self._fwd.indices, rows.index.to(self.plan_device),
-                                  self.lo, self.hi, self.num_nodes, self.comm)
-        return self.register_rows(name, torch.nonzero(wide).reshape(-1))
+        wide, sources = with_in_neighbours(self._fwd.indptr, self._fwd.indices, rows.index.to(self.plan_device),
+                                           self.lo, self.hi, self.num_nodes, self.comm)
+        everywhere = None if sources is None else self._row_masks[rows.name] | sources
+        return self._register(name, torch.nonzero(wide).reshape(-1), everywhere)
 
     def register_layer_rows(self, name: str, local_rows, layers: int, max_share: float = 1.0
                             ) -> tuple[RowSet | None, ...]:

@@ -91,11 +91,12 @@ def global_row_mask(local_index: torch.Tensor, lo: int, num_nodes: int, comm, de
 
 
 def with_in_neighbours(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor, lo: int, hi: int,
-                       num_nodes: int, comm) -> torch.Tensor:
-    """bool [hi - lo]: this rank's rows that are in some rank's subset or a source of an edge into
-    one. indptr/indices: this rank's forward CSR rows (targets lo..hi-1, global source ids);
-    rows: int64 local rows of this rank's subset. Collective: one all-reduce (max) of a uint8
-    node mask over the ranks; none on one rank."""
+                       num_nodes: int, comm) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(bool [hi - lo]: this rank's rows that are in this rank's subset or a source of an edge
+    into any rank's subset; bool [num_nodes]: those sources over all ranks, or None on one rank).
+    indptr/indices: this rank's forward CSR rows (targets lo..hi-1, global source ids); rows:
+    int64 local rows of this rank's subset. Collective: one all-reduce (max) of a uint8 node mask
+    over the ranks; none on one rank."""
     dev = indptr.device
     mine = torch.zeros(hi - lo, dtype=torch.bool, device=dev)
     mine[rows] = True
@@ -105,6 +106,7 @@ def with_in_neighbours(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.
         mask[sources] = 1
         host = np.ascontiguousarray(mask.cpu().numpy())
         comm.allreduce_(host, "max")
-        return mine | torch.from_numpy(host[lo:hi]).to(dev).bool()
+        everywhere = torch.from_numpy(host).to(dev).bool()
+        return mine | everywhere[lo:hi], everywhere
     mine[sources - lo] = True
-    return mine
+    return mine, None
