@@ -10,7 +10,7 @@
 #   tuner      tuner vs exhaustive grid (products-like, reddit-like), tuner vs a saved grid,
 #              `mgg.train --tune` on the GPU
 #   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
-#   e2e        bench/e2e.py (skipped when absent)
+#   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
 #   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has), then bench/scaling.py's
 #              table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
 #              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
@@ -22,8 +22,8 @@
 # --dry-run prints the stages and their commands and runs nothing. The environment (NVLS off,
 # carried wheels, mpirun line) is bench/device_env.sh. Knobs: NGPU, BENCH_P ("1 2": fullgraph P
 # list), FULLGRAPH_ARGS, TUNER_RUNS (3), GAT_SCALE_PRODUCTS (0.25), GAT_SCALE_REDDIT (0.1),
-# SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS, SCALING_ARGS (fullgraph flags of the
-# scaling suite).
+# SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS, E2E_PAPERS_SCALE (0.1), SCALING_ARGS
+# (fullgraph flags of the scaling suite), SCALING_P ("1 2 4 8": its P values).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
@@ -35,7 +35,7 @@ declare -A STAGES=(
   [gat]="gat-threshold gat"
   [tuner]="tune-grid tune-saved-grid train-tune"
   [embedding]="embedding-lookup embedding-serve dlrm"
-  [e2e]="e2e"
+  [e2e]="e2e e2e-papers"
   [scaling]="scaling overlap"
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
@@ -246,18 +246,22 @@ stage_dlrm() {
 }
 
 # -- e2e ------------------------------------------------------------------------------------------
-stage_e2e() {
+stage_e2e() {   # one process launches the CLI runs itself (P = 1 unless E2E_ARGS has --np)
   if [[ ! -f bench/e2e.py ]]; then skip "bench/e2e.py is absent"; return 0; fi
   local out=()
   if ((DRY)) || python3 bench/e2e.py --help 2>/dev/null | grep -q -- "--out"; then out=(--out "$RUN"); fi
   # shellcheck disable=SC2086  # E2E_ARGS is a list of words
-  run_cmd 600 "$NGPU" e2e.log "." python3 bench/e2e.py "${out[@]}" ${E2E_ARGS:-}
+  run_cmd 600 1 e2e.log "." python3 bench/e2e.py "${out[@]}" ${E2E_ARGS:-}
+}
+stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; mgg, --dropout 0, plain torch
+  run_cmd 600 1 e2e-papers.log "." python3 bench/e2e.py --out "$RUN/e2e-papers" --graph papers-like \
+    --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-nodrop,torch
 }
 
 # -- scaling --------------------------------------------------------------------------------------
 stage_scaling() {
   local rc=0 p
-  for p in 1 2 4 8; do
+  for p in ${SCALING_P:-1 2 4 8}; do   # SCALING_P: a subset, e.g. one P per device call
     ((p <= NGPU)) || continue
     run_cmd 600 "$p" "scaling-P$p.log" "^(reddit|products|papers)|Error" \
       python3 bench/fullgraph.py --out "$RUN/scaling" ${SCALING_ARGS:---datasets reddit-like:1,products-like:1 --no-pyg} || rc=1

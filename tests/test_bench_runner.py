@@ -18,7 +18,7 @@ SUITES = {
     "gat": ["gat-threshold", "gat"],
     "tuner": ["tune-grid", "tune-saved-grid", "train-tune"],
     "embedding": ["embedding-lookup", "embedding-serve", "dlrm"],
-    "e2e": ["e2e"],
+    "e2e": ["e2e", "e2e-papers"],
     "scaling": ["scaling", "overlap"],
 }
 
