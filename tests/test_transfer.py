@@ -10,3 +10,4 @@ def test_cpu_round_trip_is_a_plain_copy():
     t = host_to_device(a, "cpu", torch.int32)
     assert t.dtype == torch.int32 and t.tolist() == a.tolist()
     assert np.array_equal(device_to_host(t), a.astype(np.int32))
+    assert host_to_device(a, "cpu", np.float32).dtype == torch.float32  # a numpy dtype works too

@@ -70,7 +70,7 @@ def check_shared_memory(variant: str, smem: int, limit: int, plan: AggregationPl
 
 
 def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
-    return host_to_device(np.asarray(a), device, torch.from_numpy(np.empty(0, dtype)).dtype)
+    return host_to_device(np.asarray(a), device, dtype)
 
 
 def _p(t: torch.Tensor | None) -> np.uint64:

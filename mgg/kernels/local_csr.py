@@ -256,7 +256,7 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
 def _dev(a: np.ndarray | None, dtype, device) -> torch.Tensor | None:
     if a is None:
         return None
-    return host_to_device(np.asarray(a), device, torch.from_numpy(np.empty(0, dtype)).dtype)
+    return host_to_device(np.asarray(a), device, dtype)
 
 
 def _p(t: torch.Tensor | None) -> np.uint64:

@@ -227,13 +227,7 @@ class DistGraph:
             raise RuntimeError(f"register_rows({name!r}): register row sets before the first plan is built")
         if name in self._row_sets:
             raise ValueError(f"register_rows: a row set named {name!r} exists")
-        idx = torch.as_tensor(np.asarray(local_rows.cpu() if isinstance(local_rows, torch.Tensor) else local_rows)
-                              ).to(torch.int64).reshape(-1)
-        bad = idx[(idx < 0) | (idx >= self.n_local)]
-        if bad.numel():
-            raise ValueError(f"register_rows({name!r}): row {int(bad[0])} is outside this rank's "
-                             f"{self.n_local} rows (rank {self.rank})")
-        idx = torch.unique(idx)  # sorted, distinct
+        idx = self._local_index(name, local_rows)
         total = int(self.comm.allreduce_scalar(float(idx.numel())))
         rs = RowSet(name, idx.to(self.device), total)
         self._row_masks[name] = (global_mask if global_mask is not None else
@@ -241,17 +235,33 @@ class DistGraph:
         self._row_sets[name] = rs
         return rs
 
+    def _local_index(self, name: str, local_rows) -> torch.Tensor:
+        """int64 CPU tensor: the distinct rows of `local_rows` (numpy or tensor), sorted; a row
+        outside [0, n_local) -> ValueError naming set `name` and the row."""
+        idx = torch.as_tensor(np.asarray(local_rows.cpu() if isinstance(local_rows, torch.Tensor) else local_rows)
+                              ).to(torch.int64).reshape(-1)
+        bad = idx[(idx < 0) | (idx >= self.n_local)]
+        if bad.numel():
+            raise ValueError(f"register_rows({name!r}): row {int(bad[0])} is outside this rank's "
+                             f"{self.n_local} rows (rank {self.rank})")
+        return torch.unique(idx)  # sorted, distinct
+
     def expand_rows(self, rows: RowSet, name: str) -> RowSet:
         """Register `name` = rows ∪ N_in(rows): every row of the set and every source of an edge
         into it, on the ranks owning them -- the rows a layer must output so that the next
         layer can compute `rows` (mgg.runtime.rowset). Collective (one all-reduce of a node
         mask over the ranks); before the first plan is built."""
+        return self._register(name, *self._expansion(rows, name))
+
+    def _expansion(self, rows: RowSet, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(this rank's rows of rows ∪ N_in(rows), that set's mask over all ranks or None on one
+        rank): what expand_rows registers. Collective."""
         if self._fwd is None:
             raise RuntimeError(f"expand_rows({name!r}): register row sets before the first plan is built")
         wide, sources = with_in_neighbours(self._fwd.indptr, self._fwd.indices, rows.index.to(self.plan_device),
                                            self.lo, self.hi, self.num_nodes, self.comm)
         everywhere = None if sources is None else self._row_masks[rows.name] | sources
-        return self._register(name, torch.nonzero(wide).reshape(-1), everywhere)
+        return torch.nonzero(wide).reshape(-1), everywhere
 
     def register_layer_rows(self, name: str, local_rows, layers: int, max_share: float = 1.0
                             ) -> tuple[RowSet | None, ...]:
@@ -259,20 +269,20 @@ class DistGraph:
         entry l (0-based) holds the rows layer l must compute -- the last one `local_rows`
         (named `name`), each earlier one the expansion (`expand_rows`) of the next (named
         `name.l`). A set holding more than `max_share` of the nodes (over all ranks) is not
-        registered, and neither are the ones before it (None: every row). Collective."""
+        registered (no plans are built for it), and neither are the ones before it (None: every
+        row). Collective."""
         if layers < 1:
             raise ValueError(f"register_layer_rows: layers must be >= 1, got {layers}")
-        idx = torch.as_tensor(np.asarray(local_rows.cpu() if isinstance(local_rows, torch.Tensor) else local_rows))
-        total = int(self.comm.allreduce_scalar(float(torch.unique(idx).numel())))
+        limit = max_share * self.num_nodes
         out: list[RowSet | None] = [None] * layers
-        if total > max_share * self.num_nodes:
-            return tuple(out)
-        out[-1] = self.register_rows(name, idx)
-        for layer in range(layers - 2, -1, -1):
-            wider = self.expand_rows(out[layer + 1], f"{name}.{layer}")
-            if wider.num_global > max_share * self.num_nodes:
-                break  # registered but unused: its plans are small next to the full ones
-            out[layer] = wider
+        idx, everywhere = self._local_index(name, local_rows), None
+        for layer in range(layers - 1, -1, -1):
+            label = name if layer == layers - 1 else f"{name}.{layer}"
+            if layer < layers - 1:
+                idx, everywhere = self._expansion(out[layer + 1], label)
+            if self.comm.allreduce_scalar(float(idx.numel())) > limit:
+                break  # too wide to pay off: not registered, so no plans are built for it
+            out[layer] = self._register(label, idx, everywhere)
         return tuple(out)
 
     def plan(self, kind: str, transposed: bool = False, rows: str | None = None) -> AggregationPlan:

@@ -66,10 +66,12 @@ def device_to_host(t: torch.Tensor) -> np.ndarray:
     return out
 
 
-def host_to_device(a: np.ndarray, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A new tensor on CUDA `device` holding the numpy array `a` (converted to `dtype` on the
-    GPU when given)."""
+def host_to_device(a: np.ndarray, device: torch.device | str, dtype=None) -> torch.Tensor:
+    """A new tensor on CUDA `device` holding the array `a` (converted to `dtype`, a torch or
+    numpy dtype, on the GPU when given)."""
     device = torch.device(device)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        dtype = torch.from_numpy(np.empty(0, dtype)).dtype
     a = np.ascontiguousarray(a)
     if device.type != "cuda" or a.nbytes < DIRECT_BYTES:
         t = torch.from_numpy(a).to(device)
