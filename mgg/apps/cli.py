@@ -166,11 +166,6 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
-    from ..runtime.backends import resolve_backend
-    from .warm import warm_imports
-
-    if resolve_backend(cfg.backend) == "gpu":  # the optimizer's torch._dynamo, beside the startup phases
-        warm_imports()  # (on the CPU path the phases hold the GIL: measured slower there)
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)

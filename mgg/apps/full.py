@@ -187,11 +187,12 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     import torch
 
     from ..nn import broadcast_parameters, build_model
+    from ..nn.optim import Adam
 
     model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout, norm=cfg.norm).to(dg.device)
     broadcast_parameters(model, comm)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
     state = LoopState(cfg, comm, dg, data, TrainResult(model=model, world_size=comm.size, backend=dg.backend))
     return FullGraphHooks(state, model, opt, gen, fault), state

@@ -138,6 +138,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
 
     from ..data.prepare import prepare_graph
     from ..nn import broadcast_parameters
+    from ..nn.optim import Adam
     from ..nn.registry import model_entry
 
     cfg = check_sampled_config(cfg)
@@ -149,7 +150,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
                                                      cfg.dropout).to(dg.device)
         broadcast_parameters(model, comm)
         drop_gen = torch.Generator(device=dg.device).manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         res = TrainResult(model=model, world_size=comm.size, backend=dg.backend, mode="sampled")
         state = LoopState(cfg, comm, dg, data, res, stop=stop)
         hooks = SampledHooks(state, model, opt, drop_gen, loader)
