@@ -1,27 +1,33 @@
 // Tall-skinny projection with the hash dropout fused in: out = dropout(x) @ W^T, and its weight
-// gradient grad_W = dropout(x)^T @ G, for x float32 [n, F] with n in the millions, F <= 256
-// (F % 4 == 0) and O <= 32 outputs. The dropped x is never written: each kernel regenerates
-// the keep decision of (global row row0 + r, column c) from the seed, bit for bit the one of
-// mgg/kernels/dropout.cu and mgg.nn.functional.hash_uniform:
+// gradient grad_W = dropout(x)^T @ G, for x float32 [n, F] with n in the millions, F % 4 == 0
+// (F <= 256 for the weight gradient) and O <= 32 outputs. The dropped x is never written: each
+// kernel regenerates the keep decision of (global row row0 + r, column c) from the seed, bit for
+// bit the one of mgg/kernels/dropout.cu and mgg.nn.functional.hash_uniform:
 //     h_row = lowbias32((row & 0xffffffff) ^ s1); u = (lowbias32(h_row ^ (c * 0x9E3779B1 + s2)) >> 8) / 2^24
 //     x'[r, c] = (x[r, c] * (u >= p ? 1 : 0)) * scale          (dropout = 0: x' = x)
 // (the kernels take p as the integer threshold ceil(p 2^24) of h >> 8, the same decision)
 //
-// Kernels (one warp per row, grid-stride over rows; lane l owns columns 4l + 128j, j < J)
-//   mgg_dp_fwd_o{OT}_j{J}    out[r, o] = sum_c x'[r, c] W[o, c], 4 / J rows in flight per warp. A
-//                            lane keeps its 4 J columns of W^T in registers, multiplies its
-//                            float4(s) of the row into OT partial sums and the warp reduces them
-//                            by a halving butterfly (OT - 1 + log2(32 / OT) shuffles), after
-//                            which lane l holds output (l >> (5 - log2 OT)); the first lane of
-//                            each such group writes it.
-//   mgg_dp_wgrad_o{OT}_j{J}  partial[w, c, o] = sum over warp w's rows of x'[r, c] G[r, o], 2 / J
-//                            rows in flight: a lane accumulates its 4 J x OT products in
-//                            registers, then writes them; the caller sums the [warps, F, O]
-//                            partials (a fixed order: deterministic).
-// Launch geometry: blockDim.x = 32 * WPB (any WPB), gridDim.x = blocks (the launcher picks a few
-// per SM); no shared memory. x, out, G contiguous row-major; W [O, F] row-major; 16-byte aligned
-// x (and G when O % 4 == 0). OT is O rounded up to 8, 16 or 32 (outputs >= O are not written); J = ceil(F / 128) <= 2,
-// and OT * J <= 32 (the per-lane register arrays hold 4 * J * OT floats; no spills at sm_90).
+// Kernels
+//   mgg_dp_fwd_o{OT}         out[r, o] = sum_c x'[r, c] W[o, c]. One thread per row (grid-stride):
+//                            W^T sits in shared memory as [F, OT] floats (read as broadcast
+//                            float4s); a thread walks its row 16 columns at a time (four float4
+//                            loads in flight), keeps OT sums in registers and writes its output
+//                            row (float4 stores when O % 4 == 0). No shuffles, no reductions: per
+//                            row it issues F * OT / 32 FMAs, F * OT / 128 shared loads and the hash,
+//                            where a warp-per-row mapping also spent OT - 1 + log2(32 / OT)
+//                            shuffles and twice as many selects on the butterfly.
+//   mgg_dp_wgrad_o{OT}_j{J}  partial[w, c, o] = sum over warp w's rows of x'[r, c] G[r, o]. A block
+//                            walks tiles of WPB * R rows: it stages the tile's rows of G in shared
+//                            memory (coalesced), then warp w takes R rows of the tile, lane l owning
+//                            columns 4l + 128j (j < J): R row loads in flight per warp, G read as
+//                            broadcast float4s from shared memory, 4 J x OT sums in registers,
+//                            written at the end; the caller sums the [warps, F, O] partials (a
+//                            fixed order: deterministic).
+// Launch geometry: fwd: blockDim.x = any multiple of 32, dynamic shared memory F * OT * 4 bytes;
+// wgrad: blockDim.x = 32 * WPB with WPB = DP_WPB, no dynamic shared memory. gridDim.x = blocks
+// (the launcher picks a few per SM). x, out, G contiguous row-major; W [O, F] row-major; 16-byte
+// aligned x, out and G. OT is O rounded up to 8, 16 or 32 (outputs >= O are not written);
+// wgrad: J = ceil(F / 128) <= 2 and OT * J <= 32 (a lane's 4 * J * OT sums stay in registers).
 #include <stdint.h>
 
 __device__ __forceinline__ uint32_t dp_lowbias32(uint32_t x) {
@@ -56,68 +62,59 @@ __device__ __forceinline__ float4 dp_load(const float* __restrict__ x, long long
   return v;
 }
 
-template <int OT, int J>
+#define DP_WPB 8                        // warps per block of the weight-gradient kernel
+#define DP_R(J) ((J) == 1 ? 8 : 4)      // rows in flight per warp there
+
+template <int OT>
 __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,
                        long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
                        float scale, int drop) {
-  const int lane = threadIdx.x & 31;
-  float w[J][4][OT];  // this lane's columns of W^T
+  extern __shared__ float4 dp_smem4[];
+  float* wt = reinterpret_cast<float*>(dp_smem4);  // W^T [F, OT], zeros past O
+  for (int i = threadIdx.x; i < F * OT; i += blockDim.x) {
+    const int c = i / OT, o = i - (i / OT) * OT;
+    wt[i] = o < O ? W[(long long)o * F + c] : 0.f;
+  }
+  __syncthreads();
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n; r += stride) {
+    const float* xr = x + r * F;
+    const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+    float acc[OT];
 #pragma unroll
-  for (int j = 0; j < J; ++j)
+    for (int o = 0; o < OT; ++o) acc[o] = 0.f;
+    for (int c0 = 0; c0 < F; c0 += 16) {
+      float4 v[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
+      for (int k = 0; k < 4; ++k) v[k] = dp_load(xr, 0, F, c0 + 4 * k, drop, h_row, s2, p, scale);
 #pragma unroll
-      for (int o = 0; o < OT; ++o) {
-        const int c = 4 * lane + 128 * j + k;
-        w[j][k][o] = (c < F && o < O) ? W[(long long)o * F + c] : 0.f;
-      }
-  const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-  constexpr int LOG = OT == 8 ? 3 : (OT == 16 ? 4 : 5);
-  constexpr int R = J == 1 ? 4 : 2;  // rows in flight per warp: their loads are issued together
-  for (long long r0 = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r0 < n; r0 += R * warps) {
-    float4 v[R][J];
+      for (int k = 0; k < 4; ++k) {
+        const int c = c0 + 4 * k;
+        if (c < F) {  // the same for every thread: no divergence
+          const float4* w4 = reinterpret_cast<const float4*>(wt + c * OT);
+          const float e[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
 #pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const long long r = r0 + q * warps;
-      const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+          for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < J; ++j)
-        v[q][j] = r < n ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const long long r = r0 + q * warps;
-      float acc[OT];
-#pragma unroll
-      for (int o = 0; o < OT; ++o) acc[o] = 0.f;
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int o = 0; o < OT; ++o)
-          acc[o] += v[q][j].x * w[j][0][o] + v[q][j].y * w[j][1][o] + v[q][j].z * w[j][2][o] + v[q][j].w * w[j][3][o];
-      // halving butterfly: at offset `off` a lane keeps the half of its values its bit selects
-      int m = OT;
-#pragma unroll
-      for (int off = 16; off >= 1; off >>= 1) {
-        if (m > 1) {
-          const bool upper = (lane & off) != 0;
-          const int half = m >> 1;
-#pragma unroll
-          for (int i = 0; i < OT / 2; ++i) {
-            if (i < half) {
-              const float send = upper ? acc[i] : acc[i + half];
-              const float mine = upper ? acc[i + half] : acc[i];
-              acc[i] = mine + __shfl_xor_sync(0xffffffffu, send, off);
+            for (int q = 0; q < OT / 4; ++q) {
+              const float4 ww = w4[i * (OT / 4) + q];
+              acc[4 * q + 0] += e[i] * ww.x;
+              acc[4 * q + 1] += e[i] * ww.y;
+              acc[4 * q + 2] += e[i] * ww.z;
+              acc[4 * q + 3] += e[i] * ww.w;
             }
-          }
-          m = half;
-        } else {
-          acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], off);
         }
       }
-      const int o = (lane >> (5 - LOG)) & (OT - 1);
-      if (r < n && (lane & ((32 >> LOG) - 1)) == 0 && o < O) out[r * O + o] = acc[0];
+    }
+    float* dst = out + r * O;
+    if ((O & 3) == 0) {
+#pragma unroll
+      for (int q = 0; q < OT / 4; ++q)
+        if (4 * q < O) *reinterpret_cast<float4*>(dst + 4 * q) = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    } else {
+#pragma unroll
+      for (int o = 0; o < OT; ++o)
+        if (o < O) dst[o] = acc[o];
     }
   }
 }
@@ -126,7 +123,11 @@ template <int OT, int J>
 __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,
                          long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
                          float scale, int drop) {
-  const int lane = threadIdx.x & 31;
+  constexpr int R = DP_R(J);
+  constexpr int TR = DP_WPB * R;                 // rows per tile
+  __shared__ float4 gs4[TR * OT / 4];            // the tile's rows of G, [TR, OT], zeros past O / n
+  const float* gs = reinterpret_cast<const float*>(gs4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float acc[J][4][OT];
 #pragma unroll
   for (int j = 0; j < J; ++j)
@@ -134,44 +135,44 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int o = 0; o < OT; ++o) acc[j][k][o] = 0.f;
-  const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-  constexpr int R = J == 1 ? 2 : 1;  // rows in flight per warp
-  for (long long r0 = wid; r0 < n; r0 += R * warps) {
+  for (long long t0 = (long long)blockIdx.x * TR; t0 < n; t0 += (long long)gridDim.x * TR) {
+    __syncthreads();  // the previous tile's G is read
+    for (int i = threadIdx.x; i < TR * OT; i += blockDim.x) {
+      const int rr = i / OT, o = i - (i / OT) * OT;
+      const long long r = t0 + rr;
+      reinterpret_cast<float*>(gs4)[i] = (r < n && o < O) ? G[r * O + o] : 0.f;
+    }
     float4 v[R][J];
-    float g[R][OT];
 #pragma unroll
     for (int q = 0; q < R; ++q) {
-      const long long r = r0 + q * warps;
-      const bool in = r < n;
+      const long long r = t0 + warp * R + q;
       const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
-      if (in && (O & 3) == 0) {  // the row of G as float4s (every lane reads it: a broadcast)
-#pragma unroll
-        for (int o = 0; o < OT; o += 4) {
-          const float4 t = o < O ? *reinterpret_cast<const float4*>(G + r * O + o) : make_float4(0.f, 0.f, 0.f, 0.f);
-          g[q][o] = t.x; g[q][o + 1] = t.y; g[q][o + 2] = t.z; g[q][o + 3] = t.w;
-        }
-      } else {
-#pragma unroll
-        for (int o = 0; o < OT; ++o) g[q][o] = (in && o < O) ? G[r * O + o] : 0.f;
-      }
 #pragma unroll
       for (int j = 0; j < J; ++j)
-        v[q][j] = in ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
-                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[q][j] = r < n ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    __syncthreads();  // the tile's G is staged
 #pragma unroll
-    for (int q = 0; q < R; ++q)
+    for (int q = 0; q < R; ++q) {
+      const float4* g4 = reinterpret_cast<const float4*>(gs + (warp * R + q) * OT);
 #pragma unroll
-      for (int j = 0; j < J; ++j)
+      for (int b = 0; b < OT / 4; ++b) {
+        const float4 gg = g4[b];
+        const float gv[4] = {gg.x, gg.y, gg.z, gg.w};
 #pragma unroll
-        for (int o = 0; o < OT; ++o) {
-          acc[j][0][o] += v[q][j].x * g[q][o];
-          acc[j][1][o] += v[q][j].y * g[q][o];
-          acc[j][2][o] += v[q][j].z * g[q][o];
-          acc[j][3][o] += v[q][j].w * g[q][o];
-        }
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int j = 0; j < J; ++j) {
+            acc[j][0][4 * b + u] += v[q][j].x * gv[u];
+            acc[j][1][4 * b + u] += v[q][j].y * gv[u];
+            acc[j][2][4 * b + u] += v[q][j].z * gv[u];
+            acc[j][3][4 * b + u] += v[q][j].w * gv[u];
+          }
+      }
+    }
   }
+  const long long wid = (long long)blockIdx.x * DP_WPB + warp;
   float* dst = partial + wid * (long long)F * O;
 #pragma unroll
   for (int j = 0; j < J; ++j)
@@ -186,22 +187,25 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
     }
 }
 
-#define DP_KERNELS(OT, J)                                                                              \
-  extern "C" __global__ void mgg_dp_fwd_o##OT##_j##J(                                                  \
+#define DP_FWD_KERNEL(OT)                                                                              \
+  extern "C" __global__ void mgg_dp_fwd_o##OT(                                                         \
       const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out, long long n,   \
       int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p, float scale, int drop) { \
-    dp_fwd<OT, J>(x, W, out, n, F, O, row0, s1, s2, p, scale, drop);                                   \
-  }                                                                                                    \
-  extern "C" __global__ void mgg_dp_wgrad_o##OT##_j##J(                                                \
+    dp_fwd<OT>(x, W, out, n, F, O, row0, s1, s2, p, scale, drop);                                      \
+  }
+#define DP_WGRAD_KERNEL(OT, J)                                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * DP_WPB) mgg_dp_wgrad_o##OT##_j##J(                 \
       const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,            \
-      long long n, int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p,             \
+      long long n, int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p,      \
       float scale, int drop) {                                                                         \
     dp_wgrad<OT, J>(x, G, partial, n, F, O, row0, s1, s2, p, scale, drop);                             \
   }
 
-DP_KERNELS(8, 1)
-DP_KERNELS(16, 1)
-DP_KERNELS(32, 1)
-DP_KERNELS(8, 2)
-DP_KERNELS(16, 2)
-
+DP_FWD_KERNEL(8)
+DP_FWD_KERNEL(16)
+DP_FWD_KERNEL(32)
+DP_WGRAD_KERNEL(8, 1)
+DP_WGRAD_KERNEL(16, 1)
+DP_WGRAD_KERNEL(32, 1)
+DP_WGRAD_KERNEL(8, 2)
+DP_WGRAD_KERNEL(16, 2)

@@ -2,7 +2,8 @@
 gradient, with the hash dropout regenerated in the kernels (the dropped x is never stored).
 
 `supports(x, O)` says whether the fused kernels take a float32 CUDA x of this shape (F % 4 == 0,
-F <= 256, O <= 32 with OT * ceil(F / 128) <= 32, 16-byte aligned); `project_forward` and
+F <= 256, O <= 32 with OT * ceil(F / 128) <= 32 -- the weight-gradient kernel's registers --,
+16-byte aligned); `project_forward` and
 `project_weight_grad` run them (p = 0: the plain projection). Built by mgg.kernels.build (plain
 nvcc cubin, cached), launched on torch's current stream.
 """
@@ -13,12 +14,14 @@ import torch
 
 from .streams import torch_stream_for_cupy
 
-__all__ = ["supports", "project_forward", "project_weight_grad", "WPB", "FWD_BLOCKS_PER_SM",
+__all__ = ["supports", "project_forward", "project_weight_grad", "FWD_THREADS", "FWD_BLOCKS_PER_SM", "WPB",
            "WGRAD_BLOCKS_PER_SM"]
 
-WPB = 8                  # warps per block
-FWD_BLOCKS_PER_SM = 4
+FWD_THREADS = 256        # forward: threads per block (one row per thread)
+FWD_BLOCKS_PER_SM = 8
+WPB = 8                  # weight gradient: warps per block (DP_WPB of the .cu)
 WGRAD_BLOCKS_PER_SM = 2  # fewer warps: fewer [F, O] partials to sum
+WGRAD_TILE = {1: WPB * 8, 2: WPB * 4}  # rows per block tile by J = ceil(F / 128) (DP_R of the .cu)
 
 
 def _ot(o: int) -> int:
@@ -35,10 +38,10 @@ def supports(x: torch.Tensor, out_features: int) -> bool:
     return _ot(out_features) * (-(-f // 128)) <= 32
 
 
-def _fn(kind: str, o: int, f: int):
+def _fn(name: str):
     from .build import load_module
 
-    return load_module("dropout_project", nvshmem=False).get_function(f"mgg_dp_{kind}_o{_ot(o)}_j{-(-f // 128)}")
+    return load_module("dropout_project", nvshmem=False).get_function(name)
 
 
 def _args(p: float, seed: int) -> tuple:
@@ -52,9 +55,9 @@ def _args(p: float, seed: int) -> tuple:
     return (np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(p > 0))
 
 
-def _blocks(dev: torch.device, per_sm: int, n: int) -> int:
+def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    return max(1, min(sms * per_sm, -(-n // WPB)))
+    return max(1, min(sms * per_sm, -(-n // rows_per_block)))
 
 
 def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
@@ -67,9 +70,9 @@ def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, 
     if n == 0:
         return out
     with torch_stream_for_cupy(x.device):
-        _fn("fwd", o, f)((_blocks(x.device, FWD_BLOCKS_PER_SM, n),), (32 * WPB,), (
+        _fn(f"mgg_dp_fwd_o{_ot(o)}")((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
             np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
-            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
+            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)), shared_mem=f * _ot(o) * 4)
     return out
 
 
@@ -82,10 +85,11 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, r
         g = g.clone()
     if n == 0:
         return torch.zeros((o, f), dtype=torch.float32, device=x.device)
-    blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n)
+    j = -(-f // 128)
+    blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n, WGRAD_TILE[j])
     partial = torch.empty((blocks * WPB, f, o), dtype=torch.float32, device=x.device)
     with torch_stream_for_cupy(x.device):
-        _fn("wgrad", o, f)((blocks,), (32 * WPB,), (
+        _fn(f"mgg_dp_wgrad_o{_ot(o)}_j{j}")((blocks,), (32 * WPB,), (
             np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(partial.data_ptr()), np.int64(n),
             np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
     return partial.sum(0).t()

@@ -30,6 +30,22 @@ def test_kernels_match_float64(f, o, p):
     torch.testing.assert_close(gw.double(), g.double().t() @ xd, rtol=1e-4, atol=1e-2)
 
 
+@pytest.mark.parametrize("f,o", [(128, 16), (256, 8)])
+def test_kernels_grid_stride_over_many_rows(f, o):
+    """More rows than one sweep of the grid: the forward's grid-stride loop and the weight
+    gradient's tile loop both wrap (n > SMs x blocks per SM x rows per block)."""
+    from mgg.kernels import dropout_project as dp
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n = max(sms * dp.FWD_BLOCKS_PER_SM * dp.FWD_THREADS, sms * dp.WGRAD_BLOCKS_PER_SM * dp.WGRAD_TILE[f // 128]) * 2 + 37
+    torch.manual_seed(1)
+    x, w, g = torch.randn(n, f, device="cuda"), torch.randn(o, f, device="cuda"), torch.randn(n, o, device="cuda")
+    out = project_forward(x, w, 0.5, 99, 5)
+    xd = hash_dropout_reference(x, 0.5, 99, 5).double()
+    torch.testing.assert_close(out.double(), xd @ w.double().t(), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(project_weight_grad(x, g, 0.5, 99, 5).double(), g.double().t() @ xd, rtol=1e-4, atol=5e-2)
+
+
 def test_unsupported_shapes_are_refused():
     x = torch.randn(10, 130, device="cuda")
     assert not supports(x, 16)                                   # F % 4
