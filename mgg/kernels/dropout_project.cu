@@ -12,7 +12,10 @@
 //                            W^T sits in shared memory as [F, OT] floats (read as broadcast
 //                            float4s); a thread walks its row 16 columns at a time (four float4
 //                            loads in flight), keeps OT sums in registers and writes its output
-//                            row (float4 stores when O % 4 == 0). No shuffles, no reductions: per
+//                            row (float4 stores when O % 4 == 0). With `mask` (training) it also
+//                            writes the row's keep bits, mask[r, w] bit b = column 32 w + b kept
+//                            (uint32 [n, ceil(F / 32)], 1/32 of x's bytes), so the weight gradient
+//                            reads them instead of hashing again. No shuffles, no reductions: per
 //                            row it issues F * OT / 32 FMAs, F * OT / 128 shared loads and the hash,
 //                            where a warp-per-row mapping also spent OT - 1 + log2(32 / OT)
 //                            shuffles and twice as many selects on the butterfly.
@@ -21,6 +24,7 @@
 //                            memory (coalesced), then warp w takes R rows of the tile, lane l owning
 //                            columns 4l + 128j (j < J): R row loads in flight per warp, G read as
 //                            broadcast float4s from shared memory, 4 J x OT sums in registers,
+//                            the keep bits from `mask` when given (else the hash, as the forward),
 //                            written at the end; the caller sums the [warps, F, O] partials (a
 //                            fixed order: deterministic).
 // Launch geometry: fwd: blockDim.x = any multiple of 32, dynamic shared memory F * OT * 4 bytes;
@@ -65,10 +69,43 @@ __device__ __forceinline__ float4 dp_load(const float* __restrict__ x, long long
 #define DP_WPB 8                        // warps per block of the weight-gradient kernel
 #define DP_R(J) ((J) == 1 ? 8 : 4)      // rows in flight per warp there
 
+// x'[r, c0 .. c0 + 3] and its 4 keep bits (bit k: column c0 + k kept; 0 past F)
+__device__ __forceinline__ float4 dp_load_bits(const float* __restrict__ x, long long r, int F, int c0,
+                                               uint32_t h_row, uint32_t s2, uint32_t p, float scale,
+                                               uint32_t* bits) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  *bits = 0u;
+  if (c0 < F) {
+    v = *reinterpret_cast<const float4*>(x + r * F + c0);
+    const float k0 = dp_keep(h_row, (uint32_t)c0 + 0, s2, p), k1 = dp_keep(h_row, (uint32_t)c0 + 1, s2, p);
+    const float k2 = dp_keep(h_row, (uint32_t)c0 + 2, s2, p), k3 = dp_keep(h_row, (uint32_t)c0 + 3, s2, p);
+    v.x = (v.x * k0) * scale;
+    v.y = (v.y * k1) * scale;
+    v.z = (v.z * k2) * scale;
+    v.w = (v.w * k3) * scale;
+    *bits = (k0 != 0.f ? 1u : 0u) | (k1 != 0.f ? 2u : 0u) | (k2 != 0.f ? 4u : 0u) | (k3 != 0.f ? 8u : 0u);
+  }
+  return v;
+}
+
+// x'[r, c0 .. c0 + 3] from the 4 stored keep bits (the low 4 of `bits`): the same values as dp_load
+__device__ __forceinline__ float4 dp_load_masked(const float* __restrict__ x, long long r, int F, int c0,
+                                                 uint32_t bits, float scale) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (c0 < F) {
+    v = *reinterpret_cast<const float4*>(x + r * F + c0);
+    v.x = (v.x * ((bits & 1u) ? 1.0f : 0.0f)) * scale;
+    v.y = (v.y * ((bits & 2u) ? 1.0f : 0.0f)) * scale;
+    v.z = (v.z * ((bits & 4u) ? 1.0f : 0.0f)) * scale;
+    v.w = (v.w * ((bits & 8u) ? 1.0f : 0.0f)) * scale;
+  }
+  return v;
+}
+
 template <int OT>
 __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,
-                       long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
-                       float scale, int drop) {
+                       uint32_t* __restrict__ mask, long long n, int F, int O, long long row0, uint32_t s1,
+                       uint32_t s2, uint32_t p, float scale, int drop) {
   extern __shared__ float4 dp_smem4[];
   float* wt = reinterpret_cast<float*>(dp_smem4);  // W^T [F, OT], zeros past O
   for (int i = threadIdx.x; i < F * OT; i += blockDim.x) {
@@ -83,10 +120,25 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
     float acc[OT];
 #pragma unroll
     for (int o = 0; o < OT; ++o) acc[o] = 0.f;
+    const int words = (F + 31) >> 5;
+    uint32_t word = 0u;  // keep bits of columns 32 (c0 / 32) ..
     for (int c0 = 0; c0 < F; c0 += 16) {
       float4 v[4];
+      if (mask != nullptr) {  // drop != 0: keep the bits for the weight gradient
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = dp_load(xr, 0, F, c0 + 4 * k, drop, h_row, s2, p, scale);
+        for (int k = 0; k < 4; ++k) {
+          uint32_t b;
+          v[k] = dp_load_bits(xr, 0, F, c0 + 4 * k, h_row, s2, p, scale, &b);
+          word |= b << ((c0 & 31) + 4 * k);
+        }
+        if ((c0 & 31) == 16 || c0 + 16 >= F) {
+          mask[r * words + (c0 >> 5)] = word;
+          word = 0u;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = dp_load(xr, 0, F, c0 + 4 * k, drop, h_row, s2, p, scale);
+      }
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int c = c0 + 4 * k;
@@ -120,9 +172,9 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
 }
 
 template <int OT, int J>
-__device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,
-                         long long n, int F, int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p,
-                         float scale, int drop) {
+__device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ G,
+                         const uint32_t* __restrict__ mask, float* __restrict__ partial, long long n, int F,
+                         int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p, float scale, int drop) {
   constexpr int R = DP_R(J);
   constexpr int TR = DP_WPB * R;                 // rows per tile
   __shared__ float4 gs4[TR * OT / 4];            // the tile's rows of G, [TR, OT], zeros past O / n
@@ -143,14 +195,36 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
       reinterpret_cast<float*>(gs4)[i] = (r < n && o < O) ? G[r * O + o] : 0.f;
     }
     float4 v[R][J];
+    if (mask != nullptr) {  // the forward's keep bits: lane l's 4 columns 4l + 128j are bits 4 (l % 8)..
+      const int words = (F + 31) >> 5;  // .. of word l / 8 + 4j of the row
+      uint32_t bits[R][J];
 #pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const long long r = t0 + warp * R + q;
-      const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+      for (int q = 0; q < R; ++q) {
+        const long long r = t0 + warp * R + q;
 #pragma unroll
-      for (int j = 0; j < J; ++j)
-        v[q][j] = r < n ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < J; ++j) {
+          const int c0 = 4 * lane + 128 * j;
+          bits[q][j] = (r < n && c0 < F) ? mask[r * words + (c0 >> 5)] : 0u;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const long long r = t0 + warp * R + q;
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+          v[q][j] = r < n ? dp_load_masked(x, r, F, 4 * lane + 128 * j, bits[q][j] >> (4 * (lane & 7)), scale)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const long long r = t0 + warp * R + q;
+        const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+          v[q][j] = r < n ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
     }
     __syncthreads();  // the tile's G is staged
 #pragma unroll
@@ -189,16 +263,17 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
 
 #define DP_FWD_KERNEL(OT)                                                                              \
   extern "C" __global__ void mgg_dp_fwd_o##OT(                                                         \
-      const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out, long long n,   \
-      int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p, float scale, int drop) { \
-    dp_fwd<OT>(x, W, out, n, F, O, row0, s1, s2, p, scale, drop);                                      \
+      const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,                \
+      unsigned int* __restrict__ mask, long long n, int F, int O, long long row0, unsigned int s1,      \
+      unsigned int s2, unsigned int p, float scale, int drop) {                                        \
+    dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop);                                \
   }
 #define DP_WGRAD_KERNEL(OT, J)                                                                         \
   extern "C" __global__ void __launch_bounds__(32 * DP_WPB) mgg_dp_wgrad_o##OT##_j##J(                 \
-      const float* __restrict__ x, const float* __restrict__ G, float* __restrict__ partial,            \
-      long long n, int F, int O, long long row0, unsigned int s1, unsigned int s2, unsigned int p,      \
-      float scale, int drop) {                                                                         \
-    dp_wgrad<OT, J>(x, G, partial, n, F, O, row0, s1, s2, p, scale, drop);                             \
+      const float* __restrict__ x, const float* __restrict__ G, const unsigned int* __restrict__ mask,   \
+      float* __restrict__ partial, long long n, int F, int O, long long row0, unsigned int s1,          \
+      unsigned int s2, unsigned int p, float scale, int drop) {                                        \
+    dp_wgrad<OT, J>(x, G, mask, partial, n, F, O, row0, s1, s2, p, scale, drop);                       \
   }
 
 DP_FWD_KERNEL(8)

@@ -60,24 +60,32 @@ def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
     return max(1, min(sms * per_sm, -(-n // rows_per_block)))
 
 
-def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int,
+                    keep_mask: bool = False):
     """float32 [n, O]: dropout(x) @ weight^T, dropout keeping (row0 + r, c) when
-    hash_uniform(row0 + r, c, seed) >= p (p = 0: no dropout). weight float32 [O, F]."""
+    hash_uniform(row0 + r, c, seed) >= p (p = 0: no dropout). weight float32 [O, F].
+    keep_mask (p > 0): also return the keep bits, uint32 [n, ceil(F / 32)] viewed as int32 (bit b
+    of word w: column 32 w + b kept), for `project_weight_grad(..., mask=)`."""
     n, f = x.shape
     o = int(weight.shape[0])
     w = weight.detach().to(torch.float32).contiguous()
     out = torch.empty((n, o), dtype=torch.float32, device=x.device)
-    if n == 0:
-        return out
-    with torch_stream_for_cupy(x.device):
-        _fn(f"mgg_dp_fwd_o{_ot(o)}")((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
-            np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
-            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)), shared_mem=f * _ot(o) * 4)
-    return out
+    mask = None
+    if keep_mask and p > 0:
+        mask = torch.empty((n, -(-f // 32)), dtype=torch.int32, device=x.device)
+    if n > 0:
+        with torch_stream_for_cupy(x.device):
+            _fn(f"mgg_dp_fwd_o{_ot(o)}")((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
+                np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()),
+                np.uint64(0 if mask is None else mask.data_ptr()), np.int64(n), np.int32(f), np.int32(o),
+                np.int64(row0), *_args(p, seed)), shared_mem=f * _ot(o) * 4)
+    return (out, mask) if keep_mask else out
 
 
-def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
-    """float32 [O, F]: g^T dropout(x) (the same dropout as project_forward), g float32 [n, O]."""
+def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, row0: int,
+                        mask: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 [O, F]: g^T dropout(x) (the same dropout as project_forward), g float32 [n, O].
+    mask: project_forward's keep bits for this x, p and seed (read instead of hashing again)."""
     n, f = x.shape
     o = int(g.shape[1])
     g = g.to(torch.float32).contiguous()
@@ -85,11 +93,16 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, r
         g = g.clone()
     if n == 0:
         return torch.zeros((o, f), dtype=torch.float32, device=x.device)
+    if mask is not None and (p <= 0 or tuple(mask.shape) != (n, -(-f // 32)) or mask.dtype != torch.int32
+                             or not mask.is_contiguous()):
+        raise ValueError(f"project_weight_grad: mask must be project_forward's keep bits, int32 "
+                         f"[{n}, {-(-f // 32)}] with p > 0; got {mask.dtype} {tuple(mask.shape)}, p={p}")
     j = -(-f // 128)
     blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n, WGRAD_TILE[j])
     partial = torch.empty((blocks * WPB, f, o), dtype=torch.float32, device=x.device)
     with torch_stream_for_cupy(x.device):
         _fn(f"mgg_dp_wgrad_o{_ot(o)}_j{j}")((blocks,), (32 * WPB,), (
-            np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(partial.data_ptr()), np.int64(n),
+            np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(0 if mask is None else mask.data_ptr()),
+            np.uint64(partial.data_ptr()), np.int64(n),
             np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
     return partial.sum(0).t()

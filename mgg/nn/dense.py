@@ -50,23 +50,28 @@ def project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 class _DropoutProject(torch.autograd.Function):
-    """y = dropout(x) W^T in one kernel; backward: grad W = G^T dropout(x) in one kernel (the mask
-    regenerated from the seed), grad x = dropout(G W) (the same mask)."""
+    """y = dropout(x) W^T in one kernel, which also writes the keep bits (uint32 per 32 columns);
+    backward: grad W = G^T dropout(x) in one kernel reading those bits, grad x = dropout(G W) (the
+    same mask, from the seed)."""
 
     @staticmethod
     def forward(ctx, x, weight, p: float, seed: int, row0: int):  # type: ignore[override]
         from ..kernels.dropout_project import project_forward
 
         x = x.detach()
-        ctx.save_for_backward(x, weight)
         ctx.p, ctx.seed, ctx.row0 = p, seed, row0
-        return project_forward(x, weight, p, seed, row0)
+        # the keep bits (1/32 of x) spare the weight gradient the hash: 5.2 -> ~3 ms on papers-like@0.1
+        keep = p > 0 and ctx.needs_input_grad[1]
+        out, mask = project_forward(x, weight, p, seed, row0, keep_mask=True) if keep else \
+            (project_forward(x, weight, p, seed, row0), None)
+        ctx.save_for_backward(x, weight, mask)
+        return out
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         from ..kernels.dropout_project import project_weight_grad
 
-        x, weight = ctx.saved_tensors
+        x, weight, mask = ctx.saved_tensors
         g = g.contiguous()
         gx = gw = None
         if ctx.needs_input_grad[0]:
@@ -76,7 +81,7 @@ class _DropoutProject(torch.autograd.Function):
 
                 gx = dropout_hash_cuda(gx, ctx.p, ctx.seed, ctx.row0)
         if ctx.needs_input_grad[1]:
-            gw = project_weight_grad(x, g, ctx.p, ctx.seed, ctx.row0).to(weight.dtype)
+            gw = project_weight_grad(x, g, ctx.p, ctx.seed, ctx.row0, mask=mask).to(weight.dtype)
         return gx, gw, None, None, None
 
 

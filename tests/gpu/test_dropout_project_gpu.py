@@ -28,6 +28,19 @@ def test_kernels_match_float64(f, o, p):
     gw = project_weight_grad(x, g, p, seed, row0)
     assert gw.shape == (o, f)
     torch.testing.assert_close(gw.double(), g.double().t() @ xd, rtol=1e-4, atol=1e-2)
+    out2, mask = project_forward(x, w, p, seed, row0, keep_mask=True)
+    assert torch.equal(out2, out)
+    if p == 0:
+        assert mask is None
+        return
+    # the keep bits are the reference mask, and the gradient from them is the hashed one exactly
+    bits = (mask.unsqueeze(-1) >> torch.arange(32, device="cuda", dtype=torch.int32)) & 1
+    keep = hash_dropout_reference(torch.ones_like(x), p, seed, row0) != 0
+    assert torch.equal(bits.reshape(n, -1)[:, :f].bool(), keep)
+    assert not bits.reshape(n, -1)[:, f:].any()
+    assert torch.equal(project_weight_grad(x, g, p, seed, row0, mask=mask), gw)
+    with pytest.raises(ValueError, match="keep bits"):
+        project_weight_grad(x, g, p, seed, row0, mask=mask[:-1])
 
 
 @pytest.mark.parametrize("f,o", [(128, 16), (256, 8)])
@@ -40,10 +53,12 @@ def test_kernels_grid_stride_over_many_rows(f, o):
     n = max(sms * dp.FWD_BLOCKS_PER_SM * dp.FWD_THREADS, sms * dp.WGRAD_BLOCKS_PER_SM * dp.WGRAD_TILE[f // 128]) * 2 + 37
     torch.manual_seed(1)
     x, w, g = torch.randn(n, f, device="cuda"), torch.randn(o, f, device="cuda"), torch.randn(n, o, device="cuda")
-    out = project_forward(x, w, 0.5, 99, 5)
+    out, mask = project_forward(x, w, 0.5, 99, 5, keep_mask=True)
     xd = hash_dropout_reference(x, 0.5, 99, 5).double()
     torch.testing.assert_close(out.double(), xd @ w.double().t(), rtol=1e-4, atol=1e-3)
-    torch.testing.assert_close(project_weight_grad(x, g, 0.5, 99, 5).double(), g.double().t() @ xd, rtol=1e-4, atol=5e-2)
+    gw = project_weight_grad(x, g, 0.5, 99, 5)
+    torch.testing.assert_close(gw.double(), g.double().t() @ xd, rtol=1e-4, atol=5e-2)
+    assert torch.equal(project_weight_grad(x, g, 0.5, 99, 5, mask=mask), gw)
 
 
 def test_unsupported_shapes_are_refused():
