@@ -13,7 +13,10 @@ n = N / P rows of this rank):
          + 48 E / P                                       this rank's rows and plans (both directions)
          + [CPU backend] 16 n max(F, H) L + W               activations kept for the backward, weights
          + 0.35 GiB                                       interpreter, torch, MPI
-    gpu  = 40 E / P + 4 n F + 16 n max(F, H) L + 4 n max(F, H) + W + 0.5 GiB   (GPU backend)
+    gpu  = 48 E / P + 8 n F + 16 n H L + W + 0.5 GiB    (GPU backend: plans of both directions and
+                                                          the row sets; x and one F-wide temporary;
+                                                          H-wide activations, the models aggregating
+                                                          on the narrow side)
 
 with W = 16 (F H + H^2 (L - 2) + 64 H): weights, gradients and Adam's moments.
 
@@ -21,7 +24,11 @@ Generated presets add their generator's temporaries (the graph twice while drawi
 against the peak RSS `/usr/bin/time -f %M` measured for `python -m mgg.train --dataset D --epochs 3
 --backend cpu` (2-core box, P = 1, defaults GCN 2x16): karate 347 MiB measured / 358 estimated,
 sbm 372 / 383, products-like@0.05 (122K nodes, 3.1M edges) 1,080 / 1,211, reddit-like@0.05 (11.6K
-nodes, 5.7M edges, F = 602) 1,146 / 1,205: the estimate is 1.03-1.12x the measurement. A run is refused when the ranks of one node need more than what the host has available
+nodes, 5.7M edges, F = 602) 1,146 / 1,205: the estimate is 1.03-1.12x the measurement. GPU
+(peak torch.cuda memory of `bench/e2e.py`'s mgg run, one H100, GCN 2x16): reddit-like 6.4 GiB
+measured / 6.8 estimated, papers-like@0.1 13.0 / 23.6 (the fused input projection keeps no F-wide
+temporary); the former formula (F-wide activations, 16 n max(F, H) L) said 59 GiB for papers-like@0.1
+and refused papers-like@0.3 on an 80 GB GPU (177 GiB; now 70). A run is refused when the ranks of one node need more than what the host has available
 (MemAvailable, or the cgroup limit minus usage when lower) or one rank needs more GPU memory than
 its GPU has free; `--force` trains anyway. `MGG_MEMORY_AVAILABLE` (bytes) overrides the host
 figure (tests).
@@ -131,7 +138,7 @@ def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bo
     host = graph + 48 * e // p + _BASE_HOST
     if not gpu:
         host += 16 * n * width * layers + params
-    gpu_bytes = (40 * e // p + 4 * n * f + 16 * n * width * layers + 4 * n * width + params + _BASE_GPU
+    gpu_bytes = (48 * e // p + 8 * n * f + 16 * n * hidden * layers + params + _BASE_GPU
                  if gpu else 0)
     return MemoryEstimate(int(host), int(gpu_bytes))
 
