@@ -24,7 +24,9 @@
 //                            memory (coalesced), then warp w takes R rows of the tile, lane l owning
 //                            columns 4l + 128j (j < J): R row loads in flight per warp, G read as
 //                            broadcast float4s from shared memory, 4 J x OT sums in registers,
-//                            the keep bits from `mask` when given (else the hash, as the forward),
+//                            the keep bits from `mask` when given (else the hash, as the forward).
+//                            A tile's x rows and G rows are loaded together and the dropout is
+//                            applied before the G rows are stored: one memory round trip per tile,
 //                            written at the end; the caller sums the [warps, F, O] partials (a
 //                            fixed order: deterministic).
 // Launch geometry: fwd: blockDim.x = any multiple of 32, dynamic shared memory F * OT * 4 bytes;
@@ -32,6 +34,7 @@
 // (the launcher picks a few per SM). x, out, G contiguous row-major; W [O, F] row-major; 16-byte
 // aligned x, out and G. OT is O rounded up to 8, 16 or 32 (outputs >= O are not written);
 // wgrad: J = ceil(F / 128) <= 2 and OT * J <= 32 (a lane's 4 * J * OT sums stay in registers).
+// (launch bounds: 2 blocks per SM while OT * J <= 16, so those stay within 128 registers)
 #include <stdint.h>
 
 __device__ __forceinline__ uint32_t dp_lowbias32(uint32_t x) {
@@ -50,18 +53,32 @@ __device__ __forceinline__ float dp_keep(uint32_t h_row, uint32_t col, uint32_t 
   return (h >> 8) >= thresh ? 1.0f : 0.0f;
 }
 
+// the dropout of 4 loaded values of columns c0 .. c0 + 3: (v * keep) * scale, keep from the hash
+__device__ __forceinline__ float4 dp_apply_hash(float4 v, uint32_t h_row, uint32_t c0, uint32_t s2, uint32_t p,
+                                                float scale) {
+  v.x = (v.x * dp_keep(h_row, c0 + 0, s2, p)) * scale;
+  v.y = (v.y * dp_keep(h_row, c0 + 1, s2, p)) * scale;
+  v.z = (v.z * dp_keep(h_row, c0 + 2, s2, p)) * scale;
+  v.w = (v.w * dp_keep(h_row, c0 + 3, s2, p)) * scale;
+  return v;
+}
+
+// the same from stored keep bits (the low 4 of `bits`): the same values as dp_apply_hash
+__device__ __forceinline__ float4 dp_apply_bits(float4 v, uint32_t bits, float scale) {
+  v.x = (v.x * ((bits & 1u) ? 1.0f : 0.0f)) * scale;
+  v.y = (v.y * ((bits & 2u) ? 1.0f : 0.0f)) * scale;
+  v.z = (v.z * ((bits & 4u) ? 1.0f : 0.0f)) * scale;
+  v.w = (v.w * ((bits & 8u) ? 1.0f : 0.0f)) * scale;
+  return v;
+}
+
 // x'[r, c0 .. c0 + 3] (zeros past F)
 __device__ __forceinline__ float4 dp_load(const float* __restrict__ x, long long r, int F, int c0, int drop,
                                           uint32_t h_row, uint32_t s2, uint32_t p, float scale) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (c0 < F) {
     v = *reinterpret_cast<const float4*>(x + r * F + c0);
-    if (drop) {
-      v.x = (v.x * dp_keep(h_row, (uint32_t)c0 + 0, s2, p)) * scale;
-      v.y = (v.y * dp_keep(h_row, (uint32_t)c0 + 1, s2, p)) * scale;
-      v.z = (v.z * dp_keep(h_row, (uint32_t)c0 + 2, s2, p)) * scale;
-      v.w = (v.w * dp_keep(h_row, (uint32_t)c0 + 3, s2, p)) * scale;
-    }
+    if (drop) v = dp_apply_hash(v, h_row, (uint32_t)c0, s2, p, scale);
   }
   return v;
 }
@@ -84,20 +101,6 @@ __device__ __forceinline__ float4 dp_load_bits(const float* __restrict__ x, long
     v.z = (v.z * k2) * scale;
     v.w = (v.w * k3) * scale;
     *bits = (k0 != 0.f ? 1u : 0u) | (k1 != 0.f ? 2u : 0u) | (k2 != 0.f ? 4u : 0u) | (k3 != 0.f ? 8u : 0u);
-  }
-  return v;
-}
-
-// x'[r, c0 .. c0 + 3] from the 4 stored keep bits (the low 4 of `bits`): the same values as dp_load
-__device__ __forceinline__ float4 dp_load_masked(const float* __restrict__ x, long long r, int F, int c0,
-                                                 uint32_t bits, float scale) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (c0 < F) {
-    v = *reinterpret_cast<const float4*>(x + r * F + c0);
-    v.x = (v.x * ((bits & 1u) ? 1.0f : 0.0f)) * scale;
-    v.y = (v.y * ((bits & 2u) ? 1.0f : 0.0f)) * scale;
-    v.z = (v.z * ((bits & 4u) ? 1.0f : 0.0f)) * scale;
-    v.w = (v.w * ((bits & 8u) ? 1.0f : 0.0f)) * scale;
   }
   return v;
 }
@@ -177,6 +180,7 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
                          int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p, float scale, int drop) {
   constexpr int R = DP_R(J);
   constexpr int TR = DP_WPB * R;                 // rows per tile
+  constexpr int GT = TR * OT / (32 * DP_WPB);    // values of the tile's G staged per thread
   __shared__ float4 gs4[TR * OT / 4];            // the tile's rows of G, [TR, OT], zeros past O / n
   const float* gs = reinterpret_cast<const float*>(gs4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -188,44 +192,45 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
 #pragma unroll
       for (int o = 0; o < OT; ++o) acc[j][k][o] = 0.f;
   for (long long t0 = (long long)blockIdx.x * TR; t0 < n; t0 += (long long)gridDim.x * TR) {
-    __syncthreads();  // the previous tile's G is read
-    for (int i = threadIdx.x; i < TR * OT; i += blockDim.x) {
+    // 1. this warp's R rows of x as stored and (with `mask`) their keep words: the loads go out first
+    float4 v[R][J];
+    uint32_t bits[R][J];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const long long r = t0 + warp * R + q;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int c0 = 4 * lane + 128 * j;
+        v[q][j] = r < n ? dp_load(x, r, F, c0, 0, 0u, 0u, 0u, 1.f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        bits[q][j] = (mask != nullptr && r < n && c0 < F) ? mask[r * ((F + 31) >> 5) + (c0 >> 5)] : 0u;
+      }
+    }
+    // 2. the tile's rows of G (this thread's share, in registers while x's loads are in flight)
+    float gt[GT];
+#pragma unroll
+    for (int k = 0; k < GT; ++k) {
+      const int i = threadIdx.x + k * 32 * DP_WPB;
       const int rr = i / OT, o = i - (i / OT) * OT;
       const long long r = t0 + rr;
-      reinterpret_cast<float*>(gs4)[i] = (r < n && o < O) ? G[r * O + o] : 0.f;
+      gt[k] = (r < n && o < O) ? G[r * O + o] : 0.f;
     }
-    float4 v[R][J];
-    if (mask != nullptr) {  // the forward's keep bits: lane l's 4 columns 4l + 128j are bits 4 (l % 8)..
-      const int words = (F + 31) >> 5;  // .. of word l / 8 + 4j of the row
-      uint32_t bits[R][J];
-#pragma unroll
-      for (int q = 0; q < R; ++q) {
-        const long long r = t0 + warp * R + q;
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-          const int c0 = 4 * lane + 128 * j;
-          bits[q][j] = (r < n && c0 < F) ? mask[r * words + (c0 >> 5)] : 0u;
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < R; ++q) {
-        const long long r = t0 + warp * R + q;
-#pragma unroll
-        for (int j = 0; j < J; ++j)
-          v[q][j] = r < n ? dp_load_masked(x, r, F, 4 * lane + 128 * j, bits[q][j] >> (4 * (lane & 7)), scale)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    } else {
+    // 3. the dropout on the loaded values: the forward's keep bits when given, else the hash
+    if (drop) {
 #pragma unroll
       for (int q = 0; q < R; ++q) {
         const long long r = t0 + warp * R + q;
         const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
 #pragma unroll
-        for (int j = 0; j < J; ++j)
-          v[q][j] = r < n ? dp_load(x, r, F, 4 * lane + 128 * j, drop, h_row, s2, p, scale)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < J; ++j) {
+          const int c0 = 4 * lane + 128 * j;  // lane l's columns are bits 4 (l % 8).. of word l / 8 + 4j
+          v[q][j] = mask != nullptr ? dp_apply_bits(v[q][j], bits[q][j] >> (4 * (lane & 7)), scale)
+                                    : dp_apply_hash(v[q][j], h_row, (uint32_t)c0, s2, p, scale);
+        }
       }
     }
+    __syncthreads();  // every warp is done with the previous tile's G
+#pragma unroll
+    for (int k = 0; k < GT; ++k) reinterpret_cast<float*>(gs4)[threadIdx.x + k * 32 * DP_WPB] = gt[k];
     __syncthreads();  // the tile's G is staged
 #pragma unroll
     for (int q = 0; q < R; ++q) {
@@ -269,7 +274,7 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
     dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop);                                \
   }
 #define DP_WGRAD_KERNEL(OT, J)                                                                         \
-  extern "C" __global__ void __launch_bounds__(32 * DP_WPB) mgg_dp_wgrad_o##OT##_j##J(                 \
+  extern "C" __global__ void __launch_bounds__(32 * DP_WPB, (OT) * (J) <= 16 ? 2 : 1) mgg_dp_wgrad_o##OT##_j##J(                 \
       const float* __restrict__ x, const float* __restrict__ G, const unsigned int* __restrict__ mask,   \
       float* __restrict__ partial, long long n, int F, int O, long long row0, unsigned int s1,          \
       unsigned int s2, unsigned int p, float scale, int drop) {                                        \
