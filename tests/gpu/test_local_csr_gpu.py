@@ -59,6 +59,8 @@ def test_matches_reference(kind, dim, sched):
     for transposed, plan in plans(indptr, indices, kind).items():
         ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1])
         assert ex.factors.mode != "weighted", ex.factors.note
+        if kind == "gcn":  # w = dinv[row] dinv[col]: the table is scaled once, the kernel runs w = 1
+            assert ex.factors.mode == "column" and ex.prescale
         if sched[1] < 1000 and not transposed:  # the forward hubs (degree >= 3000) are split
             groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
             assert len(ex.schedule(groups).split) >= 4
