@@ -152,6 +152,8 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
     sets = getattr(G, "bench_train_rows", None)  # mgg's per-layer row sets of the loss (as the CLI)
     layers = len(model.convs)
     rows = None if sets is None else tuple(sets[len(sets) - layers:])  # the model's last `layers`
+    train_idx = train_mask.nonzero().squeeze(1)  # an index, not a mask: no host sync in the step
+    y_train = y.index_select(0, train_idx)
 
     def step():
         opt.zero_grad(set_to_none=False)
@@ -159,7 +161,7 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
             loss = F.cross_entropy(model(x, G, None, rows=rows), y[rows[-1].index], reduction="sum") / n_train
         else:
             out = model(x, G, None)
-            loss = F.cross_entropy(out[train_mask], y[train_mask], reduction="sum") / n_train
+            loss = F.cross_entropy(out.index_select(0, train_idx), y_train, reduction="sum") / n_train
         loss.backward()
         if comm.size > 1:
             allreduce_gradients(model, comm)
@@ -217,6 +219,7 @@ def graph_ms(step, args, comm):
         with torch.cuda.graph(graph):
             step()
     except Exception as e:  # noqa: BLE001 - the reason is the result
+        graph.reset()
         torch.cuda.synchronize()
         return None, f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     cuda_ms(graph.replay, args.warmup, comm)
