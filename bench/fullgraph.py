@@ -201,6 +201,14 @@ def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
     return {"calls": calls, "nvlink_bytes": nbytes}
 
 
+def _cuda_gen():
+    """A private CUDA generator for the bench's random tables: a failed CUDA-graph capture leaves
+    torch's default CUDA generator marked as capturing, and every later draw from it raises."""
+    import torch
+
+    return torch.Generator(device="cuda").manual_seed(0)
+
+
 def graph_ms(step, args, comm):
     """Median ms of `step` captured once in a CUDA graph and replayed (P = 1): (ms, None), or
     (None, why) when the step cannot be captured. The replay re-runs the captured kernels with
@@ -392,11 +400,11 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     else:
         rows = max(1, int(table_mb * 2**20) // (16 * d4))
         n_idx = int(gathered_gb * 1e9) // (16 * d4)
-        streams = [torch.randint(0, rows, (n_idx,), device="cuda", dtype=torch.int32),
+        streams = [torch.randint(0, rows, (n_idx,), device="cuda", dtype=torch.int32, generator=_cuda_gen()),
                    (torch.arange(n_idx, device="cuda", dtype=torch.int64) % rows).to(torch.int32)]
     if n_idx == 0:
         return float("inf")
-    table = torch.randn(rows, 4 * d4, device="cuda")
+    table = torch.randn(rows, 4 * d4, device="cuda", generator=_cuda_gen())
     sms = torch.cuda.get_device_properties(table.device).multi_processor_count
     grid, block = sms * 8, 256
     out = torch.empty(grid * block, 4, device="cuda")
@@ -443,7 +451,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
     p = dg.plan(kind)
     dp = padded_dim(dim)
     gbw = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local)
-    x = torch.randn(dg.n_local, dim, device=dg.device)
+    x = torch.randn(dg.n_local, dim, device=dg.device, generator=_cuda_gen())
     rows = []
     for v in variants_for(dg, wanted):
         dg.set_variant(v)

@@ -106,6 +106,12 @@ class FullGraphHooks(EpochHooks):
         self.tuner = self.timer = self.ckpt = None
         self.fingerprint = ""
         self.profile = None  # a StepProfile with --profile-steps
+        self.train_index = self.train_target = None
+        if self.data.train_rows is None:  # the loss over every training row of the full output: an
+            import torch                  # index, so the step has no host sync (a bool mask has one)
+
+            self.train_index = torch.nonzero(self.data.masks[0]).reshape(-1)
+            self.train_target = self.data.y.index_select(0, self.train_index)
 
     def train_step(self, epoch: int):
         if self.profile is None:
@@ -125,8 +131,8 @@ class FullGraphHooks(EpochHooks):
                 logits = self.model(d.x, self.dg, self.gen, rows=d.train_layers)
                 target = d.y[d.train_rows.index]
             else:
-                tm = d.masks[0]
-                logits, target = self.model(d.x, self.dg, self.gen)[tm], d.y[tm]
+                logits = self.model(d.x, self.dg, self.gen).index_select(0, self.train_index)
+                target = self.train_target
             loss = F.cross_entropy(logits, target, reduction="sum") / d.n_train
         fault_point(self.fault, self.comm.rank, epoch)
         with span("backward"):
