@@ -203,9 +203,17 @@ def main(argv=None) -> int:
                       f"epoch {r['epoch_s'] * 1e3:9.1f} ms  peak {r['peak_mb']:9.1f} MB  "
                       f"(avg deg {r['choice_rank0']['avg_degree']:.1f})", flush=True)
         if comm.size == 1 and not args.no_pyg:
-            p = run_pyg(graph, args)
+            try:
+                p = run_pyg(graph, args)
+            except torch.cuda.OutOfMemoryError as e:  # a result: PyG materialises E x heads messages
+                p = {"impl": "pyg", "error": f"out of memory: {str(e).splitlines()[0][:160]}"}
+                torch.cuda.empty_cache()
             if p is None:
                 print(f"{label:24} pyg: torch_geometric not installed, skipped")
+            elif "error" in p:
+                p["graph"] = label
+                results.append(p)
+                print(f"{label:24} pyg: {p['error']}", flush=True)
             else:
                 p["graph"] = label
                 results.append(p)
