@@ -10,7 +10,6 @@ the running statistics, no communication.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -95,11 +94,14 @@ class DistBatchNorm(nn.Module):
     def _global_stats(self, x: torch.Tensor, dg) -> tuple[torch.Tensor, torch.Tensor, float]:
         """mean, biased var (float64 [D], differentiable) and N over all ranks' rows."""
         xd = x.to(torch.float64)
-        count = xd.new_full((1,), float(x.shape[0]))
-        local = torch.cat([xd.sum(0), (xd * xd).sum(0), count])
-        tot = allreduce_sum(local, None if dg is None else dg.comm)
+        comm = None if dg is None else dg.comm
         d = self.num_features
-        n = float(tot[2 * d].item())
+        if comm is None or comm.size == 1:  # the count is known on the host: no device sync
+            tot, n = torch.cat([xd.sum(0), (xd * xd).sum(0)]), float(x.shape[0])
+        else:  # the count travels with the sums (their all-reduce goes through the host anyway)
+            count = xd.new_full((1,), float(x.shape[0]))
+            tot = allreduce_sum(torch.cat([xd.sum(0), (xd * xd).sum(0), count]), comm)
+            n = float(tot[2 * d].item())
         if n < 1:
             raise ValueError("DistBatchNorm: the graph has no rows to normalise")
         mean = tot[:d] / n
