@@ -39,24 +39,6 @@ def _allreduce(t: torch.Tensor, comm) -> torch.Tensor:
     return torch.from_numpy(buf).to(t.device, t.dtype)
 
 
-class _RowMoments(torch.autograd.Function):
-    """float64 [2 D]: (sum over rows of x, sum over rows of x^2) of x [n, D], accumulated in
-    float64 with one float64 copy of x that is not kept (autograd through x.double() * x.double()
-    kept two); backward: grad x = g1 + 2 x g2 in x's dtype, one pass."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(x)
-        xd = x.to(torch.float64)
-        return torch.cat([xd.sum(0), torch.linalg.vector_norm(xd, 2, dim=0).square()])
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
-        (x,) = ctx.saved_tensors
-        d = x.shape[1]
-        return torch.addcmul(g[:d].to(x.dtype), x, (2 * g[d:]).to(x.dtype))
-
-
 def allreduce_sum(t: torch.Tensor, comm) -> torch.Tensor:
     """Differentiable sum of a small tensor over the ranks of `comm` (mgg Communicator or None)."""
     return _AllReduceSum.apply(t, comm)
@@ -111,14 +93,14 @@ class DistBatchNorm(nn.Module):
 
     def _global_stats(self, x: torch.Tensor, dg) -> tuple[torch.Tensor, torch.Tensor, float]:
         """mean, biased var (float64 [D], differentiable) and N over all ranks' rows."""
+        xd = x.to(torch.float64)
         comm = None if dg is None else dg.comm
         d = self.num_features
-        moments = _RowMoments.apply(x)
         if comm is None or comm.size == 1:  # the count is known on the host: no device sync
-            tot, n = moments, float(x.shape[0])
+            tot, n = torch.cat([xd.sum(0), (xd * xd).sum(0)]), float(x.shape[0])
         else:  # the count travels with the sums (their all-reduce goes through the host anyway)
-            count = moments.new_full((1,), float(x.shape[0]))
-            tot = allreduce_sum(torch.cat([moments, count]), comm)
+            count = xd.new_full((1,), float(x.shape[0]))
+            tot = allreduce_sum(torch.cat([xd.sum(0), (xd * xd).sum(0), count]), comm)
             n = float(tot[2 * d].item())
         if n < 1:
             raise ValueError("DistBatchNorm: the graph has no rows to normalise")
@@ -140,15 +122,13 @@ class DistBatchNorm(nn.Module):
                     unbiased = var.detach() * (n / max(n - 1.0, 1.0))
                     self.running_mean.mul_(1 - m).add_(mean.detach().to(self.running_mean.dtype), alpha=m)
                     self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
-            inv = torch.rsqrt(var + self.eps)
+            mean, inv = mean.to(x.dtype), torch.rsqrt(var + self.eps).to(x.dtype)
         else:
-            mean, inv = self.running_mean, torch.rsqrt(self.running_var + self.eps)
-        # one pass over the rows: y = x a + c with a = inv weight, c = bias - mean a ([D] vectors,
-        # in float64 while training); (x - mean) inv weight + bias took four passes and autograd
-        # kept three [n, D] intermediates
-        a = inv * self.weight.to(inv.dtype) if self.affine else inv
-        c = -mean * a if not self.affine else self.bias.to(inv.dtype) - mean * a
-        return torch.addcmul(c.to(x.dtype), x, a.to(x.dtype))
+            mean, inv = self.running_mean.to(x.dtype), torch.rsqrt(self.running_var + self.eps).to(x.dtype)
+        out = (x - mean) * inv
+        if self.affine:
+            out = out * self.weight + self.bias
+        return out
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
