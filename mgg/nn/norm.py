@@ -96,11 +96,11 @@ class DistBatchNorm(nn.Module):
         xd = x.to(torch.float64)
         comm = None if dg is None else dg.comm
         d = self.num_features
+        sums = torch.cat([xd.sum(0), (xd * xd).sum(0)])
         if comm is None or comm.size == 1:  # the count is known on the host: no device sync
-            tot, n = torch.cat([xd.sum(0), (xd * xd).sum(0)]), float(x.shape[0])
+            tot, n = sums, float(x.shape[0])
         else:  # the count travels with the sums (their all-reduce goes through the host anyway)
-            count = xd.new_full((1,), float(x.shape[0]))
-            tot = allreduce_sum(torch.cat([xd.sum(0), (xd * xd).sum(0), count]), comm)
+            tot = allreduce_sum(torch.cat([sums, xd.new_full((1,), float(x.shape[0]))]), comm)
             n = float(tot[2 * d].item())
         if n < 1:
             raise ValueError("DistBatchNorm: the graph has no rows to normalise")
