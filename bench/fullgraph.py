@@ -11,7 +11,7 @@ backward, gradient all-reduce, Adam step; dropout off for every system) of
     Linear before the aggregation: `torch-plain-1gpu`), baseline (c) mgg's model over torch
     sparse CSR on one GPU, and (d) PyG GCNConv/GINConv,
 and, for each variant, the aggregation kernel alone at the model's width against two floors:
-compulsory HBM bytes (indices, weights, partitions, each distinct source row once, self rows,
+compulsory HBM bytes (an index per edge, row pointers, each distinct source row once, self rows,
 output) / HBM bandwidth + remote bytes / NVLink bandwidth, and gathered bytes / the rate a bare
 gather-sum kernel gets on the plan's own source-index stream at the same width (its L1/L2 reuse
 included), measured in the same run.
@@ -164,7 +164,7 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
             loss = F.cross_entropy(out.index_select(0, train_idx), y_train, reduction="sum") / n_train
         loss.backward()
         if comm.size > 1:
-            allreduce_gradients(model, comm)
+            allreduce_gradients(model, comm, getattr(G, "store", None))
         opt.step()
     return step
 
@@ -425,20 +425,21 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     return best
 
 
-def floor_bytes(p, dp: int, variant: str) -> dict:
-    """Bytes of one aggregation of width `dp` (padded floats) over plan `p`.
+def floor_bytes(p, dp: int) -> dict:
+    """Bytes of one aggregation of width `dp` (padded floats) over plan `p`, whatever the kernel.
 
-    compulsory (must come from HBM at least once): int32 source index + float32 weight per edge,
-    24 B per neighbour partition, each distinct local source row once, the self rows, the output.
-    gathered: every edge's source row (most of it can hit L2). remote: rows that cross NVLink
-    (each halo row once for `halo`, every remote edge's row otherwise)."""
+    compulsory (must come from HBM at least once): an int32 source index per edge (the weights of
+    sum / mean / gcn factor into per-row and per-column vectors, so no per-edge weight is
+    compulsory), the int64 row pointers of the local and the remote CSR, each distinct local
+    source row once, the self rows, the output. gathered: every edge's source row (most of it
+    can hit L2). remote: each unique remote row once over NVLink (the halo)."""
     row = dp * 4
     uniq = len(np.unique(p.local_indices)) if p.num_local_edges else 0
-    remote_rows = p.halo_size if variant in ("halo", "halo_overlap") else p.num_remote_edges
-    compulsory = (8 * (p.num_local_edges + p.num_remote_edges) + 24 * (len(p.local_parts) + len(p.remote_parts))
+    ptrs = 8 * (p.n_local + 1) * (2 if p.num_remote_edges else 1)
+    compulsory = (4 * (p.num_local_edges + p.num_remote_edges) + ptrs
                   + row * (uniq + (p.n_local if p.has_self else 0) + p.n_local))
     return {"compulsory": compulsory, "gathered": row * (p.num_local_edges + p.num_remote_edges),
-            "remote": row * remote_rows}
+            "remote": row * p.halo_size}
 
 
 def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None = None):
@@ -457,7 +458,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
         dg.set_variant(v)
         dg.aggregate(x, kind)
         ms = statistics.median(cuda_ms(lambda: dg.aggregate(x, kind), reps, comm))
-        b = floor_bytes(p, dp, v)
+        b = floor_bytes(p, dp)
         nv = b["remote"] / (bw["nvlink_GBps"] * 1e6) if b["remote"] else 0.0
         hbm_ms = b["compulsory"] / (bw["hbm_GBps"] * 1e6) + nv
         l2_ms = b["gathered"] / (gbw * 1e6)

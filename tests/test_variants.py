@@ -81,14 +81,16 @@ def test_auto_runs_the_local_kernel_without_remote_work():
     with_remote = _plan(PlanParams(), world=2)
     assert with_remote.num_remote_edges > 0
     reuse = with_remote.num_remote_edges / with_remote.halo_size
-    assert gpu.choose_variant(with_remote) == ("halo" if reuse >= gpu.HALO_MIN_REUSE else "ptr")
+    assert gpu.choose_variant(with_remote) == ("halo_csr" if reuse >= gpu.HALO_MIN_REUSE else "ptr")
+    assert gpu.choose_variant(with_remote, "bf16") == "halo_csr"  # ptr has no 16-bit kernels
+    assert get_variant("halo_csr").executor == "halo_csr" and not get_variant("halo_csr").local_only
 
 
 def test_registry_lists():
     names = variant_names()
     assert len(set(names)) == len(names) and "auto" not in names
     assert gpu.VARIANTS == plan_variant_names() == tuple(n for n in names if get_variant(n).executor == "plan")
-    assert "csr_rows" in names and "csr_rows" not in gpu.VARIANTS
+    assert "csr_rows" in names and "csr_rows" not in gpu.VARIANTS and "halo_csr" not in gpu.VARIANTS
     assert set(tuned_variant_names()) == {"pipelined", "ptr", "halo"}
     assert DEFAULT_VARIANT in names
     with pytest.raises(ValueError, match="unknown GPU kernel variant 'nope'"):

@@ -138,7 +138,7 @@ class FullGraphHooks(EpochHooks):
         with span("backward"):
             loss.backward()
         with span("allreduce"):
-            allreduce_gradients(self.model, self.comm)
+            allreduce_gradients(self.model, self.comm, self.dg.store)
         with span("optimizer"):
             self.opt.step()
         return loss.detach()

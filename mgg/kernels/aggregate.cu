@@ -27,6 +27,8 @@
 //                        different warps (warps [0, L) local, [L, L+R) remote), no interleaving
 //   mgg_halo_gather      one warp per unique remote row: copy it from its owner into a private
 //                        halo buffer (nvshmem_ptr loads over NVLink, else a warp get)
+//   mgg_halo_gather_rows the same, G = 32 / L rows per warp (narrow rows), optionally scaled
+//                        by a per-row factor (halo_csr's prescaled GCN table)
 //   mgg_combine          second pass of the two-pass variant: one warp per target sums its
 //                        partitions' partial sums (no atomics)
 //   mgg_local_{bf16,fp16}_v{V}  mgg_local over a 16-bit table (storage dtype bf16 / fp16, see
@@ -414,6 +416,38 @@ extern "C" __global__ void mgg_halo_gather(long long nrows, const int* __restric
     } else {
       nvshmemx_float_get_warp(reinterpret_cast<float*>(halo + h * D4), sym + (long long)hrow[h] * 4 * D4,
                               4 * D4, pe);
+    }
+  }
+}
+
+// halo_csr, step 1 (mgg/kernels/halo_csr.py): every unique remote row once into a private halo
+// buffer, halo[h] = scale[h] * x_{hpe[h]}[hrow[h]] (scale null: a copy; scale is float32 rows
+// only). Narrow rows do not idle a warp: G = 32 / L rows per warp at once, L = pow2ceil(D4)
+// lanes per row (at most 32), each lane a float4 column c, c + L, ... of its row.
+// Geometry: blockDim.x = 32 * wpb, grid-stride over groups of G rows.
+extern "C" __global__ void mgg_halo_gather_rows(long long nrows, const int* __restrict__ hpe,
+                                                const int* __restrict__ hrow, const float* sym, int D4,
+                                                const float* __restrict__ scale, float4* __restrict__ halo) {
+  __shared__ const float4* bases[MGG_MAX_PES];
+  load_bases(sym, bases);
+  Lanes l = lanes_for(D4);
+  const int wpb = blockDim.x >> 5;
+  const long long groups = (long long)gridDim.x * wpb * l.G;
+  for (long long h = ((long long)blockIdx.x * wpb + (threadIdx.x >> 5)) * l.G + l.g; h < nrows; h += groups) {
+    const int pe = hpe[h];
+    const float4* b = bases[pe];
+    const long long r = hrow[h];
+    const float f = scale ? scale[h] : 1.f;
+    for (int c = l.c; c < D4; c += l.L) {
+      float4 v;
+      if (b != nullptr) {
+        v = b[r * D4 + c];
+      } else {  // no load path to that PE: a thread-level get of the vector
+        nvshmem_getmem(&halo[h * D4 + c], sym + (r * D4 + c) * 4, sizeof(float4), pe);
+        v = halo[h * D4 + c];
+      }
+      if (scale) { v.x *= f; v.y *= f; v.z *= f; v.w *= f; }
+      halo[h * D4 + c] = v;
     }
   }
 }

@@ -35,6 +35,10 @@ def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str 
             from .local_csr import CsrRowsExecutor
 
             return CsrRowsExecutor(plan, store, kind, storage_dtype=st)
+        if get_variant(variant).executor == "halo_csr":
+            from .halo_csr import HaloCsrExecutor
+
+            return HaloCsrExecutor(plan, store, kind, storage_dtype=st)
         return GPUExecutor(plan, store, variant=variant, storage_dtype=st)
     from .cpu import CPUExecutor
 

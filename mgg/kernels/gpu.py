@@ -27,18 +27,19 @@ HALO_MIN_REUSE = 1.5
 
 
 def choose_variant(plan: AggregationPlan, storage_dtype: str = "fp32") -> str:
-    """The variant "auto" runs: halo when remote rows repeat, else direct NVLink loads (ptr).
+    """The variant "auto" runs.
 
     A rank with no remote work gets `csr_rows`: the degree-aware local CSR kernel
     (mgg/kernels/local_csr.cu), which writes each row once without atomics (docs/kernels.md).
-    With 16-bit storage (`storage_dtype` bf16 / fp16) a rank with remote work gets `halo`, the
-    one partition variant with 16-bit kernels."""
+    With remote work, `halo_csr` when remote rows repeat (each unique row gathered once beside
+    the local CSR pass, mgg/kernels/halo_csr.py); else direct NVLink loads (`ptr`), or `halo_csr`
+    with a 16-bit `storage_dtype` (bf16 / fp16), which `ptr` has no kernels for."""
     if plan.num_remote_edges == 0:
         return "csr_rows"
     if storage_dtype != "fp32":
-        return "halo"
+        return "halo_csr"
     reuse = plan.num_remote_edges / max(1, plan.halo_size)
-    return "halo" if reuse >= HALO_MIN_REUSE else "ptr"
+    return "halo_csr" if reuse >= HALO_MIN_REUSE else "ptr"
 
 
 _VPL = (1, 2, 4, 8)

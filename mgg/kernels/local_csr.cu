@@ -45,6 +45,9 @@
 //                                 grid-stride loop (one task per warp).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
+//   Both take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
+//   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
+//   pass, and the passes are ordered on one stream, so no atomics).
 #include <cstdint>
 #include <cuda_fp16.h>
 
@@ -185,7 +188,7 @@ template <int S, int L, int V>
 __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4], long long t, int lig,
                                           const float* __restrict__ rf, const float* __restrict__ diag,
                                           const typename Store<S>::vec* __restrict__ x, int DV,
-                                          float4* __restrict__ out) {
+                                          float4* __restrict__ out, int add) {
   using T = Store<S>;
   constexpr int F4 = T::F4;
   float f = rf ? rf[t] : 1.f;
@@ -204,6 +207,10 @@ __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4],
           a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
           a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
         }
+        if (add) {  // a second pass (remote columns) adds to the first pass's row
+          const float4 o = out[(t * DV + c) * F4 + h];
+          a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
+        }
         __stcs(out + (t * DV + c) * F4 + h, a);
       }
     }
@@ -217,7 +224,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
                                               const float* __restrict__ wt, const float* __restrict__ cf,
                                               const float* __restrict__ rf, const float* __restrict__ diag,
                                               const typename Store<S>::vec* __restrict__ x, int DV,
-                                              float4* __restrict__ out, float4* __restrict__ partial) {
+                                              float4* __restrict__ out, float4* __restrict__ partial, int add) {
   constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -239,7 +246,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
       }
     if (g != 0) return;
     if (slot < 0) {
-      write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out);
+      write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
@@ -260,7 +267,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
   const int mine = (int)((e - s + K - 1) / K);
   const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
   accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
-  if (t >= 0) write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out);
+  if (t >= 0) write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
@@ -269,7 +276,7 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
                                                  const float4* __restrict__ partial, const float* __restrict__ rf,
                                                  const float* __restrict__ diag,
                                                  const typename Store<S>::vec* __restrict__ x, int DV,
-                                                 float4* __restrict__ out) {
+                                                 float4* __restrict__ out, int add) {
   using T = Store<S>;
   constexpr int F4 = T::F4;
   const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
@@ -294,6 +301,10 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
           a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
           a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
         }
+        if (add) {
+          const float4 o = out[t * D4 + col];
+          a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
+        }
         out[t * D4 + col] = a;
       }
     }
@@ -306,9 +317,9 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
   extern "C" __global__ void mgg_csr_rows##SFX##_l##L##_v##V##_w##W(                                   \
       long long n_long, const long long* long_tasks, long long n_short, const int* short_rows,         \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
-      const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial) {                \
+      const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial, int add) {       \
     csr_rows_body<S, L, V, W>(n_long, long_tasks, n_short, short_rows, indptr, src, wt, cf, rf, diag, x, \
-                              DV, out, partial);                                                        \
+                              DV, out, partial, add);                                                   \
   }
 #define DEF_ROWS(L, V, W) DEF_ROWS_S(0, , L, V, W) DEF_ROWS_S(1, _bf16, L, V, W) DEF_ROWS_S(2, _fp16, L, V, W)
 #define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
@@ -321,7 +332,7 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
   extern "C" __global__ void mgg_csr_combine##SFX(long long n_split, const long long* split,           \
                                                   const float4* partial, const float* rf,               \
                                                   const float* diag, const Store<S>::vec* x, int DV,   \
-                                                  float4* out) {                                       \
-    csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out);                                 \
+                                                  float4* out, int add) {                              \
+    csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add);                            \
   }
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)

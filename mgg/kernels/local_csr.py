@@ -31,7 +31,7 @@ from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from .variants import lane_layout
 
-__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights",
+__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights", "launch_csr_rows",
            "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
@@ -84,13 +84,14 @@ class RowSchedule:
 
 
 def row_schedule(indptr, groups: int, long_threshold: int | None = None,
-                 chunk: int = DEFAULT_CHUNK) -> RowSchedule:
+                 chunk: int = DEFAULT_CHUNK, skip_empty: bool = False) -> RowSchedule:
     """The degree-aware mapping of the rows of CSR `indptr` (int64 [n + 1]) for G = `groups`.
 
     Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
     chunks; the others (isolated rows included) are packed G per warp. Torch ops on indptr's
     device: a numpy indptr gives numpy arrays (computed on the CPU), a CUDA tensor gives tensors
-    on its GPU (a sort of the short rows by degree, no host round trip).
+    on its GPU (a sort of the short rows by degree, no host round trip). `skip_empty`: rows
+    without entries get no task (a pass that adds to rows another pass wrote).
     """
     t0 = time.perf_counter()
     if groups not in (1, 2, 4, 8, 16, 32):
@@ -124,7 +125,7 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
         else torch.zeros((0, 3), dtype=torch.int64, device=dev)
     tasks = torch.stack([row, start, end, slot], dim=1) if total else torch.zeros((0, 4), dtype=torch.int64, device=dev)
     tasks = tasks[torch.argsort(start - end, stable=True)]                # longest first
-    short = torch.nonzero(~is_long).reshape(-1)
+    short = torch.nonzero(~is_long & (deg > 0) if skip_empty else ~is_long).reshape(-1)
     short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
     num_slots = int(is_split.sum())
     if as_numpy:
@@ -263,6 +264,35 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
+def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int, num_sms: int,
+                    sched: RowSchedule, arrays: dict, indptr: torch.Tensor, src: torch.Tensor,
+                    wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
+                    diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
+                    partial: torch.Tensor, add: bool = False) -> None:
+    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (indptr int64 [n + 1], src
+    int32 [E] rows of `table`), then mgg_csr_combine{sfx} for its split hub rows, on torch's
+    current stream. `sched` / `arrays`: the CSR's RowSchedule for G = 32 / lanes and its device
+    arrays ("tasks", "short", "split"). `table`: [*, dv] 16-byte vectors in the storage dtype;
+    `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
+    instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu)."""
+    from .streams import torch_stream_for_cupy
+
+    with torch_stream_for_cupy():
+        fn = module.get_function(f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
+        warps = sched.num_warps
+        if warps:
+            fn((-(-warps // wpb),), (32 * wpb,), (
+                np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
+                _p(arrays["short"]), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
+                np.int32(dv), _p(out), _p(partial), np.int32(add)))
+        ns = len(sched.split)
+        if ns:
+            comb = module.get_function(f"mgg_csr_combine{sfx}")
+            cblocks = max(1, min(-(-ns // 8), num_sms * 8))
+            comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(rf), _p(diag),
+                                      _p(table), np.int32(dv), _p(out), np.int32(add)))
+
+
 class CsrRowsExecutor:
     """Runs `out = W x + diag * x` for one plan with no remote work, with mgg_csr_rows.
 
@@ -273,6 +303,8 @@ class CsrRowsExecutor:
             (see factor_weights).
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
+        local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
+            pass of mgg.kernels.halo_csr.HaloCsrExecutor, through `aggregate_local`).
 
     Attributes:
         storage_dtype: the element type the kernels read x in (float32, bfloat16, float16): x is
@@ -284,11 +316,11 @@ class CsrRowsExecutor:
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
-                 storage_dtype: torch.dtype = torch.float32):
+                 storage_dtype: torch.dtype = torch.float32, local_part: bool = False):
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
-        if plan.num_remote_edges:
+        if plan.num_remote_edges and not local_part:
             raise ValueError(f"csr_rows: rank {plan.rank}'s plan has {plan.num_remote_edges} remote edges; "
                              f"this kernel aggregates local rows only (use GPUExecutor)")
         if not 1 <= wpb <= 32:
@@ -388,21 +420,32 @@ class CsrRowsExecutor:
         symmetric array of width D (in the storage dtype), written and published (collective)
         only when world_size > 1, so that other ranks can read this rank's rows. Returns float32
         [n_local, D]: W x' + diag * x' with x' = x rounded to the storage dtype."""
-        from .streams import torch_stream_for_cupy
-
-        p = self.plan
-        n = p.n_local
-        if x.dim() != 2 or x.shape[0] != n or x.dtype != torch.float32 or not x.is_cuda:
-            raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
-                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
-        dim = int(x.shape[1])
-        dv, dp, lanes, vpl = self._layout(dim)
-        groups = 32 // lanes
-        if p.world_size > 1:
+        self._check_x(x)
+        if self.plan.world_size > 1:
             if sym is None:
                 raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")
             sym.write(x)
             sym.publish()
+        out = self.aggregate_local(x, sym)
+        if self.plan.world_size > 1:
+            sym.release()
+        dim = int(x.shape[1])
+        return out if out.shape[1] == dim else out[:, :dim].contiguous()
+
+    def _check_x(self, x: torch.Tensor) -> None:
+        n = self.plan.n_local
+        if x.dim() != 2 or x.shape[0] != n or x.dtype != torch.float32 or not x.is_cuda:
+            raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
+                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
+
+    def aggregate_local(self, x: torch.Tensor, sym=None) -> torch.Tensor:
+        """The local CSR's part, W_local x' + diag * x', on torch's current stream, touching no
+        other rank (with 16-bit storage at world_size > 1, x' is read from `sym`, which must
+        hold x already). Returns float32 [n_local, Dp] (Dp = D padded, see `_layout`)."""
+        n = self.plan.n_local
+        dim = int(x.shape[1])
+        dv, dp, lanes, vpl = self._layout(dim)
+        groups = 32 // lanes
         xin = self._table(x, sym, dim, dp)
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
@@ -413,21 +456,8 @@ class CsrRowsExecutor:
         if self.prescale:  # x' = cf * x, then w = 1 (see __init__)
             xin = xin * self.cf.unsqueeze(1)
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
-        sfx = STORAGE_SUFFIX[self.storage_dtype]
         if n:
-            with torch_stream_for_cupy():
-                fn = self.module.get_function(f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
-                blocks = -(-sched.num_warps // self.wpb)
-                fn((blocks,), (32 * self.wpb,), (
-                    np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
-                    _p(arrays["short"]), _p(self.indptr), _p(self.src), _p(self.wt), _p(self.cf), _p(self.rf),
-                    _p(diag), _p(xin), np.int32(dv), _p(out), _p(partial)))
-                ns = len(sched.split)
-                if ns:
-                    comb = self.module.get_function(f"mgg_csr_combine{sfx}")
-                    cblocks = max(1, min(-(-ns // 8), self.num_sms * 8))
-                    comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(self.rf),
-                                              _p(diag), _p(xin), np.int32(dv), _p(out)))
-        if p.world_size > 1:
-            sym.release()
-        return out if width == dim else out[:, :dim].contiguous()
+            launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
+                            self.num_sms, sched, arrays, self.indptr, self.src, self.wt, self.cf, self.rf,
+                            diag, xin, dv, out, partial)
+        return out

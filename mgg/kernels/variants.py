@@ -49,7 +49,8 @@ class KernelVariant:
         local_only: it aggregates a plan without remote partitions only (a rank with no remote
             work); `auto` picks it there, and benchmarks and tests skip it elsewhere.
         executor: which launcher runs it: "plan" (GPUExecutor, the partition kernels of
-            aggregate.cu) or "csr" (CsrRowsExecutor, mgg/kernels/local_csr.py).
+            aggregate.cu), "csr" (CsrRowsExecutor, mgg/kernels/local_csr.py) or "halo_csr"
+            (HaloCsrExecutor, mgg/kernels/halo_csr.py).
         storage_dtypes: the `--storage-dtype` values it has kernels for (16-bit rows read and
             upcast to float32 in registers); others are refused (`storage_dtype_problem`).
     """
@@ -161,6 +162,11 @@ _register(KernelVariant(
     "short rows packed), each output row written once, no atomics; weight-free for sum/mean/gcn",
     ("mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"), _none, local_only=True, executor="csr",
     storage_dtypes=("fp32", "bf16", "fp16")))
+_register(KernelVariant(
+    "halo_csr", "each unique remote row gathered once on a high-priority side stream while the degree-aware "
+    "CSR kernel aggregates the local columns; then the remote columns from the gathered rows, added to "
+    "each row (no atomics)", ("mgg_halo_gather_rows", "mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"),
+    _none, buffers=("halo",), executor="halo_csr", storage_dtypes=("fp32", "bf16", "fp16")))
 _register(KernelVariant(
     "paper_nbi", "kernel 1 + kernel 2 with get_nbi + quiet",
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1, benched=False))

@@ -2,7 +2,8 @@
 
 Each rank computes the gradient of its share of the loss (normalised by the *global* number of
 training nodes), so the summed gradient equals the gradient of a 1-rank run. Buffers are
-flattened into one float64 host array and reduced with a single all-reduce.
+flattened into one float64 host array and reduced with a single all-reduce, or, on GPUs with
+the NVSHMEM store, into one float32 device vector reduced on the stream (no host round trip).
 """
 from __future__ import annotations
 
@@ -51,8 +52,13 @@ def broadcast_parameters(model: nn.Module, comm, root: int = 0) -> None:
         unflatten_into(buf, tensors)
 
 
-def allreduce_gradients(model: nn.Module, comm) -> None:
-    """Sum `.grad` of every parameter over all ranks (collective; missing grads count as 0)."""
+def allreduce_gradients(model: nn.Module, comm, store=None) -> None:
+    """Sum `.grad` of every parameter over all ranks (collective; missing grads count as 0).
+
+    With a `store` that reduces on the device (the NVSHMEM store: `SymmetricStore.allreduce_sum_`)
+    and float32 gradients on one GPU, the gradients are summed there, on the current stream,
+    in one flat vector: no host synchronisation. Otherwise they go through one float64 host
+    all-reduce (MPI)."""
     if comm.size == 1:
         return
     params = [p for p in model.parameters() if p.requires_grad]
@@ -60,6 +66,16 @@ def allreduce_gradients(model: nn.Module, comm) -> None:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     grads = [p.grad for p in params]
+    if store is not None and grads and len({g.device for g in grads}) == 1 and grads[0].is_cuda \
+            and all(g.dtype == torch.float32 for g in grads):
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        if store.allreduce_sum_(flat):
+            with torch.no_grad():
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off: off + g.numel()].view_as(g))
+                    off += g.numel()
+            return
     buf = flatten(grads)
     comm.allreduce_(buf)
     with torch.no_grad():

@@ -163,12 +163,35 @@ class NvshmemStore(SymmetricStore):
         nvshmem.init(device=dev, mpi_comm=mpi_comm, initializer_method="mpi")
         self._live = 0
         self._closed = False
+        self._reduce_bufs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.gather_rows: RowGather | None = None
 
     def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         arr = _NvshmemArray(self, rows_per_pe, dim, dtype)
         self._live += 1
         return arr
+
+    def allreduce_sum_(self, flat: torch.Tensor) -> bool:
+        """Sum the 1-D float32 CUDA tensor `flat` over every PE, in place, on the current stream:
+        NVSHMEM's on-stream sum reduction (nvshmemx_float_sum_reduce_on_stream) over two symmetric
+        scratch vectors of exactly its length, allocated once per length (collective: every PE
+        calls it with the same length). No host synchronisation. False for other tensors."""
+        import nvshmem.core as nvshmem
+
+        if flat.dtype != torch.float32 or not flat.is_cuda or flat.dim() != 1:
+            return False
+        n = int(flat.numel())
+        if n == 0:
+            return True
+        if n not in self._reduce_bufs:  # the reduction covers the whole allocation: exact size
+            self._reduce_bufs[n] = (nvshmem.tensor((n,), dtype=torch.float32),
+                                    nvshmem.tensor((n,), dtype=torch.float32))
+        src, dst = self._reduce_bufs[n]
+        src.copy_(flat)
+        nvshmem.reduce(nvshmem.Teams.TEAM_WORLD, dst, src, "sum",
+                       stream=StreamRef(torch.cuda.current_stream().cuda_stream))
+        flat.copy_(dst)
+        return True
 
     def close(self) -> None:
         """Arrays are freed by their owners; NVSHMEM itself stays up until `finalize` (at exit)."""
@@ -184,4 +207,8 @@ class NvshmemStore(SymmetricStore):
 
             sys.stderr.write(f"mgg: {self._live} NVSHMEM arrays were not freed before exit\n")
         torch.cuda.synchronize()
+        for pair in self._reduce_bufs.values():
+            for t in pair:
+                nvshmem.free_tensor(t)
+        self._reduce_bufs.clear()
         nvshmem.finalize()

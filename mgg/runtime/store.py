@@ -104,6 +104,12 @@ class SymmetricStore(abc.ABC):
     def barrier(self) -> None:
         self.comm.barrier()
 
+    def allreduce_sum_(self, flat: torch.Tensor) -> bool:
+        """Sum the 1-D float32 tensor `flat` over all ranks, in place, on the device it lives on,
+        where the store can (collective). Returns False when it cannot (the caller then reduces
+        on the host): this base store never can."""
+        return False
+
     def close(self) -> None:
         """Free what the store itself holds (arrays are freed by their owners)."""
 

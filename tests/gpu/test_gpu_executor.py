@@ -54,7 +54,8 @@ def test_variants_match_reference(variant, kind, transposed):
         assert rel_err(out, ref) < 1e-5
 
 
-@pytest.mark.parametrize("variant", ["pipelined", "ptr", "halo", "halo_overlap", "paper_nbi", "pipelined_2pass"])
+@pytest.mark.parametrize("variant", ["pipelined", "ptr", "halo", "halo_overlap", "halo_csr", "paper_nbi",
+                                     "pipelined_2pass"])
 @pytest.mark.parametrize("dim,ps,dist,wpb", [(1, 1, 1, 1), (7, 3, 5, 2), (64, 32, 16, 8), (130, 16, 4, 16),
                                              (512, 8, 2, 4)])
 def test_widths_and_params(variant, dim, ps, dist, wpb):

@@ -1,0 +1,262 @@
+"""Remote work beside local work on the degree-aware CSR kernels: the `halo_csr` variant.
+
+`HaloCsrExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with remote work
+(P > 1) in four steps, on this rank's GPU (collective):
+
+  1. x goes into this PE's symmetric slice, which is published (other ranks read it).
+  2. On a high-priority side stream, `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies
+     every unique remote row the plan reads, once, into a private halo buffer [H, Dp]
+     (nvshmem_ptr loads over NVLink; several narrow rows per warp), each row multiplied by its
+     column factor when the GCN table is prescaled (below).
+  3. Meanwhile, on the current stream, `mgg_csr_rows` aggregates the local CSR
+     (`CsrRowsExecutor.aggregate_local`: every row written once, self term included).
+  4. The current stream waits for the gather; `mgg_csr_rows` then aggregates the remote CSR,
+     whose columns are halo slots (`plan.remote_slot`), and *adds* each row's sum to the row the
+     local pass wrote (`add = 1`; rows without remote entries get no task). Then release.
+
+So each remote row crosses NVLink once (as in `halo`), the gather hides behind the local pass,
+and both passes are the atomics-free row kernels of `csr_rows` instead of the partition kernels.
+
+Weights (as in `csr_rows`): the local CSR's factorisation (`factor_weights`) carries over to the
+remote CSR when its weights agree, checked entry by entry once (`remote_factors`): sum (w = 1),
+mean forward (w = rf[row]), gcn (w = dinv[row] * cf[slot], cf derived from the weights), mean
+transposed (w = cf[slot]); otherwise per-edge weights. With float32 storage and column factors
+the gather scales the halo rows, so the remote pass reads no per-edge factor either.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..runtime.plan import AggregationPlan
+from .local_csr import (DEFAULT_CHUNK, MAX_DIM_PADDED, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
+                        WeightFactors, launch_csr_rows, row_schedule)
+
+__all__ = ["HaloCsrExecutor", "remote_factors"]
+
+#: rows per block of the gather: 8 warps
+_GATHER_WPB = 8
+
+
+def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
+    from ..runtime.transfer import host_to_device
+
+    return host_to_device(np.asarray(a), device, dtype)
+
+
+def _p(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def remote_factors(plan: AggregationPlan, local: WeightFactors, indptr: torch.Tensor, slot: torch.Tensor,
+                   weight: torch.Tensor, rtol: float = 2e-6) -> WeightFactors:
+    """The weight mode of the plan's remote CSR (rows: targets, columns: halo slots) given the
+    local CSR's factors `local`, checked against every remote weight (on the tensors' device).
+
+    "one" (w = 1, or w = rf[row] with rf taken from each row's first remote entry) when the
+    local mode is "one" and every remote weight matches it exactly; "column" (w = rf[row] * cf[slot], cf float32 [H] derived from the weights) when the
+    local mode is "column" and the product reproduces every weight to `rtol`; else "weighted".
+    Args: indptr int64 [n + 1], slot int32/int64 [Er], weight float32 [Er] of the remote CSR.
+    """
+    er, h, n = int(weight.numel()), int(plan.halo_size), plan.n_local
+    if er == 0:
+        return WeightFactors("one", row=local.row, note="no remote edges")
+    if local.mode not in ("one", "column"):
+        return WeightFactors("weighted", note=f"local weights: {local.mode}")
+    dev = weight.device
+    row = torch.repeat_interleave(torch.arange(n, device=dev), indptr[1:] - indptr[:-1], output_size=er)
+    if local.mode == "one":  # sum (w = 1) or mean forward (w = 1 / deg_in(row), constant per row)
+        if local.row is None:
+            if bool((weight == 1).all()):
+                return WeightFactors("one", note="remote weights = 1")
+            return WeightFactors("weighted", note="remote weights are not 1")
+        # the row factor from the remote entries themselves: a row with no local entry has none
+        deg = indptr[1:] - indptr[:-1]
+        rf = torch.zeros(n, dtype=torch.float32, device=dev)
+        has = deg > 0
+        rf[has] = weight[indptr[:-1][has]]
+        if bool((rf[row] == weight).all()):
+            return WeightFactors("one", row=rf.cpu().numpy(), note="remote weights = rf[row]")
+        return WeightFactors("weighted", note="remote weights are not constant per row")
+    f = (torch.from_numpy(np.ascontiguousarray(local.row, np.float32)).to(dev)[row] if local.row is not None
+         else torch.ones(er, dtype=torch.float32, device=dev))
+    if bool((f <= 0).any()):
+        return WeightFactors("weighted", note="a row factor is not positive")
+    cf = torch.zeros(h, dtype=torch.float32, device=dev)
+    cf[slot.long()] = weight / f  # any entry of a slot gives its factor; all are checked below
+    dev_max = float(((f * cf[slot.long()] - weight).abs_() / weight.abs().clamp_min(1e-30)).max())
+    if dev_max <= rtol:
+        return WeightFactors("column", row=local.row, col=cf.cpu().numpy(), max_rel_dev=dev_max,
+                             note="remote weights = rf[row] * cf[slot]")
+    return WeightFactors("weighted", max_rel_dev=dev_max, note="remote weights do not factor")
+
+
+class HaloCsrExecutor:
+    """Runs `out = W x + diag * x` for one plan (any remote work) with the halo gather beside the
+    local CSR pass, then the remote CSR pass (see the module docstring).
+
+    Args:
+        plan: the rank's AggregationPlan.
+        store: the symmetric store (the symmetric array passed to each call lives there).
+        kind: the plan's aggregation kind ("sum", "mean", "gcn") or None (per-edge weights).
+        wpb / long_threshold / chunk: the row kernels' knobs (CsrRowsExecutor).
+        storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
+
+    Attributes:
+        overlap: True (default) runs the gather on the side stream beside the local pass; False
+            runs gather, local pass and remote pass one after the other (bench/overlap.py).
+        poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
+    float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
+        local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
+    """
+
+    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
+                 long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
+                 storage_dtype: torch.dtype = torch.float32):
+        if plan.num_remote_edges >= 2**31 or plan.halo_size >= 2**31:
+            raise ValueError(f"halo_csr: {plan.num_remote_edges} remote edges / {plan.halo_size} halo rows "
+                             f"exceed int32 indices")
+        self.local = CsrRowsExecutor(plan, store, kind, wpb=wpb, long_threshold=long_threshold, chunk=chunk,
+                                     storage_dtype=storage_dtype, local_part=True)
+        self.plan, self.store, self.kind = plan, store, kind
+        self.storage_dtype = storage_dtype
+        self.overlap = True
+        dev = self.local.device
+        self.device = dev
+        self.indptr = _dev(plan.remote_indptr, np.int64, dev)
+        self.src = _dev(plan.remote_slot, np.int32, dev)
+        wt = _dev(plan.remote_weight, np.float32, dev)
+        self.factors = remote_factors(plan, self.local.factors, self.indptr, self.src, wt)
+        f = self.factors
+        self.wt = wt if f.mode == "weighted" else None
+        self.rf = self.local.rf if f.row is not None and f.row is self.local.factors.row else _dev_opt(f.row, dev)
+        self.cf = _dev_opt(f.col, dev)
+        # float32 + column factors: the gather writes cf[h] * x_remote[h], the pass runs w = 1
+        self.prescale = f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
+        self.hpe = _dev(plan.halo_pe(), np.int32, dev)
+        self.hrow = _dev(plan.halo_row, np.int32, dev)
+        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
+        from .build import load_module
+
+        self.gather_module = load_module("aggregate")
+        self.side = torch.cuda.Stream(dev, priority=-1)
+        self.num_sms = self.local.num_sms
+        self._wide = None
+
+    @property
+    def poison(self) -> bool:
+        return self.local.poison
+
+    @poison.setter
+    def poison(self, value: bool) -> None:
+        self.local.poison = bool(value)
+
+    @property
+    def prep_seconds(self) -> float:
+        return self.local.prep_seconds
+
+    def schedule(self, groups: int) -> RowSchedule:
+        """The remote CSR's row schedule for `groups` lane groups (rows with remote entries only)."""
+        if groups not in self._schedules:
+            s = row_schedule(self.indptr, groups, self.local.long_threshold, self.local.chunk, skip_empty=True)
+            self._schedules[groups] = (s, {"tasks": s.long_tasks.contiguous(), "short": s.short_rows.contiguous(),
+                                           "split": s.split.contiguous()})
+        return self._schedules[groups][0]
+
+    def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
+        """The row kernels' knobs, for both passes (schedules are rebuilt lazily)."""
+        self.local.retune(wpb, long_threshold, chunk)
+        self._schedules.clear()
+
+    def _halo(self, rows: int, width: int) -> torch.Tensor:
+        dt = self.storage_dtype
+        if self.poison:
+            return torch.full((rows, width), float("nan"), dtype=dt, device=self.device)
+        return torch.empty((rows, width), dtype=dt, device=self.device)
+
+    def _gather(self, sym, halo: torch.Tensor, dv: int) -> None:
+        """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]]."""
+        from .streams import torch_stream_for_cupy
+
+        h = self.plan.halo_size
+        if not h:
+            return
+        lanes = 1
+        while lanes < dv and lanes < 32:
+            lanes <<= 1
+        rows_per_block = _GATHER_WPB * (32 // lanes)
+        blocks = max(1, min(-(-h // rows_per_block), self.num_sms * 16))
+        fn = self.gather_module.get_function("mgg_halo_gather_rows")
+        with torch_stream_for_cupy():
+            fn((blocks,), (32 * _GATHER_WPB,), (np.int64(h), _p(self.hpe), _p(self.hrow), np.uint64(sym.data_ptr),
+                                               np.int32(dv), _p(self.cf if self.prescale else None), _p(halo)))
+
+    def _remote_pass(self, halo: torch.Tensor, out: torch.Tensor, dv: int, lanes: int, vpl: int) -> None:
+        sched = self.schedule(32 // lanes)
+        arrays = self._schedules[32 // lanes][1]
+        if not sched.num_warps:
+            return
+        partial = self.local._buf(max(sched.num_slots, 1), out.shape[1])
+        mode = WEIGHT_MODES["one" if self.prescale else self.factors.mode]
+        launch_csr_rows(self.local.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.local.wpb,
+                        self.num_sms, sched, arrays, self.indptr, self.src, self.wt,
+                        None if self.prescale else self.cf, self.rf, None, halo, dv, out, partial, add=True)
+
+    def __call__(self, x: torch.Tensor, sym, only: str | None = None) -> torch.Tensor:
+        """x: float32 [n_local, D] on this GPU; sym: the symmetric array of width D in the storage
+        dtype. `only` ("local" or "remote"): that half alone, a partial sum (bench/overlap.py).
+        Collective. Returns float32 [n_local, D]."""
+        if only not in (None, "local", "remote"):
+            raise ValueError(f"only must be None, 'local' or 'remote', got {only!r}")
+        self.local._check_x(x)
+        if sym is None:
+            raise ValueError("halo_csr: needs the symmetric array (other ranks read x from it)")
+        p = self.plan
+        dim = int(x.shape[1])
+        if self.storage_dtype == torch.float32 and dim > MAX_DIM_PADDED:
+            return self._wide_executor()(x, sym, only)  # rows wider than the row kernels take
+        dv, dp, lanes, vpl = self.local._layout(dim)
+        if sym.dim_padded != dp or sym.dtype != self.storage_dtype:
+            raise ValueError(f"halo_csr: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
+                             f"expected {self.storage_dtype} [*, {dp}]")
+        sym.write(x)
+        sym.publish()
+        cur = torch.cuda.current_stream(self.device)
+        halo = self._halo(max(p.halo_size, 1), dp)
+        run_remote = only != "local" and p.halo_size > 0
+        gathered = None
+        if run_remote:
+            if self.overlap:
+                self.side.wait_stream(cur)  # the published slice and the halo buffer
+                with torch.cuda.stream(self.side):
+                    self._gather(sym, halo, dv)
+                gathered = torch.cuda.Event()
+                gathered.record(self.side)
+                halo.record_stream(self.side)
+            else:
+                self._gather(sym, halo, dv)
+        if only == "remote":
+            out = torch.zeros((p.n_local, 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)),
+                              dtype=torch.float32, device=self.device)
+        else:
+            out = self.local.aggregate_local(x, sym)
+        if run_remote:
+            if gathered is not None:
+                cur.wait_event(gathered)
+            self._remote_pass(halo, out, dv, lanes, vpl)
+        sym.release()
+        return out if out.shape[1] == dim else out[:, :dim].contiguous()
+
+
+    def _wide_executor(self):
+        """The `halo` partition kernels (up to 1024 floats a row), built on first use."""
+        if self._wide is None:
+            from .gpu import GPUExecutor
+
+            self._wide = GPUExecutor(self.plan, self.store, variant="halo")
+        self._wide.poison = self.poison
+        return self._wide
+
+
+def _dev_opt(a: np.ndarray | None, dev: torch.device) -> torch.Tensor | None:
+    return None if a is None else _dev(a, np.float32, dev)
