@@ -140,6 +140,7 @@ class HaloCsrExecutor:
 
         self.gather_module = load_module("aggregate")
         self.side = torch.cuda.Stream(dev, priority=-1)
+        self._gathered = torch.cuda.Event()
         self.num_sms = self.local.num_sms
         self._wide = None
 
@@ -176,8 +177,6 @@ class HaloCsrExecutor:
 
     def _gather(self, sym, halo: torch.Tensor, dv: int) -> None:
         """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]]."""
-        from .streams import torch_stream_for_cupy
-
         h = self.plan.halo_size
         if not h:
             return
@@ -186,8 +185,9 @@ class HaloCsrExecutor:
             lanes <<= 1
         rows_per_block = _GATHER_WPB * (32 // lanes)
         blocks = max(1, min(-(-h // rows_per_block), self.num_sms * 16))
-        fn = self.gather_module.get_function("mgg_halo_gather_rows")
-        with torch_stream_for_cupy():
+        cache = self.local.launch_cache
+        fn = cache.function(self.gather_module, "mgg_halo_gather_rows")
+        with cache.stream():
             fn((blocks,), (32 * _GATHER_WPB,), (np.int64(h), _p(self.hpe), _p(self.hrow), np.uint64(sym.data_ptr),
                                                np.int32(dv), _p(self.cf if self.prescale else None), _p(halo)))
 
@@ -200,7 +200,8 @@ class HaloCsrExecutor:
         mode = WEIGHT_MODES["one" if self.prescale else self.factors.mode]
         launch_csr_rows(self.local.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.local.wpb,
                         self.num_sms, sched, arrays, self.indptr, self.src, self.wt,
-                        None if self.prescale else self.cf, self.rf, None, halo, dv, out, partial, add=True)
+                        None if self.prescale else self.cf, self.rf, None, halo, dv, out, partial, add=True,
+                        cache=self.local.launch_cache)
 
     def __call__(self, x: torch.Tensor, sym, only: str | None = None) -> torch.Tensor:
         """x: float32 [n_local, D] on this GPU; sym: the symmetric array of width D in the storage
@@ -230,7 +231,7 @@ class HaloCsrExecutor:
                 self.side.wait_stream(cur)  # the published slice and the halo buffer
                 with torch.cuda.stream(self.side):
                     self._gather(sym, halo, dv)
-                gathered = torch.cuda.Event()
+                gathered = self._gathered  # one event, recorded again each call
                 gathered.record(self.side)
                 halo.record_stream(self.side)
             else:

@@ -29,6 +29,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
+from .streams import LaunchCache
 from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights", "launch_csr_rows",
@@ -268,26 +269,26 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                     sched: RowSchedule, arrays: dict, indptr: torch.Tensor, src: torch.Tensor,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
-                    partial: torch.Tensor, add: bool = False) -> None:
+                    partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
     """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (indptr int64 [n + 1], src
     int32 [E] rows of `table`), then mgg_csr_combine{sfx} for its split hub rows, on torch's
     current stream. `sched` / `arrays`: the CSR's RowSchedule for G = 32 / lanes and its device
     arrays ("tasks", "short", "split"). `table`: [*, dv] 16-byte vectors in the storage dtype;
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
-    instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu)."""
-    from .streams import torch_stream_for_cupy
-
-    with torch_stream_for_cupy():
-        fn = module.get_function(f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
+    instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu).
+    `cache`: the caller's LaunchCache (function handles and stream views kept between calls)."""
+    cache = cache or LaunchCache()
+    with cache.stream():
         warps = sched.num_warps
         if warps:
+            fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
             fn((-(-warps // wpb),), (32 * wpb,), (
                 np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
                 _p(arrays["short"]), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
                 np.int32(dv), _p(out), _p(partial), np.int32(add)))
         ns = len(sched.split)
         if ns:
-            comb = module.get_function(f"mgg_csr_combine{sfx}")
+            comb = cache.function(module, f"mgg_csr_combine{sfx}")
             cblocks = max(1, min(-(-ns // 8), num_sms * 8))
             comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(rf), _p(diag),
                                       _p(table), np.int32(dv), _p(out), np.int32(add)))
@@ -356,6 +357,7 @@ class CsrRowsExecutor:
         from .build import load_module
 
         self.module = load_module("local_csr", nvshmem=False)
+        self.launch_cache = LaunchCache()
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
     def schedule(self, groups: int) -> RowSchedule:
@@ -459,5 +461,5 @@ class CsrRowsExecutor:
         if n:
             launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
                             self.num_sms, sched, arrays, self.indptr, self.src, self.wt, self.cf, self.rf,
-                            diag, xin, dv, out, partial)
+                            diag, xin, dv, out, partial, cache=self.launch_cache)
         return out
