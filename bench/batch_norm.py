@@ -4,12 +4,16 @@
     python bench/batch_norm.py [--rows 2450000] [--dim 64] [--reps 5]
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
 
-from mgg.nn.norm import DistBatchNorm
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mgg.nn.norm import DistBatchNorm  # noqa: E402
 
 
 def timed(fn, reps: int, cuda: bool) -> float:
