@@ -45,7 +45,8 @@ def measure(dg, kind: str, dim: int, reps: int, comm, design: str) -> dict:
                                    ("overlap", variant, None, True)):
         dg.set_variant(v)
         ex = dg.executor(kind)
-        if hasattr(ex, "overlap"):
+        default = getattr(ex, "overlap", None)
+        if default is not None:
             ex.overlap = overlap
 
         def step(ex=ex, only=only):
@@ -53,8 +54,8 @@ def measure(dg, kind: str, dim: int, reps: int, comm, design: str) -> dict:
         for _ in range(3):
             step()
         out[name] = comm.allreduce_scalar(statistics.median(cuda_ms(step, reps, comm)), "max")
-        if hasattr(ex, "overlap"):
-            ex.overlap = True
+        if default is not None:
+            ex.overlap = default
     out["overlap_over_max"] = out["overlap"] / max(out["local"], out["remote"], 1e-9)
     out["sum_over_max"] = (out["local"] + out["remote"]) / max(out["local"], out["remote"], 1e-9)
     return out

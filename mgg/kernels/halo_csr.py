@@ -4,18 +4,20 @@
 (P > 1) in four steps, on this rank's GPU (collective):
 
   1. x goes into this PE's symmetric slice, which is published (other ranks read it).
-  2. On a high-priority side stream, `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies
-     every unique remote row the plan reads, once, into a private halo buffer [H, Dp]
-     (nvshmem_ptr loads over NVLink; several narrow rows per warp), each row multiplied by its
-     column factor when the GCN table is prescaled (below).
-  3. Meanwhile, on the current stream, `mgg_csr_rows` aggregates the local CSR
-     (`CsrRowsExecutor.aggregate_local`: every row written once, self term included).
+  2. `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies every unique remote row the plan
+     reads, once, into a private halo buffer [H, Dp] (nvshmem_ptr loads over NVLink; several
+     narrow rows per warp), each row multiplied by its column factor when the GCN table is
+     prescaled (below); with `overlap` on a high-priority side stream.
+  3. `mgg_csr_rows` aggregates the local CSR on the current stream (`CsrRowsExecutor.
+     aggregate_local`: every row written once, self term included), beside the gather when
+     `overlap` is on.
   4. The current stream waits for the gather; `mgg_csr_rows` then aggregates the remote CSR,
      whose columns are halo slots (`plan.remote_slot`), and *adds* each row's sum to the row the
      local pass wrote (`add = 1`; rows without remote entries get no task). Then release.
 
-So each remote row crosses NVLink once (as in `halo`), the gather hides behind the local pass,
-and both passes are the atomics-free row kernels of `csr_rows` instead of the partition kernels.
+So each remote row crosses NVLink once (as in `halo`), and both passes are the atomics-free row
+kernels of `csr_rows` instead of the partition kernels. Running the gather beside the local pass
+(`overlap`) is measured slower than one after the other (see the class), so it is off by default.
 
 Weights (as in `csr_rows`): the local CSR's factorisation (`factor_weights`) carries over to the
 remote CSR when its weights agree, checked entry by entry once (`remote_factors`): sum (w = 1),
@@ -103,8 +105,11 @@ class HaloCsrExecutor:
         storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
 
     Attributes:
-        overlap: True (default) runs the gather on the side stream beside the local pass; False
-            runs gather, local pass and remote pass one after the other (bench/overlap.py).
+        overlap: True runs the gather on the side stream beside the local pass; False (default)
+            runs gather, local pass and remote pass one after the other on the current stream.
+            Measured on 2x H100 (bench/overlap.py, reddit-like D = 16 / products-like D = 64):
+            serial 0.916-0.944 / 4.771 ms, overlapped 0.979-0.989 / 4.747 ms -- the gather is
+            small and both passes share the SMs and HBM -- and the side stream costs host time.
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
     float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
@@ -120,7 +125,7 @@ class HaloCsrExecutor:
                                      storage_dtype=storage_dtype, local_part=True)
         self.plan, self.store, self.kind = plan, store, kind
         self.storage_dtype = storage_dtype
-        self.overlap = True
+        self.overlap = False
         dev = self.local.device
         self.device = dev
         self.indptr = _dev(plan.remote_indptr, np.int64, dev)
