@@ -91,7 +91,7 @@ def test_registry_lists():
     assert len(set(names)) == len(names) and "auto" not in names
     assert gpu.VARIANTS == plan_variant_names() == tuple(n for n in names if get_variant(n).executor == "plan")
     assert "csr_rows" in names and "csr_rows" not in gpu.VARIANTS and "halo_csr" not in gpu.VARIANTS
-    assert set(tuned_variant_names()) == {"pipelined", "ptr", "halo"}
+    assert set(tuned_variant_names()) == {"pipelined", "ptr", "halo", "halo_csr"}
     assert DEFAULT_VARIANT in names
     with pytest.raises(ValueError, match="unknown GPU kernel variant 'nope'"):
         get_variant("nope")

@@ -166,7 +166,7 @@ _register(KernelVariant(
     "halo_csr", "each unique remote row gathered once on a high-priority side stream while the degree-aware "
     "CSR kernel aggregates the local columns; then the remote columns from the gathered rows, added to "
     "each row (no atomics)", ("mgg_halo_gather_rows", "mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"),
-    _none, buffers=("halo",), executor="halo_csr", storage_dtypes=("fp32", "bf16", "fp16")))
+    _none, buffers=("halo",), tunable=True, executor="halo_csr", storage_dtypes=("fp32", "bf16", "fp16")))
 _register(KernelVariant(
     "paper_nbi", "kernel 1 + kernel 2 with get_nbi + quiet",
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1, benched=False))
