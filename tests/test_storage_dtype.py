@@ -176,6 +176,7 @@ __device__ void* nvshmem_ptr(const void* ptr, int pe);
 __device__ void nvshmem_quiet(void);
 __device__ int nvshmem_n_pes(void);
 __device__ void nvshmem_float_get_nbi(float* dest, const float* src, size_t nelems, int pe);
+__device__ void nvshmem_getmem(void* dest, const void* source, size_t nelems, int pe);
 }
 """,
     "nvshmemx.h": """#pragma once
@@ -204,7 +205,7 @@ def test_aggregate_cu_compiles_with_16_bit_kernels(tmp_path):
     for sfx in ("bf16", "fp16"):
         for v in (1, 2, 4):
             assert f"mgg_local_{sfx}_v{v}".encode() in data
-    assert b"mgg_halo_gather" in data and b"mgg_local_v8" in data
+    assert b"mgg_halo_gather" in data and b"mgg_local_v8" in data and b"mgg_halo_gather_rows" in data
 
 
 @pytest.mark.slow
