@@ -19,19 +19,7 @@ pytest.importorskip("nvshmem.core")
 from mgg.kernels.halo_csr import HaloCsrExecutor  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
-from tests.test_local_csr import power_law_csr  # noqa: E402
-
-_GRAPH = {}
-
-
-def rel_err(a, b):
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def graph():
-    if "g" not in _GRAPH:
-        _GRAPH["g"] = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
-    return _GRAPH["g"]
+from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its power-law graph with hubs)
 
 
 @pytest.mark.parametrize("dim", [1, 16, 33, 64, 512])
