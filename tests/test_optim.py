@@ -34,6 +34,38 @@ def test_adam_matches_torch_bitwise(wd, dtype):
     assert ours.steps == [25, 23]
 
 
+@pytest.mark.parametrize("wd", [0.0, 5e-4])
+def test_capturable_adam_matches_to_float32_rounding(wd):
+    """capturable=True: step counts and bias corrections as float64 device tensors (no host value
+    in step()); the updates are torch's to float32 rounding, the counts and state_dict the same."""
+    ps, qs, _, ref = _pair(wd)
+    ours = Adam(ps, lr=0.02, weight_decay=wd, capturable=True)
+    g = torch.Generator().manual_seed(7)
+    for it in range(25):
+        for p, q in zip(ps, qs):
+            grad = torch.randn(p.shape, generator=g)
+            p.grad, q.grad = grad.clone(), grad.clone()
+        if it in (4, 11):
+            ps[1].grad = qs[1].grad = None
+        ours.step()
+        ref.step()
+        for p, q in zip(ps, qs):
+            assert torch.allclose(p, q, rtol=1e-6, atol=1e-6), it  # steps are 0.02
+    assert [float(t) for t in ours.step_t] == [25.0, 23.0] and ours.steps == [0, 0]
+    sd = ours.state_dict()
+    assert [float(sd["state"][i]["step"]) for i in (0, 1)] == [25.0, 23.0]
+    other = Adam([p.detach().clone() for p in ps], capturable=True)
+    other.load_state_dict(ref.state_dict())
+    assert [float(t) for t in other.step_t] == [25.0, 23.0]
+    # lr = 0 leaves the parameters as they are
+    frozen = [torch.randn(3).requires_grad_()]
+    before = frozen[0].detach().clone()
+    z = Adam(frozen, lr=0.0, capturable=True)
+    frozen[0].grad = torch.ones(3)
+    z.step()
+    assert torch.equal(frozen[0].detach(), before)
+
+
 def test_state_dict_round_trips_with_torch():
     ps, qs, ours, ref = _pair(1e-3)
     for _ in range(3):

@@ -11,6 +11,12 @@ as `torch.optim.Adam(foreach=True)`. On CPU its updates are bit-for-bit torch's 
 
 `state_dict()` has torch's layout (`state[i] = {step, exp_avg, exp_avg_sq}`, `param_groups`), so
 checkpoints written with either optimizer load into the other.
+
+`capturable=True` keeps each parameter's step count in a float64 scalar tensor on its device and
+forms the bias corrections there (torch.optim.Adam(capturable=True)'s scheme, whose float32
+corrections drift by 1e-7 per step from the host ones), so a `step()` captured in a CUDA graph
+advances the count on every replay instead of replaying the captured step sizes. The update
+matches the host form to float32 rounding (tested over 25 steps).
 """
 from __future__ import annotations
 
@@ -28,11 +34,13 @@ class Adam:
         params: the parameters (float tensors, any device; all updated in place).
         lr: learning rate; betas: (beta1, beta2) in [0, 1); eps > 0 added to the denominator;
         weight_decay >= 0: L2 penalty added to the gradient (torch.optim.Adam's, not AdamW's).
+        capturable: step counts and bias corrections on the parameters' devices (no host value
+        in `step()`: it can be captured in a CUDA graph and replayed).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, capturable: bool = False):
         params = list(params)
         if not params:
             raise ValueError("Adam: no parameters to optimize")
@@ -47,7 +55,10 @@ class Adam:
         self.params = params
         self.param_groups = [{"params": params, "lr": float(lr), "betas": (float(betas[0]), float(betas[1])),
                               "eps": float(eps), "weight_decay": float(weight_decay)}]
-        self.steps = [0] * len(params)
+        self.capturable = bool(capturable)
+        self.steps = [0] * len(params)  # host counts (capturable: the device tensors below)
+        self.step_t = ([torch.zeros((), dtype=torch.float64, device=p.device) for p in params]
+                       if self.capturable else None)
         self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
 
@@ -77,14 +88,18 @@ class Adam:
         grads = [self.params[i].grad for i in live]
         m = [self.exp_avg[i] for i in live]
         v = [self.exp_avg_sq[i] for i in live]
-        for i in live:
-            self.steps[i] += 1
+        if not self.capturable:
+            for i in live:
+                self.steps[i] += 1
         if wd != 0:
             grads = torch._foreach_add(grads, params, alpha=wd)
         torch._foreach_lerp_(m, grads, 1 - beta1)
         torch._foreach_mul_(v, beta2)
         torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
         del grads
+        if self.capturable:
+            self._device_update(params, m, v, [self.step_t[i] for i in live], lr, beta1, beta2, eps)
+            return
         step_size = [-(lr / (1 - beta1 ** self.steps[i])) for i in live]
         bc2_sqrt = [(1 - beta2 ** self.steps[i]) ** 0.5 for i in live]  # torch's pow, not sqrt
         denom = torch._foreach_sqrt(v)
@@ -92,13 +107,38 @@ class Adam:
         torch._foreach_add_(denom, eps)
         torch._foreach_addcdiv_(params, m, denom, step_size)
 
+    @staticmethod
+    def _device_update(params, m, v, steps, lr: float, beta1: float, beta2: float, eps: float) -> None:
+        """p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), with t the float64
+        step tensors (advanced here) and every factor formed on the device."""
+        torch._foreach_add_(steps, 1)
+        bc1 = torch._foreach_pow(beta1, steps)
+        torch._foreach_neg_(bc1)
+        torch._foreach_add_(bc1, 1)              # 1 - beta1^t
+        step_size = torch._foreach_reciprocal(bc1)
+        torch._foreach_mul_(step_size, -lr)      # -lr / (1 - beta1^t)
+        bc2 = torch._foreach_pow(beta2, steps)
+        torch._foreach_neg_(bc2)
+        torch._foreach_add_(bc2, 1)
+        torch._foreach_sqrt_(bc2)                # sqrt(1 - beta2^t)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, bc2)
+        torch._foreach_add_(denom, eps)
+        upd = torch._foreach_div(m, denom)
+        torch._foreach_mul_(upd, step_size)
+        torch._foreach_add_(params, upd)
+
+    def _count(self, i: int) -> int:
+        return int(self.step_t[i].item()) if self.capturable else self.steps[i]
+
     def state_dict(self) -> dict[str, Any]:
         """torch.optim.Adam's layout: {"state": {i: {step, exp_avg, exp_avg_sq}}, "param_groups"}."""
         group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
         group.update(amsgrad=False, maximize=False, params=list(range(len(self.params))))
-        state = {i: {"step": torch.tensor(float(self.steps[i])), "exp_avg": self.exp_avg[i],
+        counts = [self._count(i) for i in range(len(self.params))]
+        state = {i: {"step": torch.tensor(float(counts[i])), "exp_avg": self.exp_avg[i],
                      "exp_avg_sq": self.exp_avg_sq[i]}
-                 for i in range(len(self.params)) if self.steps[i] > 0}
+                 for i in range(len(self.params)) if counts[i] > 0}
         return {"state": state, "param_groups": [group]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -121,6 +161,8 @@ class Adam:
             p = self.params[pos]
             if s is None:
                 self.steps[pos] = 0
+                if self.capturable:
+                    self.step_t[pos].zero_()
                 self.exp_avg[pos].zero_()
                 self.exp_avg_sq[pos].zero_()
                 continue
@@ -129,5 +171,7 @@ class Adam:
                     raise ValueError(f"Adam.load_state_dict: {name} of parameter {pos} has shape "
                                      f"{tuple(s[name].shape)}, the parameter {tuple(p.shape)}")
             self.steps[pos] = int(float(s["step"]))
+            if self.capturable:
+                self.step_t[pos].fill_(float(self.steps[pos]))
             self.exp_avg[pos].copy_(s["exp_avg"])
             self.exp_avg_sq[pos].copy_(s["exp_avg_sq"])
