@@ -1,7 +1,8 @@
 """End to end as a user runs it: `python -m mgg.train` in a fresh process on a `.npz` on disk.
 
 For one graph file this runs, side by side in one invocation:
-  * mgg with default flags, and with `--dropout 0` (P = 1, or `--np P` under mpirun);
+  * mgg with default flags, with `--dropout 0`, and with `--dropout 0 --cuda-graph` (the step
+    replayed from a CUDA graph; GPU only) (P = 1, or `--np P` under mpirun);
   * the plain torch CSR-SpMM GCN with the first Linear before the aggregation (bench/plain_gcn.py);
   * PyG GCNConv (skipped when PyG is not installed; out-of-memory is reported as a result).
 and prints the time from process start to the end of the first epoch, the startup phases mgg
@@ -25,7 +26,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = ("mgg", "mgg-nodrop", "torch", "pyg")
+RUNS = ("mgg", "mgg-nodrop", "mgg-graph", "torch", "pyg")
 
 
 def _env() -> dict:
@@ -96,7 +97,7 @@ def run_mgg(args, path: str, name: str, extra: list[str]) -> dict:
             m = json.load(f)
         r.update(median_epoch_ms=m.get("median_epoch_ms"), phases=m.get("phases"),
                  first_epoch_end_s=m.get("time_to_first_epoch_s"), memory=m.get("memory"),
-                 val_acc=m.get("val_acc"), final_loss=m.get("final_loss"))
+                 val_acc=m.get("val_acc"), final_loss=m.get("final_loss"), cuda_graph=m.get("cuda_graph"))
         mem = m.get("memory") or {}
         r["peak_gpu_mb"] = max((x.get("gpu_peak_mb", 0) or 0 for x in mem.get("ranks", [])), default=None)
     r["status"] = "ok" if r["rc"] == 0 else f"exit {r['rc']}"
@@ -131,7 +132,7 @@ def table(rows: dict) -> str:
                      f"{_fmt(r.get('first_epoch_end_s')):>11} {_fmt(r.get('median_epoch_ms'), '.2f'):>9} "
                      f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} {_fmt(r.get('peak_gpu_mb'), '.0f'):>8}  {phs}")
     base = rows.get("torch", {}).get("median_epoch_ms")
-    for name in ("mgg", "mgg-nodrop"):
+    for name in ("mgg", "mgg-nodrop", "mgg-graph"):
         ours = rows.get(name, {}).get("median_epoch_ms")
         if ours and base:
             lines.append(f"{name}: {base / ours:.2f}x the plain torch epoch")
@@ -173,6 +174,8 @@ def main(argv=None) -> int:
             rows[name] = run_mgg(args, path, name, [])
         elif name == "mgg-nodrop":
             rows[name] = run_mgg(args, path, name, ["--dropout", "0"])
+        elif name == "mgg-graph":
+            rows[name] = run_mgg(args, path, name, ["--dropout", "0", "--cuda-graph"])
         else:
             rows[name] = run_plain(args, path, name)
         print(f"{name}: {rows[name].get('status')} ({rows[name]['wall_s']:.1f} s)", flush=True)

@@ -132,6 +132,11 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="compute every layer over every row, instead of only the rows the loss or the "
                    "evaluation reads and their in-neighbours (row sets, used while a set holds <= 50%% of "
                    "the nodes; docs/e2e.md); the results are the same")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="GPU, full-graph mode: capture the training step in a CUDA graph after two "
+                   "eager epochs and replay it (the step's kernel launches cost the host as much time "
+                   "as the GPU takes at P > 1); needs --dropout 0, not with --tune or --profile-steps; "
+                   "a step that cannot be captured runs eagerly, with the reason in the metrics")
     p.add_argument("--profile-steps", action="store_true",
                    help="time the parts of every training step (forward, backward, aggregations, gradient "
                    "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "
@@ -271,7 +276,7 @@ def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace
                      f"({len(fanout)} layers): in --mode sampled the number of layers is the number of "
                      f"fanouts; drop --layers or give {ns.layers} fanouts")
     for key, flag in (("tune", "--tune"), ("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume"),
-                      ("profile_steps", "--profile-steps")):
+                      ("profile_steps", "--profile-steps"), ("cuda_graph", "--cuda-graph")):
         if getattr(ns, key):
             parser.error(f"{flag} is not supported with --mode sampled yet")
 

@@ -96,6 +96,7 @@ class TrainConfig:
     progress: bool = True
     force: bool = False                  # train even when the memory estimate says it does not fit
     profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)
+    cuda_graph: bool = False             # replay the step from a CUDA graph (mgg.apps.graphed)
     row_sets: bool = True                # layers on the rows the loss/evaluation read (mgg.runtime.rowset)
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
     ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)
@@ -164,4 +165,5 @@ class TrainResult:
     time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
     memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step
+    cuda_graph: str = ""               # --cuda-graph: "replayed", or "eager: <why>"
     row_sets: dict = field(default_factory=dict)  # row set name -> nodes over all ranks (mgg.runtime.rowset)

@@ -92,6 +92,23 @@ def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict 
     return tuner, AggregationTimer(dg)
 
 
+def check_cuda_graph(cfg: TrainConfig, device_type: str | None = None) -> None:
+    """UserError naming the flag when --cuda-graph cannot apply (before any GPU work): dropout
+    seeds are host values drawn per step (a graph would freeze them), the tuner switches kernels
+    between steps, --profile-steps times the parts on the host; and a graph needs a GPU
+    (`device_type`, once known)."""
+    if not cfg.cuda_graph:
+        return
+    if cfg.dropout:
+        raise UserError(f"--cuda-graph needs --dropout 0 (got {cfg.dropout}): the dropout seeds are drawn "
+                        f"on the host every step and a replayed graph would keep the first one")
+    for on, flag in ((cfg.tune, "--tune"), (cfg.profile_steps, "--profile-steps")):
+        if on:
+            raise UserError(f"--cuda-graph does not combine with {flag}")
+    if device_type is not None and device_type != "cuda":
+        raise UserError("--cuda-graph needs the GPU backend (--backend gpu on a machine with CUDA)")
+
+
 def _untimed(part: str):
     """The span of a step without --profile-steps: nothing."""
     return nullcontext()
@@ -106,6 +123,7 @@ class FullGraphHooks(EpochHooks):
         self.tuner = self.timer = self.ckpt = None
         self.fingerprint = ""
         self.profile = None  # a StepProfile with --profile-steps
+        self.captured = None  # a CapturedStep with --cuda-graph
         self.train_index = self.train_target = None
         if self.data.train_rows is None:  # the loss over every training row of the full output: an
             import torch                  # index, so the step has no host sync (a bool mask has one)
@@ -114,6 +132,8 @@ class FullGraphHooks(EpochHooks):
             self.train_target = self.data.y.index_select(0, self.train_index)
 
     def train_step(self, epoch: int):
+        if self.captured is not None:  # --cuda-graph
+            return self.captured(epoch)
         if self.profile is None:
             return self._step(epoch, _untimed)
         with self.profile.step():
@@ -198,7 +218,7 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout, norm=cfg.norm).to(dg.device)
     broadcast_parameters(model, comm)
-    opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=cfg.cuda_graph)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
     state = LoopState(cfg, comm, dg, data, TrainResult(model=model, world_size=comm.size, backend=dg.backend))
     return FullGraphHooks(state, model, opt, gen, fault), state
@@ -232,11 +252,13 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)
     cfg = cfg.resolved()
+    check_cuda_graph(cfg)
     fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = resume_state(cfg, comm, graph)
     prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed, deferred=True)
     clock = clock or PhaseClock(comm, show=False)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
+        check_cuda_graph(cfg, dg.device.type)
         for name in ("partition", "store"):  # DistGraph's construction
             clock.add(name, dg.build_seconds[name])
         with clock.phase("data"):  # this rank's features, labels and masks on its device
@@ -262,8 +284,15 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
 
             hooks.profile = StepProfile(dg.device.type == "cuda")
             hooks.profile.attach(dg)  # after the tuner's timer: unwrapped first, below
+        if cfg.cuda_graph:
+            from .graphed import CapturedStep
+
+            hooks.captured = CapturedStep(lambda e: hooks._step(e, _untimed), comm)
         state.bar = progress_bar(cfg, comm, start) if verbose else None
         run_epochs(state, hooks, start)
+        if hooks.captured is not None:
+            c = hooks.captured
+            state.res.cuda_graph = "replayed" if c.captured else f"eager: {c.why_eager or 'too few epochs'}"
         if hooks.profile is not None:
             hooks.profile.detach()
             state.res.step_profile = hooks.profile.summary(comm)
