@@ -423,6 +423,7 @@ class CsrRowsExecutor:
         only when world_size > 1, so that other ranks can read this rank's rows. Returns float32
         [n_local, D]: W x' + diag * x' with x' = x rounded to the storage dtype."""
         self._check_x(x)
+        self._layout(int(x.shape[1]))  # a width the kernels cannot take fails before any collective
         if self.plan.world_size > 1:
             if sym is None:
                 raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")

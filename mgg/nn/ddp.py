@@ -27,10 +27,10 @@ def flatten(tensors: list[torch.Tensor]) -> np.ndarray:
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors]).numpy().copy()
 
 
-def unflatten_into(buf: np.ndarray, tensors: list[torch.Tensor]) -> None:
-    """Copy consecutive slices of `buf` back into `tensors` (in place, keeping dtype/device); to a
-    GPU the buffer goes in one copy, then it is sliced there."""
-    src = torch.from_numpy(buf)
+def unflatten_into(buf: np.ndarray | torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of `buf` (a host array, or a 1-D tensor) back into `tensors` (in
+    place, keeping dtype/device); to a GPU the buffer goes in one copy, then it is sliced there."""
+    src = torch.from_numpy(buf) if isinstance(buf, np.ndarray) else buf
     devices = {t.device for t in tensors}
     if len(devices) == 1 and next(iter(devices)).type != "cpu":
         src = src.to(next(iter(devices)))
@@ -71,10 +71,7 @@ def allreduce_gradients(model: nn.Module, comm, store=None) -> None:
         flat = torch.cat([g.reshape(-1) for g in grads])
         if store.allreduce_sum_(flat):
             with torch.no_grad():
-                off = 0
-                for g in grads:
-                    g.copy_(flat[off: off + g.numel()].view_as(g))
-                    off += g.numel()
+                unflatten_into(flat, grads)
             return
     buf = flatten(grads)
     comm.allreduce_(buf)
