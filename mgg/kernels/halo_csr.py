@@ -94,8 +94,8 @@ def remote_factors(plan: AggregationPlan, local: WeightFactors, indptr: torch.Te
 
 
 class HaloCsrExecutor:
-    """Runs `out = W x + diag * x` for one plan (any remote work) with the halo gather beside the
-    local CSR pass, then the remote CSR pass (see the module docstring).
+    """Runs `out = W x + diag * x` for one plan (any remote work): the halo gather and the local
+    CSR pass, then the remote CSR pass (see the module docstring).
 
     Args:
         plan: the rank's AggregationPlan.
@@ -111,8 +111,9 @@ class HaloCsrExecutor:
             serial 0.916-0.944 / 4.771 ms, overlapped 0.979-0.989 / 4.747 ms -- the gather is
             small and both passes share the SMs and HBM -- and the side stream costs host time.
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
-    float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
+
+    float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
     """
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
