@@ -23,7 +23,8 @@
 # carried wheels, mpirun line) is bench/device_env.sh. Knobs: NGPU, BENCH_P ("1 2": fullgraph P
 # list), FULLGRAPH_ARGS, TUNER_RUNS (3), GAT_SCALE_PRODUCTS (0.25), GAT_SCALE_REDDIT (0.1),
 # SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS, E2E_PAPERS_SCALE (0.1), SCALING_ARGS
-# (fullgraph flags of the scaling suite), SCALING_P ("1 2 4 8": its P values).
+# (fullgraph flags of the scaling suite; default csr_rows, halo, halo_csr, with --cuda-graph rows),
+# SCALING_P ("1 2 4 8": its P values).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
@@ -40,7 +41,7 @@ declare -A STAGES=(
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
 
-usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 ARGV="bench/run.sh $*"
 DRY=0 TAR=0 suites=()
@@ -253,18 +254,22 @@ stage_e2e() {   # one process launches the CLI runs itself (P = 1 unless E2E_ARG
   # shellcheck disable=SC2086  # E2E_ARGS is a list of words
   run_cmd 600 1 e2e.log "." python3 bench/e2e.py "${out[@]}" ${E2E_ARGS:-}
 }
-stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; mgg, --dropout 0, plain torch
+stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; mgg, --dropout 0 (eager and
+                       # with --cuda-graph), plain torch
   run_cmd 600 1 e2e-papers.log "." python3 bench/e2e.py --out "$RUN/e2e-papers" --graph papers-like \
-    --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-nodrop,torch
+    --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-nodrop,mgg-graph,torch
 }
 
 # -- scaling --------------------------------------------------------------------------------------
+# the variants that win (csr_rows at P = 1, halo / halo_csr with remote work; the per-edge ones
+# ran past the 600 s limit in earlier runs), eagerly and with the step in a CUDA graph
+SCALING_DEFAULT="--datasets reddit-like:1,products-like:1 --variants csr_rows,halo,halo_csr --cuda-graph --no-pyg --epochs 10"
 stage_scaling() {
   local rc=0 p
   for p in ${SCALING_P:-1 2 4 8}; do   # SCALING_P: a subset, e.g. one P per device call
     ((p <= NGPU)) || continue
     run_cmd 600 "$p" "scaling-P$p.log" "^(reddit|products|papers)|Error" \
-      python3 bench/fullgraph.py --out "$RUN/scaling" ${SCALING_ARGS:---datasets reddit-like:1,products-like:1 --no-pyg} || rc=1
+      python3 bench/fullgraph.py --out "$RUN/scaling" ${SCALING_ARGS:-$SCALING_DEFAULT} || rc=1
   done
   run_cmd 60 1 scaling-table.txt "." python3 bench/scaling.py --summarize "$RUN/scaling" || rc=1
   return $rc
