@@ -96,7 +96,7 @@ def parts(dg, kind: str, dim: int, reps: int, comm, thresholds=(None, 32, 64, 12
     sym.write(x)
     sym.publish()
     base.update({"store": med(lambda: (sym.release(), sym.write(x), sym.publish())),
-                 "gather": med(lambda: ex._gather(sym, halo, dv))})
+                 "gather": med(lambda: ex._gather(sym, halo, dv, lanes))})
     for thr in thresholds:
         ex.retune(long_threshold=thr)
         rows.append({**base, "threshold": thr, "local_pass": med(lambda: ex.local.aggregate_local(x, sym)),

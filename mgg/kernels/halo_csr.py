@@ -141,7 +141,7 @@ class HaloCsrExecutor:
         self.prescale = f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
         self.hpe = _dev(plan.halo_pe(), np.int32, dev)
         self.hrow = _dev(plan.halo_row, np.int32, dev)
-        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
+        self._schedules: dict[int, RowSchedule] = {}
         from .build import load_module
 
         self.gather_module = load_module("aggregate")
@@ -165,10 +165,9 @@ class HaloCsrExecutor:
     def schedule(self, groups: int) -> RowSchedule:
         """The remote CSR's row schedule for `groups` lane groups (rows with remote entries only)."""
         if groups not in self._schedules:
-            s = row_schedule(self.indptr, groups, self.local.long_threshold, self.local.chunk, skip_empty=True)
-            self._schedules[groups] = (s, {"tasks": s.long_tasks.contiguous(), "short": s.short_rows.contiguous(),
-                                           "split": s.split.contiguous()})
-        return self._schedules[groups][0]
+            self._schedules[groups] = row_schedule(self.indptr, groups, self.local.long_threshold, self.local.chunk,
+                                                   skip_empty=True)
+        return self._schedules[groups]
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
         """The row kernels' knobs, for both passes (schedules are rebuilt lazily)."""
@@ -181,14 +180,12 @@ class HaloCsrExecutor:
             return torch.full((rows, width), float("nan"), dtype=dt, device=self.device)
         return torch.empty((rows, width), dtype=dt, device=self.device)
 
-    def _gather(self, sym, halo: torch.Tensor, dv: int) -> None:
-        """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]]."""
+    def _gather(self, sym, halo: torch.Tensor, dv: int, lanes: int) -> None:
+        """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]];
+        `lanes` per row as the kernel picks them (pow2ceil(dv), at most 32: `_layout`'s)."""
         h = self.plan.halo_size
         if not h:
             return
-        lanes = 1
-        while lanes < dv and lanes < 32:
-            lanes <<= 1
         rows_per_block = _GATHER_WPB * (32 // lanes)
         blocks = max(1, min(-(-h // rows_per_block), self.num_sms * 16))
         cache = self.local.launch_cache
@@ -199,13 +196,12 @@ class HaloCsrExecutor:
 
     def _remote_pass(self, halo: torch.Tensor, out: torch.Tensor, dv: int, lanes: int, vpl: int) -> None:
         sched = self.schedule(32 // lanes)
-        arrays = self._schedules[32 // lanes][1]
         if not sched.num_warps:
             return
         partial = self.local._buf(max(sched.num_slots, 1), out.shape[1])
         mode = WEIGHT_MODES["one" if self.prescale else self.factors.mode]
         launch_csr_rows(self.local.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.local.wpb,
-                        self.num_sms, sched, arrays, self.indptr, self.src, self.wt,
+                        self.num_sms, sched, self.indptr, self.src, self.wt,
                         None if self.prescale else self.cf, self.rf, None, halo, dv, out, partial, add=True,
                         cache=self.local.launch_cache)
 
@@ -236,12 +232,12 @@ class HaloCsrExecutor:
             if self.overlap:
                 self.side.wait_stream(cur)  # the published slice and the halo buffer
                 with torch.cuda.stream(self.side):
-                    self._gather(sym, halo, dv)
+                    self._gather(sym, halo, dv, lanes)
                 gathered = self._gathered  # one event, recorded again each call
                 gathered.record(self.side)
                 halo.record_stream(self.side)
             else:
-                self._gather(sym, halo, dv)
+                self._gather(sym, halo, dv, lanes)
         if only == "remote":
             out = torch.zeros((p.n_local, 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)),
                               dtype=torch.float32, device=self.device)
@@ -253,7 +249,6 @@ class HaloCsrExecutor:
             self._remote_pass(halo, out, dv, lanes, vpl)
         sym.release()
         return out if out.shape[1] == dim else out[:, :dim].contiguous()
-
 
     def _wide_executor(self):
         """The `halo` partition kernels (up to 1024 floats a row), built on first use."""

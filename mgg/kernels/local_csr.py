@@ -129,6 +129,7 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
     short = torch.nonzero(~is_long & (deg > 0) if skip_empty else ~is_long).reshape(-1)
     short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
     num_slots = int(is_split.sum())
+    tasks, short, split = tasks.contiguous(), short.contiguous(), split.contiguous()  # launched by pointer
     if as_numpy:
         tasks, short, split = tasks.numpy(), short.numpy(), split.numpy()
     return RowSchedule(groups, thr, int(chunk), tasks, short, split, num_slots, time.perf_counter() - t0)
@@ -266,14 +267,14 @@ def _p(t: torch.Tensor | None) -> np.uint64:
 
 
 def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int, num_sms: int,
-                    sched: RowSchedule, arrays: dict, indptr: torch.Tensor, src: torch.Tensor,
+                    sched: RowSchedule, indptr: torch.Tensor, src: torch.Tensor,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
     """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (indptr int64 [n + 1], src
     int32 [E] rows of `table`), then mgg_csr_combine{sfx} for its split hub rows, on torch's
-    current stream. `sched` / `arrays`: the CSR's RowSchedule for G = 32 / lanes and its device
-    arrays ("tasks", "short", "split"). `table`: [*, dv] 16-byte vectors in the storage dtype;
+    current stream. `sched`: the CSR's RowSchedule for G = 32 / lanes, built from a CUDA indptr
+    (its arrays are contiguous tensors on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
     instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu).
     `cache`: the caller's LaunchCache (function handles and stream views kept between calls)."""
@@ -283,14 +284,14 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
         if warps:
             fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
             fn((-(-warps // wpb),), (32 * wpb,), (
-                np.int64(len(sched.long_tasks)), _p(arrays["tasks"]), np.int64(len(sched.short_rows)),
-                _p(arrays["short"]), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
+                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.short_rows)),
+                _p(sched.short_rows), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
                 np.int32(dv), _p(out), _p(partial), np.int32(add)))
         ns = len(sched.split)
         if ns:
             comb = cache.function(module, f"mgg_csr_combine{sfx}")
             cblocks = max(1, min(-(-ns // 8), num_sms * 8))
-            comb((cblocks,), (256,), (np.int64(ns), _p(arrays["split"]), _p(partial), _p(rf), _p(diag),
+            comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
                                       _p(table), np.int32(dv), _p(out), np.int32(add)))
 
 
@@ -339,7 +340,7 @@ class CsrRowsExecutor:
         wt = _dev(plan.local_weight, np.float32, dev)  # kept only when the kernel reads it
         self.factors = factor_weights(plan, kind, device=dev, on_device=(self.indptr, self.src, wt))
         self.prep_seconds = time.perf_counter() - t0
-        self._schedules: dict[int, tuple[RowSchedule, dict]] = {}
+        self._schedules: dict[int, RowSchedule] = {}
         f = self.factors
         self.wt = wt if f.mode == "weighted" else None
         self.rf = _dev(f.row, np.float32, dev)
@@ -361,14 +362,12 @@ class CsrRowsExecutor:
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
     def schedule(self, groups: int) -> RowSchedule:
-        """The (cached) row schedule for lane-group count `groups`, built and uploaded once."""
+        """The (cached) row schedule for lane-group count `groups`, built once on the GPU."""
         if groups not in self._schedules:
             s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk)  # on the GPU
             self.prep_seconds += s.seconds
-            arrays = {"tasks": s.long_tasks.contiguous(), "short": s.short_rows.contiguous(),
-                      "split": s.split.contiguous()}
-            self._schedules[groups] = (s, arrays)
-        return self._schedules[groups][0]
+            self._schedules[groups] = s
+        return self._schedules[groups]
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
         """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
@@ -453,7 +452,6 @@ class CsrRowsExecutor:
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
         sched = self.schedule(groups)
-        arrays = self._schedules[groups][1]
         partial = self._buf(max(sched.num_slots, 1), width)
         mode, diag = WEIGHT_MODES[self.factors.mode], self.diag
         if self.prescale:  # x' = cf * x, then w = 1 (see __init__)
@@ -461,6 +459,6 @@ class CsrRowsExecutor:
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
         if n:
             launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
-                            self.num_sms, sched, arrays, self.indptr, self.src, self.wt, self.cf, self.rf,
+                            self.num_sms, sched, self.indptr, self.src, self.wt, self.cf, self.rf,
                             diag, xin, dv, out, partial, cache=self.launch_cache)
         return out
