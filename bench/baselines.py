@@ -179,35 +179,45 @@ class PlainTorchGCN(torch.nn.Module):
 
 
 class PlainTorchGIN(torch.nn.Module):
-    """GIN (Linear-ReLU-Linear MLP, trainable eps) in plain torch with the MLP's first Linear
-    before the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1."""
+    """GIN (Linear-[BatchNorm1d]-ReLU-Linear MLP, trainable eps) in plain torch with the MLP's first
+    Linear before the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1.
+    norm="batch" is mgg's default GIN (the first Linear without bias, torch.nn.BatchNorm1d over all
+    rows); "none" drops the norm."""
 
-    def __init__(self, dims: list[int], hidden: int):
+    def __init__(self, dims: list[int], hidden: int, norm: str = "none"):
         super().__init__()
-        self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, hidden) for a in dims[:-1])
+        if norm not in ("batch", "none"):
+            raise ValueError(f"PlainTorchGIN: norm must be 'batch' or 'none', got {norm!r}")
+        self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, hidden, bias=norm == "none") for a in dims[:-1])
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm1d(hidden) for _ in dims[:-1]) if norm == "batch" else None
         self.l2 = torch.nn.ModuleList(torch.nn.Linear(hidden, b) for b in dims[1:])
         self.eps = torch.nn.Parameter(torch.zeros(len(self.l1)))
 
     def forward(self, x, A, A_out=None, out_index=None):
         """A_out / out_index: the operator's rows the loss reads and their ids (the last layer
-        then computes only those rows)."""
+        then computes only those rows; with batch norm its statistics still take every row, so
+        only the last Linear is narrowed)."""
         last = len(self.l1) - 1
         for i, (l1, l2) in enumerate(zip(self.l1, self.l2)):
             z = x @ l1.weight.t()
-            if i == last and A_out is not None:
-                z = A_out @ z + (1 + self.eps[i]) * z[out_index] + l1.bias
+            rows_only = i == last and A_out is not None
+            if rows_only and self.norms is None:
+                z = A_out @ z + (1 + self.eps[i]) * z[out_index]
             else:
-                z = A @ z + (1 + self.eps[i]) * z + l1.bias
+                z = A @ z + (1 + self.eps[i]) * z
+            z = self.norms[i](z) if self.norms is not None else z + l1.bias
+            if rows_only and self.norms is not None:
+                z = z[out_index]
             x = l2(z.relu())
             if i < last:
                 x = x.relu()
         return x
 
 
-def plain_torch_model(graph, mname: str, hidden: int, layers: int, device):
+def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm: str = "none"):
     """(model, op): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin') and its
     aggregation operator (a SparseOperator of D^-1/2 (A + I) D^-1/2 for GCN, of the plain
-    adjacency for GIN's sum)."""
+    adjacency for GIN's sum). `norm`: GIN's MLP normalisation ("batch" | "none")."""
     n = graph.num_nodes
     classes = int(graph.y.max()) + 1
     dims = [graph.x.shape[1]] + [hidden] * (layers - 1) + [classes]
@@ -222,5 +232,5 @@ def plain_torch_model(graph, mname: str, hidden: int, layers: int, device):
             torch.arange(n, device=device).repeat(2, 1), dinv * dinv, (n, n))).coalesce().to_sparse_csr()
         return PlainTorchGCN(dims).to(device), SparseOperator(A)
     if mname == "gin":
-        return PlainTorchGIN(dims, hidden).to(device), SparseOperator(_device_csr(graph.indptr, graph.indices, None, n, device))
+        return PlainTorchGIN(dims, hidden, norm).to(device), SparseOperator(_device_csr(graph.indptr, graph.indices, None, n, device))
     raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin)")

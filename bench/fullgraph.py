@@ -3,7 +3,9 @@
     mpirun -np P python bench/fullgraph.py [--datasets reddit-like:1,products-like:1,papers-like:0.02]
                                            [--models gcn,gin] [--epochs 5] [--warmup 2]
 
-Per dataset and model (GCN 2x16, GIN 5x64, as in MGG §7) it times one training epoch (forward,
+Per dataset and model (GCN 2x16, GIN 5x64, as in MGG §7; `gin` is mgg's default GIN with batch
+norm in its MLP, and every baseline then has the same BatchNorm1d; `gin:none` is GIN without a
+norm, the plain-torch model of issue 16's first table) it times one training epoch (forward,
 backward, gradient all-reduce, Adam step; dropout off for every system) of
   * mgg with each kernel variant (pipelined, pipelined_2pass, ptr, halo, nonpipelined = baseline b),
   * baseline (a): NCCL all-to-all of the halo rows, then torch sparse CSR SpMM (bench/baselines.py),
@@ -50,11 +52,20 @@ def variants_for(dg, wanted: tuple[str, ...] | None = None) -> tuple[str, ...]:
     return tuple(v for v in (wanted or VARIANTS) if not (get_variant(v).local_only and remote > 0))
 
 
-def model_spec(name: str) -> dict:
-    """hidden, layers and aggregation kind of model `name`, from the model registry (mgg.nn.registry);
-    SystemExit for a model whose aggregation does not run through the plan (nothing to compare)."""
+def model_spec(spec: str) -> dict:
+    """hidden, layers and aggregation kind of model `spec`, from the model registry
+    (mgg.nn.registry), with its registry `name` and constructor `options`: "gin" is mgg's default
+    GIN (batch norm in the MLP), "gin:none" / "gin:layer" pick GIN's `norm`. SystemExit for a
+    model whose aggregation does not run through the plan (nothing to compare) or a bad norm."""
+    from mgg.nn.norm import NORMS
     from mgg.nn.registry import model_entry, tunable_models
 
+    name, _, norm = spec.partition(":")
+    options = {}
+    if norm:
+        if name != "gin" or norm not in NORMS:
+            raise SystemExit(f"bench/fullgraph.py: --models {spec}: only gin takes a norm ({', '.join(NORMS)})")
+        options["norm"] = norm
     try:
         e = model_entry(name)
     except ValueError as err:
@@ -62,7 +73,17 @@ def model_spec(name: str) -> dict:
     if e.aggregation is None:
         raise SystemExit(f"bench/fullgraph.py: --models {name}: its aggregation does not run through the plan; "
                          f"choose from {', '.join(tunable_models())}")
-    return dict(hidden=e.defaults.hidden, layers=e.defaults.layers, kind=e.aggregation)
+    return dict(name=name, options=options, hidden=e.defaults.hidden, layers=e.defaults.layers,
+                kind=e.aggregation)
+
+
+def build_bench_model(mname: str, g, device):
+    """mgg's model for --models entry `mname` on graph g (dropout off, as every system here)."""
+    from mgg.nn import build_model
+
+    m = model_spec(mname)
+    return build_model(m["name"], g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0,
+                      **m["options"]).to(device)
 
 
 def _variant_list(text: str) -> tuple[str, ...]:
@@ -177,9 +198,6 @@ def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
     (this rank's; the caller takes the max over ranks)."""
     import torch
 
-    from mgg.nn import build_model
-
-    m = model_spec(mname)
     calls = []
     real = dg.aggregate
 
@@ -192,7 +210,7 @@ def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
         y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
         tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
         torch.manual_seed(0)
-        model = build_model(mname, g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0).to(device)
+        model = build_bench_model(mname, g, device)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm)()
     finally:
@@ -240,10 +258,8 @@ def time_system(build_G, mname, g, comm, args, device, graph_row: dict | None = 
     `graph_row` (a dict), also the step captured in a CUDA graph: graph_row["ms"|"error"]."""
     import torch
 
-    from mgg.nn import build_model
     from mgg.nn.optim import Adam
 
-    m = model_spec(mname)
     try:
         G = build_G()
         x = torch.from_numpy(np.ascontiguousarray(G.local(g.x))).to(device)
@@ -251,7 +267,7 @@ def time_system(build_G, mname, g, comm, args, device, graph_row: dict | None = 
         tm = torch.from_numpy(np.ascontiguousarray(G.local(g.train_mask))).to(device)
         n_train = float(g.train_mask.sum())
         torch.manual_seed(0)
-        model = build_model(mname, g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0).to(device)
+        model = build_bench_model(mname, g, device)
         # the CLI's optimizer; with a CUDA graph its step counts live on the GPU, so each replay
         # is a training step (the bench trains without dropout: no host seed in the step)
         opt = Adam(model.parameters(), lr=0.01, capturable=graph_row is not None)
@@ -279,12 +295,13 @@ def plain_torch_epoch(g, mname, args, device, comm):
     m = model_spec(mname)
     try:
         torch.manual_seed(0)
-        model, A = plain_torch_model(g, mname, m["hidden"], m["layers"], device)
+        model, A = plain_torch_model(g, m["name"], m["hidden"], m["layers"], device,
+                                     norm=m["options"].get("norm", "batch" if m["name"] == "gin" else "none"))
         x = torch.from_numpy(g.x).to(device)
         y = torch.from_numpy(g.y).to(device)
         train = torch.nonzero(torch.from_numpy(g.train_mask).to(device)).reshape(-1)
         A_out = A.rows(train)  # the last layer on the rows the loss reads
-        kw = {"out_index": train} if mname == "gin" else {}
+        kw = {"out_index": train} if m["name"] == "gin" else {}
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
         def step():
@@ -295,6 +312,8 @@ def plain_torch_epoch(g, mname, args, device, comm):
         ms, err = statistics.median(cuda_ms(step, args.epochs, comm, sync_all=False)), None
     except torch.cuda.OutOfMemoryError as e:
         ms, err = None, f"OOM: {str(e).splitlines()[0][:120]}"
+    except ValueError as e:  # a model the plain-torch baseline does not have (e.g. gin:layer)
+        ms, err = None, str(e)
     torch.cuda.empty_cache()
     return ms, err
 
@@ -307,9 +326,10 @@ def pyg_epoch(g, mname, args, device, comm):
         from torch_geometric.nn import GCNConv, GINConv
     except ImportError:
         return None, "torch_geometric not installed"
-    if mname not in ("gcn", "gin"):
-        return None, f"no PyG baseline for {mname}"
     m = model_spec(mname)
+    if m["name"] not in ("gcn", "gin"):
+        return None, f"no PyG baseline for {mname}"
+    batch_norm = m["name"] == "gin" and m["options"].get("norm", "batch") == "batch"
     try:
         ei = torch.from_numpy(g.edge_index()).to(device)
         x = torch.from_numpy(g.x).to(device)
@@ -317,11 +337,12 @@ def pyg_epoch(g, mname, args, device, comm):
         tm = torch.from_numpy(g.train_mask).to(device)
         C = int(g.y.max()) + 1
         dims = [g.x.shape[1]] + [m["hidden"]] * (m["layers"] - 1) + [C]
-        if mname == "gcn":
+        if m["name"] == "gcn":
             convs = [GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])]
-        else:
-            convs = [GINConv(torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Linear(b, b)),
-                             train_eps=True) for a, b in zip(dims[:-1], dims[1:])]
+        else:  # mgg's GIN MLP: Linear-[BatchNorm1d]-ReLU-Linear
+            convs = [GINConv(torch.nn.Sequential(
+                *([torch.nn.Linear(a, b, bias=False), torch.nn.BatchNorm1d(b)] if batch_norm else [torch.nn.Linear(a, b)]),
+                torch.nn.ReLU(), torch.nn.Linear(b, b)), train_eps=True) for a, b in zip(dims[:-1], dims[1:])]
         convs = torch.nn.ModuleList(convs).to(device)
         opt = torch.optim.Adam(convs.parameters(), lr=0.01)
 

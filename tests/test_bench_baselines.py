@@ -22,11 +22,11 @@ def _dense_adj(g) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize("mname", ["gcn", "gin"])
-def test_plain_torch_model_matches_dense_float64(mname):
+@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch")])
+def test_plain_torch_model_matches_dense_float64(mname, norm):
     g = load_dataset("karate")
     torch.manual_seed(0)
-    model, op = plain_torch_model(g, mname, 8, 2, "cpu")
+    model, op = plain_torch_model(g, mname, 8, 2, "cpu", norm=norm)
     a = _dense_adj(g)
     if mname == "gcn":
         dinv = 1.0 / np.sqrt(a.sum(1) + 1.0)
@@ -52,11 +52,11 @@ def test_plain_torch_model_matches_dense_float64(mname):
     assert torch.allclose(grad.double(), x64.grad, atol=1e-5)
 
 
-@pytest.mark.parametrize("mname", ["gcn", "gin"])
-def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname):
+@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch")])
+def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname, norm):
     g = load_dataset("karate")
     torch.manual_seed(0)
-    model, op = plain_torch_model(g, mname, 8, 2, "cpu")
+    model, op = plain_torch_model(g, mname, 8, 2, "cpu", norm=norm)
     idx = torch.tensor([0, 3, 7, 20, 33])
     kw = {"out_index": idx} if mname == "gin" else {}
     x = torch.from_numpy(g.x)

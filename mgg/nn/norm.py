@@ -7,10 +7,19 @@ all-reduce is differentiable (its backward all-reduces the gradient of the stati
 gradient of every rank's rows is the 1-rank gradient too. Training: one all-reduce forward and
 one backward per call (collective: every rank calls it, also a rank with no rows). Evaluation:
 the running statistics, no communication.
+
+On a GPU the rows go through torch's fused batch-norm kernels instead of the float64 sums: one
+rank calls F.batch_norm; several ranks run SyncBatchNorm's kernels (per-rank mean and inverse
+std, combined over ranks; backward_reduce / backward_elemt) with the two small sums over ranks
+done by the store on the device where it can (NVSHMEM), so the step has no host sync and can be
+captured in a CUDA graph. The float64 form stays the CPU path (its statistics are what CI checks
+P ranks against 1 rank with).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["DistBatchNorm", "allreduce_sum", "make_norm", "NORMS"]
@@ -42,6 +51,70 @@ def _allreduce(t: torch.Tensor, comm) -> torch.Tensor:
 def allreduce_sum(t: torch.Tensor, comm) -> torch.Tensor:
     """Differentiable sum of a small tensor over the ranks of `comm` (mgg Communicator or None)."""
     return _AllReduceSum.apply(t, comm)
+
+
+def _sum_over_ranks(buf: torch.Tensor, dg) -> torch.Tensor:
+    """buf (float32, 1-D, CUDA) summed over the ranks of dg: on the device through the store where
+    it can (NVSHMEM's on-stream reduction), else on the host in float64. Collective."""
+    store = getattr(dg, "store", None)
+    if store is not None and store.allreduce_sum_(buf):
+        return buf
+    host = buf.detach().to("cpu", torch.float64).numpy().copy()
+    dg.comm.allreduce_(host)
+    return torch.from_numpy(host).to(buf.device, buf.dtype)
+
+
+class _SyncBatchNormGPU(torch.autograd.Function):
+    """Batch norm over the rows of every rank with torch's SyncBatchNorm kernels.
+
+    Forward: each rank's mean and inverse std (torch.batch_norm_stats, float32 [D]) go into its
+    row of a zeroed [P, 2D] buffer summed over ranks (an all-gather); the global mean and biased
+    variance are combined from them in float64 with the host-known row counts (Chan's parallel
+    formula: sum_r n_r (var_r + (mean_r - mean)^2) / N). Backward: torch.batch_norm_backward_reduce
+    gives this rank's sum(dy), sum(dy (x - mean)) and the affine gradients (this rank's rows; the
+    gradient all-reduce sums them); the two [D] sums are summed over ranks, then
+    torch.batch_norm_backward_elemt writes dx. Shapes: x float32 [n_local, D] (contiguous CUDA)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, bn, dg, counts):  # type: ignore[override]
+        d, p, r = x.shape[1], dg.world_size, dg.rank
+        buf = x.new_zeros(p, 2 * d)
+        if x.shape[0] > 0:
+            mean_r, invstd_r = torch.batch_norm_stats(x, bn.eps)
+            buf[r, :d], buf[r, d:] = mean_r, invstd_r
+        else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
+            buf[r, d:] = 1.0
+        buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d).to(torch.float64)
+        n_r, count32 = bn._device_counts(counts, x.device)
+        n = float(counts.sum())
+        means, var_r = buf[:, :d], (1.0 / (buf[:, d:] * buf[:, d:]) - bn.eps).clamp(min=0.0)
+        mean = (n_r[:, None] * means).sum(0) / n
+        var = (n_r[:, None] * (var_r + (means - mean) ** 2)).sum(0) / n
+        bn._update_running(mean, var, n)
+        mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
+        ctx.save_for_backward(x, weight, mean32, invstd32)
+        ctx.dg, ctx.count = dg, count32
+        return torch.batch_norm_elemt(x, weight, bias, mean32, invstd32, bn.eps)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        x, weight, mean, invstd = ctx.saved_tensors
+        grad = grad.contiguous()
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        d = x.shape[1]
+        if x.shape[0] > 0:
+            sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
+                grad, x, mean, invstd, weight, need_x, need_w and weight is not None,
+                need_b and weight is not None)
+        else:
+            sum_dy = sum_dy_xmu = x.new_zeros(d)
+            gw = gb = None if weight is None else torch.zeros_like(weight)
+        gx = None
+        if need_x:  # every rank reaches this (all need x's gradient), so the sum is collective
+            sums = _sum_over_ranks(torch.cat([sum_dy, sum_dy_xmu]), ctx.dg)
+            gx = (torch.batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
+                  if x.shape[0] > 0 else torch.zeros_like(x))
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None
 
 
 class DistBatchNorm(nn.Module):
@@ -108,20 +181,61 @@ class DistBatchNorm(nn.Module):
         var = (tot[d: 2 * d] / n - mean * mean).clamp(min=0.0)
         return mean, var, n
 
+    def _momentum(self) -> float:
+        """This step's running-average factor (call after counting the batch)."""
+        return 1.0 / float(self.num_batches_tracked) if self.momentum is None else float(self.momentum)
+
+    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, n: float) -> None:
+        """Fold the batch's mean and biased variance (over n rows) into the running statistics."""
+        if not (self.training and self.track_running_stats):
+            return
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            m = self._momentum()
+            unbiased = var.detach() * (n / max(n - 1.0, 1.0))
+            self.running_mean.mul_(1 - m).add_(mean.detach().to(self.running_mean.dtype), alpha=m)
+            self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+
+    def _device_counts(self, counts: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """`counts` on `device` as float64 and int32 [P], uploaded once (a pageable upload inside
+        a CUDA-graph capture would fail)."""
+        key = (str(device), counts.tobytes())
+        cache = self.__dict__.setdefault("_counts_on_device", {})
+        if key not in cache:
+            cache[key] = (torch.as_tensor(counts, dtype=torch.float64).to(device),
+                          torch.as_tensor(counts.astype(np.int32)).to(device))
+        return cache[key]
+
+    def _gpu_counts(self, x: torch.Tensor, dg) -> np.ndarray | None:
+        """Every rank's row count (int64 [P], from the partition bounds) when x holds exactly this
+        rank's rows of dg on a GPU, else None (the float64 path then runs)."""
+        bounds = getattr(dg, "bounds", None)
+        if not x.is_cuda or bounds is None or x.dtype != torch.float32:
+            return None
+        counts = np.diff(np.asarray(bounds, dtype=np.int64))
+        return counts if x.shape[0] == counts[dg.rank] else None
+
     def forward(self, x: torch.Tensor, dg=None) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"DistBatchNorm: expected [n, {self.num_features}] input, got {tuple(x.shape)}")
         use_batch = self.training or not self.track_running_stats
+        comm = None if dg is None else dg.comm
+        if use_batch and x.is_cuda and (comm is None or comm.size == 1):
+            if x.shape[0] < 1:
+                raise ValueError("DistBatchNorm: the graph has no rows to normalise")
+            track = self.training and self.track_running_stats
+            if track:
+                self.num_batches_tracked += 1
+            return F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+                                self.weight, self.bias, True, self._momentum() if track else 0.0, self.eps)
+        counts = self._gpu_counts(x, dg) if use_batch and comm is not None else None
+        if counts is not None:
+            if counts.sum() < 1:
+                raise ValueError("DistBatchNorm: the graph has no rows to normalise")
+            return _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts)
         if use_batch:
             mean, var, n = self._global_stats(x, dg)
-            if self.training and self.track_running_stats:
-                with torch.no_grad():
-                    self.num_batches_tracked += 1
-                    m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
-                         else float(self.momentum))
-                    unbiased = var.detach() * (n / max(n - 1.0, 1.0))
-                    self.running_mean.mul_(1 - m).add_(mean.detach().to(self.running_mean.dtype), alpha=m)
-                    self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+            self._update_running(mean, var, n)
             mean, inv = mean.to(x.dtype), torch.rsqrt(var + self.eps).to(x.dtype)
         else:
             mean, inv = self.running_mean.to(x.dtype), torch.rsqrt(self.running_var + self.eps).to(x.dtype)
