@@ -1,0 +1,98 @@
+"""Where one full-graph training step's GPU time goes, kernel by kernel (torch.profiler).
+
+    python bench/step_kernels.py [--dataset products-like:1] [--models gin:none] [--variant csr_rows]
+                                 [--steps 5] [--top 25] [--storage-dtype fp32]
+
+The step is bench/fullgraph.py's (mgg's model, dropout off, the CLI's Adam, the loss rows as the
+CLI registers them), on one GPU. For each model it prints the kernels by total CUDA time over
+`--steps` profiled steps (after 3 warm-up steps), per step, with their share of the step, and
+the step's median wall time: the table that says which part to make faster next.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def kernel_table(step, steps: int) -> tuple[list[tuple[str, float, int]], float]:
+    """([(kernel name, ms per step, launches per step)] by time, step ms) of `steps` profiled steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    walls = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            step()
+            b.record()
+            torch.cuda.synchronize()
+            walls.append(a.elapsed_time(b))
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            total[ev.name] += ev.device_time_total / 1e3
+            count[ev.name] += 1
+    rows = sorted(((k, v / steps, count[k] // steps) for k, v in total.items()), key=lambda r: -r[1])
+    return rows, statistics.median(walls)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="products-like:1")
+    ap.add_argument("--models", default="gin:none,gin")
+    ap.add_argument("--variant", default="auto")
+    ap.add_argument("--storage-dtype", default="fp32")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--cache", default=os.environ.get("MGG_BENCH_CACHE", "/tmp/mgg-graphs"))
+    args = ap.parse_args()
+
+    import torch
+
+    from bench.fullgraph import build_bench_model, epoch_fn, load_graph, model_spec
+    from mgg.apps.loop import ROW_SET_MAX_SHARE
+    from mgg.nn.optim import Adam
+    from mgg.runtime import DistGraph, RuntimeConfig, world
+
+    comm = world()
+    device = torch.device("cuda", 0)
+    name, _, sc = args.dataset.partition(":")
+    g = load_graph(name, float(sc or 1), args.cache, comm)
+    dg = DistGraph.build(g, comm, RuntimeConfig(backend="gpu", storage_dtype=args.storage_dtype))
+    if args.variant != "auto":
+        dg.set_variant(args.variant)
+    models = args.models.split(",")
+    layers = max(model_spec(m)["layers"] for m in models)
+    sets = dg.register_layer_rows("train", np.nonzero(dg.local(g.train_mask))[0], layers, ROW_SET_MAX_SHARE)
+    dg.bench_train_rows = sets if sets[-1] is not None else None
+    x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
+    y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
+    tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
+    for mname in models:
+        torch.manual_seed(0)
+        model = build_bench_model(mname, g, device)
+        opt = Adam(model.parameters(), lr=0.01)
+        rows, wall = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm), args.steps)
+        busy = sum(r[1] for r in rows)
+        print(f"== {name} {mname} ({args.storage_dtype}, variant {args.variant}): step {wall:.2f} ms, "
+              f"kernels {busy:.2f} ms, {sum(r[2] for r in rows)} launches")
+        for k, ms, n in rows[: args.top]:
+            print(f"  {ms:8.3f} ms {100 * ms / busy:5.1f}%  x{n:<4d} {k[:110]}")
+        del model, opt
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
