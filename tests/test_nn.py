@@ -310,3 +310,34 @@ def test_gin_defaults_train_sbm_as_well_as_gcn():
         val[model] = train(cfg, Communicator(comm=None), g).epochs[-1]["val_acc"]
     assert val["gcn"] > 0.9, val
     assert val["gin"] >= val["gcn"] - 0.03, val
+
+
+def test_device_seeds_counter_state_and_mix():
+    """DeviceSeeds (seeds of a step replayed from a CUDA graph): every draw is the counter plus
+    one, from a start drawn like draw_seed's; the state round-trips; mix_seed is splitmix64's
+    finaliser (reference values of the published algorithm: seed 0 -> first output of splitmix64
+    is mix(0x9E3779B97F4A7C15))."""
+    from mgg.nn.functional import DeviceSeeds, draw_seed, mix_seed
+
+    start = draw_seed(torch.Generator().manual_seed(5))
+    seeds = DeviceSeeds(torch.Generator().manual_seed(5), "cpu")
+    a, b = draw_seed(seeds), draw_seed(seeds)
+    assert (int(a), int(b)) == (start + 1, start + 2) and a.dtype == torch.int64
+    state = seeds.get_state()
+    c = int(seeds.draw())
+    seeds.set_state(state)
+    assert int(seeds.draw()) == c
+    with pytest.raises(ValueError, match="uint8"):
+        seeds.set_state(torch.zeros(3, dtype=torch.uint8))
+    assert mix_seed(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF  # splitmix64(seed=0), first output
+    assert mix_seed(2 ** 64 + 7) == mix_seed(7)
+
+
+def test_device_seeds_need_cuda_rows():
+    from mgg.nn.functional import DeviceSeeds, global_dropout
+
+    class G:
+        lo = 0
+
+    with pytest.raises(TypeError, match="DeviceSeeds"):
+        global_dropout(torch.ones(4, 3), 0.5, G(), DeviceSeeds(None, "cpu"))

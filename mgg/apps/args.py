@@ -135,7 +135,8 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph", action="store_true",
                    help="GPU, full-graph mode: capture the training step in a CUDA graph after two "
                    "eager epochs and replay it (the step's kernel launches cost the host as much time "
-                   "as the GPU takes at P > 1); needs --dropout 0, not with --tune or --profile-steps; "
+                   "as the GPU takes at P > 1; dropout seeds then live on the GPU); not with --tune or "
+                   "--profile-steps; "
                    "a step that cannot be captured runs eagerly, with the reason in the metrics")
     p.add_argument("--profile-steps", action="store_true",
                    help="time the parts of every training step (forward, backward, aggregations, gradient "

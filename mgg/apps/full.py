@@ -93,15 +93,12 @@ def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict 
 
 
 def check_cuda_graph(cfg: TrainConfig, device_type: str | None = None) -> None:
-    """UserError naming the flag when --cuda-graph cannot apply (before any GPU work): dropout
-    seeds are host values drawn per step (a graph would freeze them), the tuner switches kernels
-    between steps, --profile-steps times the parts on the host; and a graph needs a GPU
-    (`device_type`, once known)."""
+    """UserError naming the flag when --cuda-graph cannot apply (before any GPU work): the tuner
+    switches kernels between steps, --profile-steps times the parts on the host; and a graph
+    needs a GPU (`device_type`, once known). Dropout takes its seeds from the GPU then
+    (mgg.nn.functional.DeviceSeeds), so each replay draws new masks."""
     if not cfg.cuda_graph:
         return
-    if cfg.dropout:
-        raise UserError(f"--cuda-graph needs --dropout 0 (got {cfg.dropout}): the dropout seeds are drawn "
-                        f"on the host every step and a replayed graph would keep the first one")
     for on, flag in ((cfg.tune, "--tune"), (cfg.profile_steps, "--profile-steps")):
         if on:
             raise UserError(f"--cuda-graph does not combine with {flag}")
@@ -220,6 +217,10 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     broadcast_parameters(model, comm)
     opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=cfg.cuda_graph)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank
+    if cfg.cuda_graph and cfg.dropout > 0:  # seeds a replayed graph can change: on the device
+        from ..nn.functional import DeviceSeeds
+
+        gen = DeviceSeeds(gen, dg.device)
     state = LoopState(cfg, comm, dg, data, TrainResult(model=model, world_size=comm.size, backend=dg.backend))
     return FullGraphHooks(state, model, opt, gen, fault), state
 

@@ -14,11 +14,12 @@ the training loop:
   failed every rank drops its graph and goes on eagerly, with the reason in `why_eager`, so the
   ranks never disagree about which collectives run.
 
-What a replay cannot change is refused before training (mgg.apps.full): dropout (its seeds are
-host values drawn per step, they would be frozen into the graph), the runtime tuner (it switches
-kernels between steps) and --profile-steps (host timers between the parts). Adam must be
-`capturable` (its step counts on the GPU). A step with a host synchronisation (e.g. batch norm's
-all-reduce at P > 1) fails to capture and runs eagerly.
+What a replay cannot change is refused before training (mgg.apps.full): the runtime tuner (it
+switches kernels between steps) and --profile-steps (host timers between the parts). Dropout
+draws its seeds from a counter on the GPU (mgg.nn.functional.DeviceSeeds, set up by
+mgg.apps.full): a host seed would be frozen into the graph. Adam must be `capturable` (its step
+counts on the GPU). A step with a host synchronisation (e.g. batch norm's all-reduce at P > 1
+over a store without an on-device reduction) fails to capture and runs eagerly.
 """
 from __future__ import annotations
 

@@ -35,10 +35,25 @@ __device__ __forceinline__ float keep_factor(uint32_t h_row, uint32_t col, uint3
   return u >= p ? 1.0f : 0.0f;
 }
 
+// The seed of a step replayed from a CUDA graph lives in device memory (mgg.nn.functional.
+// DeviceSeeds): seed = mix64(*seed_ptr) (splitmix64's finaliser, mgg.nn.functional.mix_seed),
+// which replaces the launch arguments s1, s2 when seed_ptr is not null.
+__device__ __forceinline__ void seed_from_device(const unsigned long long* seed_ptr, unsigned int& s1,
+                                                 unsigned int& s2) {
+  if (seed_ptr == nullptr) return;
+  unsigned long long z = *seed_ptr;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  s1 = (unsigned int)(z & 0xffffffffull);
+  s2 = (unsigned int)(z >> 32);
+}
+
 extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __restrict__ out,
                                        long long n_rows, int dim, long long row0,
                                        unsigned int s1, unsigned int s2, float p, float scale,
-                                       int vec4) {
+                                       int vec4, const unsigned long long* __restrict__ seed_ptr) {
+  seed_from_device(seed_ptr, s1, s2);
   const long long groups_per_row = (dim + 3) / 4;
   const long long total = n_rows * groups_per_row;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;

@@ -15,7 +15,7 @@ import torch
 
 from .streams import torch_stream_for_cupy
 
-__all__ = ["build", "dropout_hash_cuda", "THREADS", "BLOCKS_PER_SM"]
+__all__ = ["build", "dropout_hash_cuda", "seed_words", "THREADS", "BLOCKS_PER_SM"]
 
 THREADS = 256
 BLOCKS_PER_SM = 32
@@ -40,12 +40,26 @@ def _kernel():
         return _FN
 
 
-def dropout_hash_cuda(x: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+def seed_words(seed) -> tuple[np.uint32, np.uint32, np.uint64]:
+    """(s1, s2, seed_ptr) kernel arguments of a dropout seed: a 64-bit non-negative int (s1 its
+    low and s2 its high 32 bits, seed_ptr 0), or an int64 CUDA tensor (mgg.nn.functional.
+    DeviceSeeds): the kernels then read element 0 and use mix_seed(value) (s1 = s2 = 0 unused)."""
+    if isinstance(seed, torch.Tensor):
+        if seed.dtype != torch.int64 or not seed.is_cuda or seed.numel() < 1:
+            raise TypeError(f"dropout seed: expected an int or an int64 CUDA tensor, got {seed.dtype} "
+                            f"{tuple(seed.shape)} on {seed.device}")
+        return np.uint32(0), np.uint32(0), np.uint64(seed.data_ptr())
+    seed = int(seed)
+    return np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), np.uint64(0)
+
+
+def dropout_hash_cuda(x: torch.Tensor, p: float, seed, row0: int) -> torch.Tensor:
     """float32 CUDA [n, D] -> [n, D]: x * (hash_uniform(row0 + i, c, seed) >= p) / (1 - p).
 
     Args:
         x: float32 CUDA tensor [n, D] (made contiguous). p: drop probability in (0, 1).
-        seed: 64-bit non-negative int. row0: global id of row 0 (>= 0).
+        seed: 64-bit non-negative int, or an int64 CUDA tensor whose element 0 is a DeviceSeeds
+            counter c (the seed is then mix_seed(c), read on the GPU). row0: global id of row 0 (>= 0).
     """
     if x.dtype != torch.float32 or not x.is_cuda or x.dim() != 2:
         raise TypeError(f"dropout_hash_cuda: expected a float32 CUDA [n, D] tensor, got {x.dtype} "
@@ -63,9 +77,9 @@ def dropout_hash_cuda(x: torch.Tensor, p: float, seed: int, row0: int) -> torch.
     scale = np.float32(1.0) / np.float32(1.0 - p)  # torch CUDA: x * (1 / float32(1 - p))
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     blocks = max(1, min(-(-groups // THREADS), sms * BLOCKS_PER_SM))
-    seed = int(seed)
+    s1, s2, seed_ptr = seed_words(seed)
     with torch_stream_for_cupy(x.device):
         _kernel()((blocks,), (THREADS,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
-                                          np.int32(d), np.int64(row0), np.uint32(seed & 0xFFFFFFFF),
-                                          np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(vec4)))
+                                          np.int32(d), np.int64(row0), s1, s2, p32, scale, np.int32(vec4),
+                                          seed_ptr))
     return out

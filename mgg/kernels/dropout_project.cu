@@ -266,18 +266,33 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
     }
 }
 
+// A step replayed from a CUDA graph keeps its seed in device memory (mgg.nn.functional.DeviceSeeds):
+// seed = mix64(*seed_ptr) replaces s1, s2 when seed_ptr is not null (dropout.cu's seed_from_device).
+__device__ __forceinline__ void dp_seed_from_device(const unsigned long long* seed_ptr, unsigned int& s1,
+                                                    unsigned int& s2) {
+  if (seed_ptr == nullptr) return;
+  unsigned long long z = *seed_ptr;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  s1 = (unsigned int)(z & 0xffffffffull);
+  s2 = (unsigned int)(z >> 32);
+}
+
 #define DP_FWD_KERNEL(OT)                                                                              \
   extern "C" __global__ void mgg_dp_fwd_o##OT(                                                         \
       const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,                \
       unsigned int* __restrict__ mask, long long n, int F, int O, long long row0, unsigned int s1,      \
-      unsigned int s2, unsigned int p, float scale, int drop) {                                        \
+      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
+    dp_seed_from_device(seed_ptr, s1, s2);                                                             \
     dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop);                                \
   }
 #define DP_WGRAD_KERNEL(OT, J)                                                                         \
   extern "C" __global__ void __launch_bounds__(32 * DP_WPB, (OT) * (J) <= 16 ? 2 : 1) mgg_dp_wgrad_o##OT##_j##J(                 \
       const float* __restrict__ x, const float* __restrict__ G, const unsigned int* __restrict__ mask,   \
       float* __restrict__ partial, long long n, int F, int O, long long row0, unsigned int s1,          \
-      unsigned int s2, unsigned int p, float scale, int drop) {                                        \
+      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
+    dp_seed_from_device(seed_ptr, s1, s2);                                                             \
     dp_wgrad<OT, J>(x, G, mask, partial, n, F, O, row0, s1, s2, p, scale, drop);                       \
   }
 

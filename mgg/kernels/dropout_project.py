@@ -44,15 +44,18 @@ def _fn(name: str):
     return load_module("dropout_project", nvshmem=False).get_function(name)
 
 
-def _args(p: float, seed: int) -> tuple:
-    """(s1, s2, threshold, scale, drop): keep when (hash >> 8) >= ceil(float32(p) 2^24), which is
-    hash_uniform's u >= float32(p) exactly (u is a 24-bit integer over 2^24)."""
+def _args(p: float, seed) -> tuple:
+    """(s1, s2, threshold, scale, drop, seed_ptr): keep when (hash >> 8) >= ceil(float32(p) 2^24),
+    which is hash_uniform's u >= float32(p) exactly (u is a 24-bit integer over 2^24). `seed`: an
+    int or a DeviceSeeds int64 CUDA tensor (mgg.kernels.dropout_gpu.seed_words)."""
     import math
+
+    from .dropout_gpu import seed_words
 
     p32 = np.uint32(math.ceil(float(np.float32(p)) * (1 << 24)))
     scale = np.float32(1.0) / np.float32(1.0 - p) if p > 0 else np.float32(1.0)
-    seed = int(seed)
-    return (np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), p32, scale, np.int32(p > 0))
+    s1, s2, seed_ptr = seed_words(seed)
+    return (s1, s2, p32, scale, np.int32(p > 0), seed_ptr)
 
 
 def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
@@ -60,7 +63,7 @@ def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
     return max(1, min(sms * per_sm, -(-n // rows_per_block)))
 
 
-def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int,
+def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed, row0: int,
                     keep_mask: bool = False):
     """float32 [n, O]: dropout(x) @ weight^T, dropout keeping (row0 + r, c) when
     hash_uniform(row0 + r, c, seed) >= p (p = 0: no dropout). weight float32 [O, F].
@@ -82,7 +85,7 @@ def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, 
     return (out, mask) if keep_mask else out
 
 
-def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed: int, row0: int,
+def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed, row0: int,
                         mask: torch.Tensor | None = None) -> torch.Tensor:
     """float32 [O, F]: g^T dropout(x) (the same dropout as project_forward), g float32 [n, O].
     mask: project_forward's keep bits for this x, p and seed (read instead of hashing again)."""

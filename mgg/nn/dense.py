@@ -55,7 +55,7 @@ class _DropoutProject(torch.autograd.Function):
     same mask, from the seed)."""
 
     @staticmethod
-    def forward(ctx, x, weight, p: float, seed: int, row0: int):  # type: ignore[override]
+    def forward(ctx, x, weight, p: float, seed, row0: int):  # type: ignore[override]
         from ..kernels.dropout_project import project_forward
 
         x = x.detach()
@@ -95,8 +95,10 @@ def fused_input_projection(x: torch.Tensor, out_features: int) -> bool:
     return supports(x, out_features)
 
 
-def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
+def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int | torch.Tensor,
+                    row0: int) -> torch.Tensor:
     """dropout(x) @ weight^T for x float32 CUDA [n, F] (when `fused_input_projection`), where
     dropout keeps entry (row0 + r, c) when hash_uniform(row0 + r, c, seed) >= p and scales by
     1 / (1 - p) -- global_dropout's mask for that seed; p = 0: x @ weight^T. Returns [n, O]."""
-    return _DropoutProject.apply(x, weight, float(p), int(seed), int(row0))
+    return _DropoutProject.apply(x, weight, float(p), seed if isinstance(seed, torch.Tensor) else int(seed),
+                                 int(row0))

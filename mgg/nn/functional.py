@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["Aggregate", "aggregate", "global_dropout", "draw_seed", "hash_uniform", "hash_uniform_host",
+__all__ = ["Aggregate", "aggregate", "global_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
            "hash_dropout_reference", "HashDropoutCUDA"]
 
 
@@ -110,8 +110,51 @@ def hash_uniform_host(row0: int, n: int, cols: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(u)
 
 
-def draw_seed(generator: torch.Generator | None) -> int:
-    """One 62-bit dropout seed from `generator` (one draw per call, on every rank alike)."""
+_M64 = (1 << 64) - 1
+
+
+def mix_seed(counter: int) -> int:
+    """The dropout seed of a DeviceSeeds counter value: splitmix64's finaliser (what the kernels
+    compute on the GPU from the counter; consecutive counters give unrelated masks)."""
+    z = counter & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+class DeviceSeeds:
+    """Dropout seeds that live on the GPU, for a training step replayed from a CUDA graph.
+
+    A host seed is a launch argument, which a graph would freeze. Here every `draw()` adds 1 to
+    an int64 counter on the device (a kernel the graph records) and returns a copy of it
+    (int64 CUDA [1]), which the dropout kernels read: their seed is mix_seed(counter). Each replay
+    therefore drops new entries. The counter starts at a 62-bit value drawn from `generator`, so
+    ranks seeded alike draw alike (P ranks still reproduce 1 rank). `get_state` / `set_state`
+    (checkpoints) hold the counter as a uint8 [8] tensor, like a generator's state.
+    """
+
+    def __init__(self, generator: torch.Generator | None, device: torch.device | str):
+        start = int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
+        self.counter = torch.tensor([start], dtype=torch.int64, device=device)
+
+    def draw(self) -> torch.Tensor:
+        self.counter.add_(1)
+        return self.counter.clone()
+
+    def get_state(self) -> torch.Tensor:
+        return self.counter.cpu().view(torch.uint8).clone()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        if state.dtype != torch.uint8 or state.numel() != 8:
+            raise ValueError(f"DeviceSeeds: a state is uint8 [8] (the counter), got {state.dtype} {tuple(state.shape)}")
+        self.counter.copy_(state.view(torch.int64).to(self.counter.device))
+
+
+def draw_seed(generator) -> int | torch.Tensor:
+    """One dropout seed per call, on every rank alike: a 62-bit int from a torch.Generator (or
+    torch's default one for None), or an int64 CUDA tensor from a DeviceSeeds."""
+    if isinstance(generator, DeviceSeeds):
+        return generator.draw()
     return int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
 
 
@@ -120,7 +163,7 @@ class HashDropoutCUDA(torch.autograd.Function):
     the mask from (seed, row0): nothing but the seed is kept between forward and backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, p: float, seed, row0: int) -> torch.Tensor:  # type: ignore[override]
         from ..kernels.dropout_gpu import dropout_hash_cuda
 
         ctx.p, ctx.seed, ctx.row0 = p, seed, row0
@@ -170,9 +213,12 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
     if p >= 1.0:
         return torch.zeros_like(x)
     seed = draw_seed(generator)
+    if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
+        return HashDropoutCUDA.apply(x, float(p), seed, int(dg.lo))
+    if isinstance(seed, torch.Tensor):
+        raise TypeError(f"global_dropout: seeds on the device (DeviceSeeds) need float32 [n, D] CUDA rows, "
+                        f"got {x.dtype} {tuple(x.shape)} on {x.device}")
     if x.device.type == "cpu":
         keep = hash_uniform_host(dg.lo, x.shape[0], x.shape[1], seed) >= p
         return x * keep.to(x.dtype) / (1.0 - p)
-    if x.dtype == torch.float32 and x.dim() == 2:
-        return HashDropoutCUDA.apply(x, float(p), seed, int(dg.lo))
     return hash_dropout_reference(x, p, seed, dg.lo)

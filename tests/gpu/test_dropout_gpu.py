@@ -58,3 +58,54 @@ def test_global_dropout_on_the_gpu_equals_the_cpu_mask():
     gpu = global_dropout(x.to(DEV), 0.5, Rows(), torch.Generator().manual_seed(3))
     assert torch.equal(gpu.cpu() != 0, cpu != 0)
     assert torch.allclose(gpu.cpu(), cpu, rtol=1e-6, atol=0)
+
+
+def test_device_seed_is_mix_seed_of_the_counter():
+    """A seed in device memory (DeviceSeeds): the kernels use mix_seed(counter), forward, backward
+    and the fused projection alike."""
+    from mgg.kernels.dropout_project import project_forward, project_weight_grad
+    from mgg.nn.functional import mix_seed
+
+    x = torch.randn(777, 40, device=DEV) + 0.5
+    counter = torch.tensor([2 ** 61 + 12345], dtype=torch.int64, device=DEV)
+    seed = mix_seed(int(counter))
+    out = torch.full_like(x, float("nan"))
+    out.copy_(dropout_hash_cuda(x, 0.3, counter, 100))
+    assert torch.equal(out, hash_dropout_reference(x, 0.3, seed, 100))
+    w = torch.randn(16, 40, device=DEV)
+    y_t, m_t = project_forward(x, w, 0.3, counter, 100, keep_mask=True)
+    y_i, m_i = project_forward(x, w, 0.3, seed, 100, keep_mask=True)
+    assert torch.equal(y_t, y_i) and torch.equal(m_t, m_i)
+    g = torch.randn(777, 16, device=DEV)
+    assert torch.equal(project_weight_grad(x, g, 0.3, counter, 100), project_weight_grad(x, g, 0.3, seed, 100))
+    with pytest.raises(TypeError, match="int64 CUDA"):
+        dropout_hash_cuda(x, 0.3, counter.to(torch.int32), 0)
+
+
+def test_replayed_graph_draws_new_masks():
+    """A dropout captured in a CUDA graph with DeviceSeeds drops new entries on every replay:
+    replay k uses the counter's start + k (the masks of mix_seed(start + k))."""
+    from mgg.nn.functional import DeviceSeeds, global_dropout, mix_seed
+
+    class G:
+        lo = 7
+
+    x = torch.randn(300, 24, device=DEV) + 0.5
+    seeds = DeviceSeeds(torch.Generator().manual_seed(3), DEV)
+    start = int(seeds.counter)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        global_dropout(x, 0.5, G(), seeds)  # warm-up: kernel loaded; counter start + 1
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = global_dropout(x, 0.5, G(), seeds)  # recorded, not run
+    masks = []
+    for k in (2, 3, 4):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, hash_dropout_reference(x, 0.5, mix_seed(start + k), 7)), k
+        masks.append(out != 0)
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
