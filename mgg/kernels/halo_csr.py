@@ -100,7 +100,7 @@ class HaloCsrExecutor:
     Args:
         plan: the rank's AggregationPlan.
         store: the symmetric store (the symmetric array passed to each call lives there).
-        kind: the plan's aggregation kind ("sum", "mean", "gcn") or None (per-edge weights).
+        kind: the plan's aggregation kind ("sum", "mean", "gcn", "sum_self") or None (per-edge weights).
         wpb / long_threshold / chunk: the row kernels' knobs (CsrRowsExecutor).
         storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
 

@@ -230,9 +230,9 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
         return WeightFactors("weighted", note="no kind given")
     if len(w) == 0:
         return WeightFactors("one", note="no edges")
-    if kind == "sum":
+    if kind in ("sum", "sum_self"):  # sum_self's diagonal (1) is the plan's self weight
         if bool(np.all(w == 1.0)):
-            return WeightFactors("one", note="sum: w = 1")
+            return WeightFactors("one", note=f"{kind}: w = 1")
     elif kind == "mean":
         deg = np.diff(ip)
         rf = np.zeros(n, np.float32)
@@ -301,7 +301,7 @@ class CsrRowsExecutor:
     Args:
         plan: an AggregationPlan with num_remote_edges == 0.
         store: the symmetric store (unused at P = 1; may be None).
-        kind: the aggregation kind of the plan ("sum", "mean", "gcn") or None; picks the weight mode
+        kind: the aggregation kind of the plan ("sum", "mean", "gcn", "sum_self") or None; picks the weight mode
             (see factor_weights).
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.

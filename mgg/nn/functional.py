@@ -40,7 +40,7 @@ def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True) -
     Args:
         x: float [n_local, D], this rank's node rows.
         dg: the DistGraph.
-        kind: "sum" | "mean" | "gcn" (see docs/architecture.md).
+        kind: "sum" | "mean" | "gcn" | "sum_self" (see docs/architecture.md).
         rows: None, or a RowSet registered on dg (mgg.runtime.rowset).
         compact: with `rows`, return only those rows; False: every row, where only those of
             `rows` are meaningful (an inner layer's output, read by the next layer at them only).

@@ -155,7 +155,7 @@ class GAT(GNN):
 # -- the registry (mgg.nn.registry): one call per model -----------------------------------------
 register_model("gcn", GCN, aggregation="gcn",
                defaults=ModelDefaults(hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4))
-register_model("gin", GIN, aggregation="sum",
+register_model("gin", GIN, aggregation="sum_self",
                defaults=ModelDefaults(hidden=64, layers=5, dropout=0.5, lr=0.01, weight_decay=0.0))
 register_model("sage", SAGE, aggregation="mean",
                defaults=ModelDefaults(hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4))

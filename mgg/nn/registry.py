@@ -14,7 +14,7 @@ __all__ = ["ModelDefaults", "ModelEntry", "register_model", "register_sampled_mo
            "model_names", "tunable_models", "sampled_models", "RegistryView", "AGGREGATION_KINDS"]
 
 #: aggregation kinds of DistGraph.aggregate (a plan per kind), the ones the runtime tuner times
-AGGREGATION_KINDS = ("gcn", "sum", "mean")
+AGGREGATION_KINDS = ("gcn", "sum", "mean", "sum_self")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Edge weights of the aggregation kinds, for one rank's rows of the global CSR.
 
 Kinds (docs/architecture.md): `sum` w = 1; `mean` w = 1/deg_in(target); `gcn`
-w = dinv[target] * dinv[source], diag = dinv^2, dinv = (deg_in + 1)^-1/2 over the global graph.
+w = dinv[target] * dinv[source], diag = dinv^2, dinv = (deg_in + 1)^-1/2 over the global graph;
+`sum_self` w = 1, diag = 1 (A + I: GIN-0's sum with the node's own row, one pass instead of a
+sum and an elementwise add).
 
 Every function takes numpy arrays (and returns numpy) or torch tensors (and returns tensors on
 the device of `target` / `nodes`). Both compute in float64 with IEEE-exact operations (division,
@@ -15,7 +17,8 @@ import torch
 
 __all__ = ["KINDS", "check_kind", "pair_weights", "diag_weights", "pair_weights_by_row"]
 
-KINDS = ("sum", "mean", "gcn")
+KINDS = ("sum", "mean", "gcn", "sum_self")
+_ONES = ("sum", "sum_self")  # kinds whose edge weights are all 1
 
 
 def check_kind(kind: str) -> None:
@@ -39,7 +42,7 @@ def pair_weights(kind: str, deg_in, target, source):
     """
     check_kind(kind)
     if not isinstance(target, torch.Tensor) and not isinstance(source, torch.Tensor):
-        if kind == "sum":
+        if kind in _ONES:
             return np.ones(len(target), dtype=np.float32)
         if kind == "mean":
             return (1.0 / np.maximum(deg_in[target], 1)).astype(np.float32)
@@ -47,7 +50,7 @@ def pair_weights(kind: str, deg_in, target, source):
         return (dinv[target] * dinv[source]).astype(np.float32)
     dev = target.device if isinstance(target, torch.Tensor) else source.device
     t = _on(target, dev)
-    if kind == "sum":
+    if kind in _ONES:
         return torch.ones(t.numel(), dtype=torch.float32, device=dev)
     deg = _on(deg_in, dev)
     if kind == "mean":
@@ -67,7 +70,7 @@ def pair_weights_by_row(kind: str, deg_in: torch.Tensor, indptr: torch.Tensor, r
     check_kind(kind)
     dev = other.device
     e = other.numel()
-    if kind == "sum":
+    if kind in _ONES:
         return torch.ones(e, dtype=torch.float32, device=dev)
     if dev.type == "cpu":  # numpy's repeat / take are 3-10x faster than torch's on the host
         return torch.from_numpy(_by_row_numpy(kind, deg_in.numpy(), indptr.numpy(), row_lo,
@@ -125,6 +128,10 @@ def diag_weights(kind: str, deg_in, nodes):
     """float32 [k] self-term weights of `nodes`, or None for kinds without a self term
     (numpy in, numpy out; a tensor `nodes` gives a tensor on its device)."""
     check_kind(kind)
+    if kind == "sum_self":
+        if isinstance(nodes, torch.Tensor):
+            return torch.ones(nodes.numel(), dtype=torch.float32, device=nodes.device)
+        return np.ones(len(nodes), dtype=np.float32)
     if kind != "gcn":
         return None
     if isinstance(nodes, torch.Tensor):

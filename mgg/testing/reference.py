@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 __all__ = ["aggregation_matrix", "aggregate_reference", "edge_weights", "self_weights", "KINDS"]
 
-KINDS = ("sum", "mean", "gcn")
+KINDS = ("sum", "mean", "gcn", "sum_self")
 
 
 def _check_kind(kind: str) -> None:
@@ -29,7 +29,7 @@ def edge_weights(indptr: np.ndarray, indices: np.ndarray, kind: str) -> np.ndarr
     indices = np.asarray(indices, dtype=np.int64)
     deg = np.diff(indptr).astype(np.float64)
     target = np.repeat(np.arange(len(deg), dtype=np.int64), np.diff(indptr))
-    if kind == "sum":
+    if kind in ("sum", "sum_self"):
         return np.ones(len(indices), dtype=np.float64)
     if kind == "mean":
         return 1.0 / deg[target]
@@ -40,6 +40,8 @@ def edge_weights(indptr: np.ndarray, indices: np.ndarray, kind: str) -> np.ndarr
 def self_weights(indptr: np.ndarray, kind: str) -> np.ndarray | None:
     """Diagonal (self-loop) weights (float64 [N]) of `kind`, or None when it has no self term."""
     _check_kind(kind)
+    if kind == "sum_self":
+        return np.ones(len(indptr) - 1, dtype=np.float64)
     if kind != "gcn":
         return None
     deg = np.diff(np.asarray(indptr, dtype=np.int64)).astype(np.float64)

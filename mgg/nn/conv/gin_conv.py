@@ -23,7 +23,8 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg) -> torch.Tensor:
 
 
 class GINConv(nn.Module):
-    """Graph isomorphism convolution ("sum" aggregation kind).
+    """Graph isomorphism convolution ("sum_self" aggregation kind: (A + I) x, the node's own row
+    summed inside the aggregation kernel; eps x is added after it when eps is learnt or nonzero).
 
     When the MLP starts with an `nn.Linear` W (+ b) that narrows the features (out < in), the
     weight is applied before the sum, which is linear:
@@ -58,6 +59,12 @@ class GINConv(nn.Module):
         with torch.no_grad():
             self.eps.fill_(self.initial_eps)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401
+        """A loaded fixed eps becomes the host value `_sum` tests (no device read per forward)."""
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if not isinstance(self.eps, nn.Parameter) and prefix + "eps" in state_dict:
+            self.initial_eps = float(state_dict[prefix + "eps"].reshape(-1)[0])
+
     @property
     def supports_rows(self) -> bool:
         """Whether `forward(..., rows=...)` may run the MLP on those rows only: not with a stage
@@ -78,9 +85,16 @@ class GINConv(nn.Module):
         stages = _modules(self.nn)
         if self.projects_first:
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact)
-        own = x[rows.index] if (rows is not None and compact) else x
-        out = (1.0 + self.eps) * own + aggregate(x, dg, "sum", rows, compact)
-        return _run(stages, out, dg)
+        return _run(stages, self._sum(x, dg, rows, compact), dg)
+
+    def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
+        """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
+        eps is learnt or nonzero (a fixed eps is known on the host: no device read)."""
+        out = aggregate(x, dg, "sum_self", rows, compact)
+        if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
+            own = x[rows.index] if (rows is not None and compact) else x
+            out = out + self.eps * own
+        return out
 
     @property
     def first_weight(self) -> torch.Tensor | None:
@@ -92,8 +106,7 @@ class GINConv(nn.Module):
         if rows is not None and not self.supports_rows:
             raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
         lin, rest = _modules(self.nn)[0], _modules(self.nn)[1:]
-        own = h[rows.index] if (rows is not None and compact) else h
-        out = (1.0 + self.eps) * own + aggregate(h, dg, "sum", rows, compact)
+        out = self._sum(h, dg, rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
         return _run(rest, out, dg)
