@@ -94,6 +94,8 @@ class _SyncBatchNormGPU(torch.autograd.Function):
         mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
         ctx.save_for_backward(x, weight, mean32, invstd32)
         ctx.dg, ctx.count = dg, count32
+        if x.shape[0] == 0:  # torch's kernel refuses an empty input; this rank still took part above
+            return x.new_empty(x.shape)
         return torch.batch_norm_elemt(x, weight, bias, mean32, invstd32, bn.eps)
 
     @staticmethod

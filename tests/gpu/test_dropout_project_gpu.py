@@ -111,6 +111,8 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
     from tests.graphs import random_csr
 
     comm = world()
+    if comm.size > 1:  # at P = 2 (2x H200) this crashed with an illegal memory access: open, docs/e2e.md
+        pytest.skip("CapturedStep at P > 1: the CLI refuses --cuda-graph there until this is fixed")
     indptr, indices = random_csr(3000, 40000, seed=4)
     torch.manual_seed(1)
     x = torch.randn(3000, 128, device="cuda")
