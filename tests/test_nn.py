@@ -71,6 +71,20 @@ def test_gin_fixed_eps_is_buffer():
     assert "eps" not in dict(conv.named_parameters())
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.4])
+def test_gin_fixed_eps_float64_and_loaded_eps(eps):
+    """A fixed eps (a buffer): (A + I) x through the sum_self kind, plus eps x when eps != 0, equals
+    (1 + eps) x + A x in float64; an eps loaded from a state dict is the one used afterwards."""
+    dg, indptr, indices = make_dg(seed=6)
+    x = torch.randn(dg.n_local, 5, dtype=torch.float64)
+    a = dense(indptr, indices, "sum")
+    conv = GINConv(torch.nn.Identity(), eps=eps).double()
+    assert torch.allclose(conv(x, dg), (1 + eps) * x + a @ x, atol=1e-10)
+    other = GINConv(torch.nn.Identity(), eps=0.0).double()
+    other.load_state_dict(conv.state_dict())
+    assert torch.allclose(other(x, dg), (1 + eps) * x + a @ x, atol=1e-10)
+
+
 @pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
 def test_sage_conv_dense(fin, fout):
     dg, indptr, indices = make_dg(seed=6)
