@@ -75,12 +75,12 @@ def test_models_with_the_fused_input_layer_match(model, monkeypatch):
     from tests.graphs import random_csr
 
     indptr, indices = random_csr(2000, 30000, seed=3)
-    torch.manual_seed(1)
-    x = torch.randn(2000, 128, device="cuda")
-    y = torch.randint(0, 5, (2000,), device="cuda")
     opts = {"norm": "none"} if model == "gin" else {}
     results = []
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu")) as dg:
+        torch.manual_seed(1)  # on this rank's GPU (the store set it): not GPU 0 on every rank
+        x = torch.randn(2000, 128, device=dg.device)
+        y = torch.randint(0, 5, (2000,), device=dg.device)
         xl = x[dg.lo:dg.hi].contiguous()
         for tall in (1 << 40, 0):  # unfused, then fused (every input counts as tall)
             monkeypatch.setattr(dense, "TALL_ROWS", tall)
@@ -111,21 +111,22 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
     from tests.graphs import random_csr
 
     comm = world()
-    if comm.size > 1:  # at P = 2 (2x H200) this crashed with an illegal memory access: open, docs/e2e.md
-        pytest.skip("CapturedStep at P > 1: the CLI refuses --cuda-graph there until this is fixed")
     indptr, indices = random_csr(3000, 40000, seed=4)
-    torch.manual_seed(1)
-    x = torch.randn(3000, 128, device="cuda")
-    y = torch.randint(0, 5, (3000,), device="cuda")
     opts = {"norm": "none"} if model == "gin" else {}
     runs = []
     with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
+        # made on this rank's GPU, which the store selects: a tensor made before it was on GPU 0 on
+        # every rank, and at P = 2 rank 1's kernels then read GPU 0's memory (the illegal address
+        # of 2026-11-25-h200x2-04bbd23/c7.txt, most likely)
+        torch.manual_seed(1)
+        x = torch.randn(3000, 128, device=dg.device)
+        y = torch.randint(0, 5, (3000,), device=dg.device)
         xl, yl = x[dg.lo:dg.hi].contiguous(), y[dg.lo:dg.hi].contiguous()
         for graphed in (False, True):
             torch.manual_seed(2)
             m = build_model(model, 128, 16, 5, 2, 0.5, **opts).cuda()
             opt = Adam(m.parameters(), lr=0.01, capturable=True)
-            seeds = DeviceSeeds(torch.Generator().manual_seed(9), "cuda")
+            seeds = DeviceSeeds(torch.Generator().manual_seed(9), dg.device)
 
             def step(epoch):
                 opt.zero_grad(set_to_none=False)
