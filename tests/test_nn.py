@@ -355,3 +355,24 @@ def test_device_seeds_need_cuda_rows():
 
     with pytest.raises(TypeError, match="DeviceSeeds"):
         global_dropout(torch.ones(4, 3), 0.5, G(), DeviceSeeds(None, "cpu"))
+
+
+def test_combine_rank_stats_is_the_float64_statistics_of_all_rows():
+    """The several-GPU batch norm combines each rank's (mean, inverse std) with its row count:
+    the result is the mean and biased variance of all rows (a rank without rows contributes
+    nothing, whatever its placeholder entries)."""
+    from mgg.nn.norm import combine_rank_stats
+
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((n, 6)) * s + c for n, s, c in ((50, 1.0, 3.0), (0, 1.0, 0.0), (7, 4.0, -2.0),
+                                                                 (300, 0.1, 10.0))]
+    eps = 1e-5
+    means = torch.tensor(np.stack([p.mean(0) if len(p) else np.zeros(6) for p in parts]), dtype=torch.float32)
+    invstd = torch.tensor(np.stack([1 / np.sqrt(p.var(0) + eps) if len(p) else np.ones(6) for p in parts]),
+                          dtype=torch.float32)
+    counts = torch.tensor([len(p) for p in parts], dtype=torch.float64)
+    mean, var = combine_rank_stats(means, invstd, counts, float(counts.sum()), eps)
+    rows = np.concatenate(parts)
+    assert mean.dtype == torch.float64
+    np.testing.assert_allclose(mean.numpy(), rows.mean(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(var.numpy(), rows.var(0), rtol=2e-5, atol=1e-7)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["DistBatchNorm", "allreduce_sum", "make_norm", "NORMS"]
+__all__ = ["DistBatchNorm", "allreduce_sum", "combine_rank_stats", "make_norm", "NORMS"]
 
 NORMS = ("batch", "layer", "none")
 
@@ -64,6 +64,19 @@ def _sum_over_ranks(buf: torch.Tensor, dg) -> torch.Tensor:
     return torch.from_numpy(host).to(buf.device, buf.dtype)
 
 
+def combine_rank_stats(means: torch.Tensor, invstds: torch.Tensor, counts: torch.Tensor, n: float,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and biased variance (float64 [D]) of all rows from each rank's own: means and
+    inverse stds (float [P, D], as torch.batch_norm_stats gives them: invstd = 1 / sqrt(var_r +
+    eps)), row counts (float64 [P], a rank without rows counts 0 whatever its entries) and their
+    sum n. Chan's parallel formula, N var = sum_r n_r (var_r + (mean_r - mean)^2), in float64."""
+    means, invstds = means.to(torch.float64), invstds.to(torch.float64)
+    var_r = (1.0 / (invstds * invstds) - eps).clamp(min=0.0)
+    w = counts.to(torch.float64)[:, None]
+    mean = (w * means).sum(0) / n
+    return mean, (w * (var_r + (means - mean) ** 2)).sum(0) / n
+
+
 class _SyncBatchNormGPU(torch.autograd.Function):
     """Batch norm over the rows of every rank with torch's SyncBatchNorm kernels.
 
@@ -84,12 +97,10 @@ class _SyncBatchNormGPU(torch.autograd.Function):
             buf[r, :d], buf[r, d:] = mean_r, invstd_r
         else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
             buf[r, d:] = 1.0
-        buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d).to(torch.float64)
+        buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d)
         n_r, count32 = bn._device_counts(counts, x.device)
         n = float(counts.sum())
-        means, var_r = buf[:, :d], (1.0 / (buf[:, d:] * buf[:, d:]) - bn.eps).clamp(min=0.0)
-        mean = (n_r[:, None] * means).sum(0) / n
-        var = (n_r[:, None] * (var_r + (means - mean) ** 2)).sum(0) / n
+        mean, var = combine_rank_stats(buf[:, :d], buf[:, d:], n_r, n, bn.eps)
         bn._update_running(mean, var, n)
         mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
         ctx.save_for_backward(x, weight, mean32, invstd32)
