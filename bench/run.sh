@@ -11,6 +11,10 @@
 #              `mgg.train --tune` on the GPU
 #   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
 #   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
+#   one-gpu    issue 16's P = 1 table: GCN, GIN (batch norm) and GIN without a norm on reddit-like and
+#              products-like with csr_rows, eager and with the step in a CUDA graph, against plain
+#              torch with the same model; one step kernel by kernel (bench/step_kernels.py); the
+#              aggregation alone at D = 16, 64 with its floors (bench/local_csr.py, wpb 4/8/16)
 #   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has), then bench/scaling.py's
 #              table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
 #              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
@@ -28,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
-ORDER=(gpu-tests fullgraph sampled gat tuner embedding e2e scaling)
+ORDER=(gpu-tests fullgraph sampled gat tuner embedding e2e one-gpu scaling)
 declare -A STAGES=(
   [gpu-tests]="build nvrtc-probe gpu-tests"
   [fullgraph]="fullgraph"
@@ -37,6 +41,7 @@ declare -A STAGES=(
   [tuner]="tune-grid tune-saved-grid train-tune"
   [embedding]="embedding-lookup embedding-serve dlrm"
   [e2e]="e2e e2e-papers"
+  [one-gpu]="one-gpu-epochs one-gpu-kernels"
   [scaling]="scaling overlap"
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
@@ -258,6 +263,24 @@ stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; m
                        # with --cuda-graph), plain torch
   run_cmd 600 1 e2e-papers.log "." python3 bench/e2e.py --out "$RUN/e2e-papers" --graph papers-like \
     --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-nodrop,mgg-graph,mgg-graph-nodrop,torch
+}
+
+# -- one-gpu --------------------------------------------------------------------------------------
+stage_one-gpu-epochs() {   # one dataset per run: each fits the 600 s limit with its baselines
+  local rc=0 d
+  for d in reddit-like:1 products-like:1; do
+    run_cmd 600 1 "one-gpu-${d%%:*}.log" "best mgg|agg |Error" python3 bench/fullgraph.py --out "$RUN/one-gpu" \
+      --datasets "$d" --models gcn,gin,gin:none --variants csr_rows --cuda-graph --no-pyg --epochs 10 || rc=1
+  done
+  return $rc
+}
+stage_one-gpu-kernels() {
+  local rc=0
+  run_cmd 300 1 step-kernels.log "^==|^ +[0-9]" python3 bench/step_kernels.py --dataset products-like:1 \
+    --models gcn,gin:none,gin --top 12 || rc=1
+  run_cmd 400 1 local-csr.log "D=|csr_rows|floor|Error" python3 bench/local_csr.py \
+    --datasets reddit-like:1,products-like:1 --dims 16,64 --kinds gcn,sum_self --wpb 4,8,16 --reps 20 || rc=1
+  return $rc
 }
 
 # -- scaling --------------------------------------------------------------------------------------
