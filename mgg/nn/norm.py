@@ -220,13 +220,18 @@ class DistBatchNorm(nn.Module):
         return cache[key]
 
     def _gpu_counts(self, x: torch.Tensor, dg) -> np.ndarray | None:
-        """Every rank's row count (int64 [P], from the partition bounds) when x holds exactly this
-        rank's rows of dg on a GPU, else None (the float64 path then runs)."""
+        """Every rank's row count (int64 [P], from the partition bounds) for float32 rows on a GPU
+        of a DistGraph, else None (the float64 path then runs: the same choice on every rank).
+        ValueError when x does not hold exactly this rank's rows (every rank must take the same
+        path: a rank going its own way would leave the others waiting in a collective)."""
         bounds = getattr(dg, "bounds", None)
         if not x.is_cuda or bounds is None or x.dtype != torch.float32:
             return None
         counts = np.diff(np.asarray(bounds, dtype=np.int64))
-        return counts if x.shape[0] == counts[dg.rank] else None
+        if x.shape[0] != counts[dg.rank]:
+            raise ValueError(f"DistBatchNorm: rank {dg.rank} got {x.shape[0]} rows, its partition has "
+                             f"{counts[dg.rank]}: batch norm runs over every row of every rank")
+        return counts
 
     def forward(self, x: torch.Tensor, dg=None) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.num_features:

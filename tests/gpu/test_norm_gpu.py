@@ -134,3 +134,16 @@ def test_batch_norm_in_a_cuda_graph(dist):
     torch.cuda.synchronize()
     assert torch.allclose(y_graph.detach(), y_eager, rtol=1e-6, atol=1e-6)
     assert torch.allclose(dx_graph, dx_eager, rtol=1e-6, atol=1e-6)
+
+
+def test_rows_other_than_the_ranks_are_refused(dist):
+    """At P > 1 every rank must take the same path: rows that are not exactly the rank's
+    partition raise (before any collective) instead of leaving the other ranks waiting."""
+    comm, store = dist
+    if comm.size == 1:
+        pytest.skip("needs several ranks")
+    bounds = _bounds(comm, False)
+    bn = DistBatchNorm(D).cuda()
+    x = torch.randn(bounds[comm.rank + 1] - bounds[comm.rank] + 1, D, device="cuda")
+    with pytest.raises(ValueError, match="partition"):
+        bn(x, _dg(comm, store, bounds))
