@@ -59,7 +59,7 @@ class GINConv(nn.Module):
         with torch.no_grad():
             self.eps.fill_(self.initial_eps)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         """A loaded fixed eps becomes the host value `_sum` tests (no device read per forward)."""
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if not isinstance(self.eps, nn.Parameter) and prefix + "eps" in state_dict:
