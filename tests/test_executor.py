@@ -12,7 +12,7 @@ def rel_err(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("ps,dist,wpb", [(1, 1, 1), (4, 2, 2), (32, 16, 8)])
 def test_single_rank_matches_reference(kind, transposed, ps, dist, wpb):

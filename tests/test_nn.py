@@ -19,7 +19,7 @@ def dense(indptr, indices, kind):
     return torch.from_numpy(aggregation_matrix(indptr, indices, kind).toarray())
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_aggregate_gradcheck(kind, seed):
     dg, indptr, indices = make_dg(n=25, e=90, seed=seed)
@@ -27,7 +27,7 @@ def test_aggregate_gradcheck(kind, seed):
     assert torch.autograd.gradcheck(lambda t: aggregate(t, dg, kind), (x,), eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_aggregate_forward_backward_match_dense(kind):
     dg, indptr, indices = make_dg(seed=3)
     w = dense(indptr, indices, kind)

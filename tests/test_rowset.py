@@ -16,7 +16,7 @@ def _graph(n=300, e=2600, seed=4):
     return indptr, indices, rows
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_rows_match_the_float64_reference_both_directions(kind):
     indptr, indices, rows = _graph()
     n = len(indptr) - 1

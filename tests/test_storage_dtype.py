@@ -64,7 +64,7 @@ def test_local_store_holds_rounded_rows(name):
 
 
 @pytest.mark.parametrize("name", SIXTEEN)
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_aggregation_matches_float64_oracle_on_rounded_inputs(name, kind, transposed):
     indptr, indices = random_csr(400, 6000, seed=3)

@@ -38,7 +38,7 @@ def _run(indptr, indices, x, kind, transposed, variant, ps, dist, wpb):
 
 
 @pytest.mark.parametrize("variant", variant_names() + ("auto",))
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_variants_match_reference(variant, kind, transposed):
     if variant != "auto" and get_variant(variant).local_only and world().size > 1:

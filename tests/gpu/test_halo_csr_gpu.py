@@ -23,7 +23,7 @@ from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its powe
 
 
 @pytest.mark.parametrize("dim", [1, 16, 33, 64, 512])
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_matches_reference(kind, dim, transposed):
     indptr, indices = graph()
@@ -41,7 +41,7 @@ def test_matches_reference(kind, dim, transposed):
                 assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5, (chunk, overlap)
         if world().size > 1:
             assert plan.num_remote_edges > 0
-            want = {"sum": "one", "mean": "column" if transposed else "one", "gcn": "column"}[kind]
+            want = {"sum": "one", "sum_self": "one", "mean": "column" if transposed else "one", "gcn": "column"}[kind]
             assert ex.factors.mode == want
             assert ex.prescale == (want == "column")
 

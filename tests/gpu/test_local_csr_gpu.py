@@ -52,7 +52,7 @@ def run(ex, x, times=2):
 
 @pytest.mark.parametrize("sched", SCHEDULES)
 @pytest.mark.parametrize("dim", DIMS)
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_matches_reference(kind, dim, sched):
     indptr, indices = graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
@@ -75,7 +75,7 @@ def test_matches_reference(kind, dim, sched):
 
 
 @pytest.mark.parametrize("dim", (3, 16, 64, 512))
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_weighted_path(kind, dim):
     """kind=None forces the per-edge weights; perturbed weights must fall back to them."""
     indptr, indices = graph()

@@ -22,7 +22,7 @@ def rel_err(a, b):
 
 
 @pytest.mark.parametrize("variant", variant_names() + ("auto",))
-@pytest.mark.parametrize("kind", ["sum", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "gcn", "sum_self"])
 def test_row_sets_match_reference(variant, kind):
     comm = world()
     if variant != "auto" and get_variant(variant).local_only and comm.size > 1:

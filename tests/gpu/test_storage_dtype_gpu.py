@@ -47,7 +47,7 @@ def rounded(x: np.ndarray, name: str) -> np.ndarray:
 
 @pytest.mark.parametrize("name", SIXTEEN)
 @pytest.mark.parametrize("dim", DIMS)
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("chunk", [2048, 64])  # 64: hub rows split over warps (combine kernel)
 def test_csr_rows_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, chunk):
     indptr, indices = graph()
@@ -84,7 +84,7 @@ def _world():
 
 @pytest.mark.parametrize("name", SIXTEEN)
 @pytest.mark.parametrize("variant", ["auto", "halo"])
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("dim", [3, 16, 64, 200])
 def test_distgraph_16_bit_matches_oracle(name, variant, kind, dim):
     comm = _world()

@@ -14,7 +14,7 @@ def rel_err(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("n,e,ps,dist,wpb", [(400, 4000, 4, 2, 2), (257, 900, 1, 1, 1), (120, 6000, 32, 8, 4)])
 def test_distributed_aggregation_matches_reference(kind, transposed, n, e, ps, dist, wpb):

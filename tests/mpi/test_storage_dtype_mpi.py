@@ -43,7 +43,7 @@ def test_window_moves_16_bit_rows_bit_exactly(name):
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp16"])
-@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_p_ranks_aggregate_the_rounded_rows(name, kind, transposed):
     comm = world()
