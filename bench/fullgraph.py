@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import glob
+import inspect
 import json
 import os
 import socket
@@ -61,11 +62,8 @@ def model_spec(spec: str) -> dict:
     from mgg.nn.registry import model_entry, tunable_models
 
     name, _, norm = spec.partition(":")
-    options = {}
-    if norm:
-        if name != "gin" or norm not in NORMS:
-            raise SystemExit(f"bench/fullgraph.py: --models {spec}: only gin takes a norm ({', '.join(NORMS)})")
-        options["norm"] = norm
+    if norm and (name != "gin" or norm not in NORMS):
+        raise SystemExit(f"bench/fullgraph.py: --models {spec}: only gin takes a norm ({', '.join(NORMS)})")
     try:
         e = model_entry(name)
     except ValueError as err:
@@ -73,6 +71,9 @@ def model_spec(spec: str) -> dict:
     if e.aggregation is None:
         raise SystemExit(f"bench/fullgraph.py: --models {name}: its aggregation does not run through the plan; "
                          f"choose from {', '.join(tunable_models())}")
+    options = {}
+    if name == "gin":  # the norm every system of the row runs: the model's own default unless given
+        options["norm"] = norm or inspect.signature(e.model).parameters["norm"].default
     return dict(name=name, options=options, hidden=e.defaults.hidden, layers=e.defaults.layers,
                 kind=e.aggregation)
 
@@ -296,7 +297,7 @@ def plain_torch_epoch(g, mname, args, device, comm):
     try:
         torch.manual_seed(0)
         model, A = plain_torch_model(g, m["name"], m["hidden"], m["layers"], device,
-                                     norm=m["options"].get("norm", "batch" if m["name"] == "gin" else "none"))
+                                     norm=m["options"].get("norm", "none"))
         x = torch.from_numpy(g.x).to(device)
         y = torch.from_numpy(g.y).to(device)
         train = torch.nonzero(torch.from_numpy(g.train_mask).to(device)).reshape(-1)
@@ -329,7 +330,7 @@ def pyg_epoch(g, mname, args, device, comm):
     m = model_spec(mname)
     if m["name"] not in ("gcn", "gin"):
         return None, f"no PyG baseline for {mname}"
-    batch_norm = m["name"] == "gin" and m["options"].get("norm", "batch") == "batch"
+    batch_norm = m["options"].get("norm") == "batch"
     try:
         ei = torch.from_numpy(g.edge_index()).to(device)
         x = torch.from_numpy(g.x).to(device)
