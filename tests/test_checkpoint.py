@@ -317,3 +317,22 @@ def test_cli_flag_errors(args, needle):
 def test_cli_bad_fault_hook_value():
     r = train_cli("--epochs", "1", MGG_FAULT_INJECT="one:two")
     assert r.returncode == 2 and "MGG_FAULT_INJECT='one:two'" in r.stderr
+
+
+def test_dropout_state_of_another_cuda_graph_setting_is_refused_by_name():
+    """A checkpoint written without --cuda-graph holds a generator's state; a run with it keeps
+    its dropout seeds on the device (DeviceSeeds): the mismatch is a CheckpointError naming the
+    flag, not a raw error from deep inside (and the reverse likewise)."""
+    from mgg.checkpoint import capture_state, restore_state
+    from mgg.nn.functional import DeviceSeeds
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kw = dict(history=[], last_eval={}, tuner={}, config={}, fingerprint="f", world_size=1)
+    eager = capture_state(1, model, opt, torch.Generator().manual_seed(1), **kw)
+    graphed = capture_state(1, model, opt, DeviceSeeds(torch.Generator().manual_seed(1), "cpu"), **kw)
+    restore_state(graphed, model, opt, DeviceSeeds(None, "cpu"))  # the same setting: fine
+    with pytest.raises(CheckpointError, match="--cuda-graph"):
+        restore_state(eager, model, opt, DeviceSeeds(None, "cpu"), "a.mgg")
+    with pytest.raises(CheckpointError, match="--cuda-graph"):
+        restore_state(graphed, model, opt, torch.Generator(), "b.mgg")
