@@ -29,6 +29,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
+from ..runtime.weights import UNIT_WEIGHT_KINDS
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -230,7 +231,7 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
         return WeightFactors("weighted", note="no kind given")
     if len(w) == 0:
         return WeightFactors("one", note="no edges")
-    if kind in ("sum", "sum_self"):  # sum_self's diagonal (1) is the plan's self weight
+    if kind in UNIT_WEIGHT_KINDS:  # sum_self's diagonal (1) is the plan's self weight
         if bool(np.all(w == 1.0)):
             return WeightFactors("one", note=f"{kind}: w = 1")
     elif kind == "mean":

@@ -134,8 +134,7 @@ class DeviceSeeds:
     """
 
     def __init__(self, generator: torch.Generator | None, device: torch.device | str):
-        start = int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
-        self.counter = torch.tensor([start], dtype=torch.int64, device=device)
+        self.counter = torch.tensor([draw_seed(generator)], dtype=torch.int64, device=device)
 
     def draw(self) -> torch.Tensor:
         self.counter.add_(1)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["KINDS", "check_kind", "pair_weights", "diag_weights", "pair_weights_by_row"]
+__all__ = ["KINDS", "UNIT_WEIGHT_KINDS", "check_kind", "pair_weights", "diag_weights", "pair_weights_by_row"]
 
 KINDS = ("sum", "mean", "gcn", "sum_self")
-_ONES = ("sum", "sum_self")  # kinds whose edge weights are all 1
+UNIT_WEIGHT_KINDS = ("sum", "sum_self")  # kinds whose edge weights are all 1
 
 
 def check_kind(kind: str) -> None:
@@ -42,7 +42,7 @@ def pair_weights(kind: str, deg_in, target, source):
     """
     check_kind(kind)
     if not isinstance(target, torch.Tensor) and not isinstance(source, torch.Tensor):
-        if kind in _ONES:
+        if kind in UNIT_WEIGHT_KINDS:
             return np.ones(len(target), dtype=np.float32)
         if kind == "mean":
             return (1.0 / np.maximum(deg_in[target], 1)).astype(np.float32)
@@ -50,7 +50,7 @@ def pair_weights(kind: str, deg_in, target, source):
         return (dinv[target] * dinv[source]).astype(np.float32)
     dev = target.device if isinstance(target, torch.Tensor) else source.device
     t = _on(target, dev)
-    if kind in _ONES:
+    if kind in UNIT_WEIGHT_KINDS:
         return torch.ones(t.numel(), dtype=torch.float32, device=dev)
     deg = _on(deg_in, dev)
     if kind == "mean":
@@ -70,7 +70,7 @@ def pair_weights_by_row(kind: str, deg_in: torch.Tensor, indptr: torch.Tensor, r
     check_kind(kind)
     dev = other.device
     e = other.numel()
-    if kind in _ONES:
+    if kind in UNIT_WEIGHT_KINDS:
         return torch.ones(e, dtype=torch.float32, device=dev)
     if dev.type == "cpu":  # numpy's repeat / take are 3-10x faster than torch's on the host
         return torch.from_numpy(_by_row_numpy(kind, deg_in.numpy(), indptr.numpy(), row_lo,
