@@ -78,13 +78,17 @@ def model_spec(spec: str) -> dict:
                 kind=e.aggregation)
 
 
-def build_bench_model(mname: str, g, device):
-    """mgg's model for --models entry `mname` on graph g (dropout off, as every system here)."""
+def build_bench_model(mname: str, g, device, input_cache: bool = True):
+    """mgg's model for --models entry `mname` on graph g (dropout off, as every system here).
+    `input_cache`: the first layer starts from its input's aggregation computed once
+    (mgg.nn.input_cache; the model's default), else it aggregates every step."""
     from mgg.nn import build_model
 
     m = model_spec(mname)
-    return build_model(m["name"], g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0,
-                      **m["options"]).to(device)
+    model = build_model(m["name"], g.x.shape[1], m["hidden"], int(g.y.max()) + 1, m["layers"], 0.0,
+                        **m["options"]).to(device)
+    model.cache_input_aggregation = bool(input_cache)
+    return model
 
 
 def _variant_list(text: str) -> tuple[str, ...]:
@@ -191,10 +195,11 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
     return step
 
 
-def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
+def epoch_traffic(dg, mname: str, g, comm, device, input_cache: bool = True) -> dict:
     """What one training epoch of `mname` moves between GPUs, counted on the aggregations it
-    really runs: each call (kind, direction, width) of dg.aggregate is recorded during one step,
-    and each of them must bring every distinct remote row of its plan once (the halo; per-edge
+    really runs: each call (kind, direction, width) of dg.aggregate is recorded during one step
+    (after a first, uncounted step that builds the model's input cache, a one-time cost), and
+    each of them must bring every distinct remote row of its plan once (the halo; per-edge
     variants move more). Returns {"calls": [[kind, transposed, width], ...], "nvlink_bytes"}
     (this rank's; the caller takes the max over ranks)."""
     import torch
@@ -205,15 +210,18 @@ def epoch_traffic(dg, mname: str, g, comm, device) -> dict:
     def counting(x, kind, transposed=False, **kw):
         calls.append([kind, bool(transposed), int(x.shape[1])])
         return real(x, kind, transposed, **kw)
+    x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
+    y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
+    tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
+    torch.manual_seed(0)
+    model = build_bench_model(mname, g, device, input_cache)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    step = epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm)
+    if input_cache:
+        step()
     dg.aggregate = counting
     try:
-        x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
-        y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
-        tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
-        torch.manual_seed(0)
-        model = build_bench_model(mname, g, device)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm)()
+        step()
     finally:
         del dg.aggregate  # the bound method again
     nbytes = sum(dg.plan(k, t).halo_size * padded_dim(w) * 4 for k, t, w in calls)
@@ -254,9 +262,11 @@ def graph_ms(step, args, comm):
     return statistics.median(cuda_ms(graph.replay, args.epochs, comm)), None
 
 
-def time_system(build_G, mname, g, comm, args, device, graph_row: dict | None = None):
+def time_system(build_G, mname, g, comm, args, device, graph_row: dict | None = None,
+                input_cache: bool | None = None):
     """Median epoch ms of model `mname` over graph wrapper G (None when out of memory). With
-    `graph_row` (a dict), also the step captured in a CUDA graph: graph_row["ms"|"error"]."""
+    `graph_row` (a dict), also the step captured in a CUDA graph: graph_row["ms"|"error"].
+    `input_cache`: the model's first-layer input cache (None: on unless --input-cache off)."""
     import torch
 
     from mgg.nn.optim import Adam
@@ -268,7 +278,8 @@ def time_system(build_G, mname, g, comm, args, device, graph_row: dict | None = 
         tm = torch.from_numpy(np.ascontiguousarray(G.local(g.train_mask))).to(device)
         n_train = float(g.train_mask.sum())
         torch.manual_seed(0)
-        model = build_bench_model(mname, g, device)
+        model = build_bench_model(mname, g, device,
+                                  args.input_cache != "off" if input_cache is None else input_cache)
         # the CLI's optimizer; with a CUDA graph its step counts live on the GPU, so each replay
         # is a training step (the bench trains without dropout: no host seed in the step)
         opt = Adam(model.parameters(), lr=0.01, capturable=graph_row is not None)
@@ -546,7 +557,7 @@ def run(args) -> None:
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
             try:  # an accounting failure must not cost the timings below (it raises the same on every rank)
-                traffic = epoch_traffic(dg, mname, g, comm, device)
+                traffic = epoch_traffic(dg, mname, g, comm, device, args.input_cache != "off")
                 nv_bytes = comm.allreduce_scalar(float(traffic["nvlink_bytes"]), "max")
                 row["traffic"] = {"aggregations": traffic["calls"], "nvlink_bytes_max_rank": nv_bytes,
                                   "nvlink_floor_ms": nv_bytes / (bw["nvlink_GBps"] * 1e6) if P > 1 else 0.0}
@@ -564,6 +575,11 @@ def run(args) -> None:
                     row["systems"][f"mgg-{v}+cudagraph"] = graph_row["ms"]
                     if graph_row["error"]:
                         row["errors"][f"mgg-{v}+cudagraph"] = graph_row["error"]
+                if args.input_cache == "both":  # the same variant aggregating the input every step
+                    ms, err = time_system(lambda: dg, mname, g, comm, args, device, input_cache=False)
+                    row["systems"][f"mgg-{v}-nocache"] = ms
+                    if err:
+                        row["errors"][f"mgg-{v}-nocache"] = err
             dg.set_variant("pipelined")
             heap = sum(a.rows_per_pe * a.dim_padded * 4 for a in dg._arrays.values() if hasattr(a, "dim_padded"))
             row["memory_mb"] = {  # mgg's runs only (the baselines below come after this reading)
@@ -677,6 +693,10 @@ def main() -> None:
     ap.add_argument("--wpb", type=int, default=4)
     ap.add_argument("--cuda-graph", action="store_true",
                     help="also time each mgg variant's step captured in a CUDA graph (mgg-V+cudagraph; at P > 1 with the NVSHMEM barriers inside)")
+    ap.add_argument("--input-cache", choices=("on", "off", "both"), default="on",
+                    help="mgg's models (and the baselines running mgg's model) start the first layer from "
+                    "its input's aggregation computed once (on, the model default), aggregate every step "
+                    "(off), or both: each mgg variant also timed without it (mgg-V-nocache)")
     ap.add_argument("--no-nccl", dest="nccl", action="store_false")
     ap.add_argument("--no-pyg", dest="pyg", action="store_false")
     ap.add_argument("--cache", default=os.environ.get("MGG_BENCH_CACHE", "/tmp/mgg-graphs"))

@@ -270,7 +270,7 @@ stage_one-gpu-epochs() {   # one dataset per run: each fits the 600 s limit with
   local rc=0 d
   for d in reddit-like:1 products-like:1; do
     run_cmd 600 1 "one-gpu-${d%%:*}.log" "best mgg|agg |Error" python3 bench/fullgraph.py --out "$RUN/one-gpu" \
-      --datasets "$d" --models gcn,gin,gin:none --variants csr_rows --cuda-graph --no-pyg --epochs 10 || rc=1
+      --datasets "$d" --models gcn,gin,gin:none --variants csr_rows --cuda-graph --input-cache both --no-pyg --epochs 10 || rc=1
   done
   return $rc
 }

@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument("--models", default="gin:none,gin")
     ap.add_argument("--variant", default="auto")
     ap.add_argument("--storage-dtype", default="fp32")
+    ap.add_argument("--no-input-cache", dest="input_cache", action="store_false",
+                    help="the first layer aggregates its input every step (mgg.nn.input_cache off)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--cache", default=os.environ.get("MGG_BENCH_CACHE", "/tmp/mgg-graphs"))
@@ -82,7 +84,7 @@ def main() -> None:
     tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
     for mname in models:
         torch.manual_seed(0)
-        model = build_bench_model(mname, g, device)
+        model = build_bench_model(mname, g, device, args.input_cache)
         opt = Adam(model.parameters(), lr=0.01)
         rows, wall = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm), args.steps)
         busy = sum(r[1] for r in rows)

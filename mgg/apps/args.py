@@ -128,6 +128,11 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="element type of embeddings in the symmetric store and halo buffers (and of "
                    "gradient rows in the backward); sums stay float32, parameters and their gradients "
                    "float32 (docs/storage-dtype.md; default fp32)")
+    p.add_argument("--no-input-cache", dest="input_cache", action="store_false",
+                   help="aggregate the input in the first layer every step, instead of once (its "
+                   "aggregation of the features is kept, float32 [nodes, F] per rank, and reused by every "
+                   "forward without input dropout: --dropout 0, and the evaluations); the results are the same "
+                   "up to float rounding")
     p.add_argument("--no-row-sets", dest="row_sets", action="store_false",
                    help="compute every layer over every row, instead of only the rows the loss or the "
                    "evaluation reads and their in-neighbours (row sets, used while a set holds <= 50%% of "

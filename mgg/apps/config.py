@@ -97,6 +97,7 @@ class TrainConfig:
     force: bool = False                  # train even when the memory estimate says it does not fit
     profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)
     cuda_graph: bool = False             # replay the step from a CUDA graph (mgg.apps.graphed)
+    input_cache: bool = True             # the first layer's input aggregation computed once (mgg.nn.input_cache)
     row_sets: bool = True                # layers on the rows the loss/evaluation read (mgg.runtime.rowset)
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
     ranks_per_node: int | None = None    # node grouping override (None: from MPI shared memory)

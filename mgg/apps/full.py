@@ -221,6 +221,7 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
 
     model = build_model(cfg.model, data.x.shape[1], cfg.hidden, data.num_classes, cfg.layers,
                         cfg.dropout, norm=cfg.norm).to(dg.device)
+    model.cache_input_aggregation = cfg.input_cache
     broadcast_parameters(model, comm)
     opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=cfg.cuda_graph)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # dropout masks, same on every rank

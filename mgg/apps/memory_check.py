@@ -11,10 +11,13 @@ n = N / P rows of this rank):
            24 N + 2 (8 E / P + n (4 F + 19))             indptr and degrees whole; the rank's rows
                                                           mapped from the file, then copied
          + 48 E / P                                       this rank's rows and plans (both directions)
-         + [CPU backend] 16 n max(F, H) L + W               activations kept for the backward, weights
+         + [CPU backend] 16 n max(F, H) L + 4 n F + W       activations kept for the backward, the
+                                                          first layer's cached input aggregation
+                                                          (mgg.nn.input_cache), weights
          + 0.35 GiB                                       interpreter, torch, MPI
-    gpu  = 48 E / P + 8 n F + 16 n H L + W + 0.5 GiB    (GPU backend: plans of both directions and
-                                                          the row sets; x and one F-wide temporary;
+    gpu  = 48 E / P + 12 n F + 16 n H L + W + 0.5 GiB   (GPU backend: plans of both directions and
+                                                          the row sets; x, one F-wide temporary and
+                                                          the cached input aggregation;
                                                           H-wide activations, the models aggregating
                                                           on the narrow side)
 
@@ -137,8 +140,8 @@ def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bo
     params = 16 * (f * hidden + hidden * hidden * max(0, layers - 2) + hidden * 64)
     host = graph + 48 * e // p + _BASE_HOST
     if not gpu:
-        host += 16 * n * width * layers + params
-    gpu_bytes = (48 * e // p + 8 * n * f + 16 * n * hidden * layers + params + _BASE_GPU
+        host += 16 * n * width * layers + 4 * n * f + params
+    gpu_bytes = (48 * e // p + 12 * n * f + 16 * n * hidden * layers + params + _BASE_GPU
                  if gpu else 0)
     return MemoryEstimate(int(host), int(gpu_bytes))
 

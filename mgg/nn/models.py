@@ -12,6 +12,7 @@ from torch import nn
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .dense import dropout_project, fused_input_projection
 from .functional import draw_seed, global_dropout
+from .input_cache import InputAggregationCache
 from .registry import ModelDefaults, RegistryView, model_entry, register_model
 from .norm import make_norm
 
@@ -19,7 +20,15 @@ __all__ = ["GNN", "GCN", "GIN", "SAGE", "GAT", "ModelDefaults", "MODEL_DEFAULTS"
 
 
 class GNN(nn.Module):
-    """A stack of convolutions: dropout -> conv -> activation, none after the last conv."""
+    """A stack of convolutions: dropout -> conv -> activation, none after the last conv.
+
+    Attributes:
+        cache_input_aggregation: when True (default), a first conv that offers
+            `input_aggregation()` starts, in every forward without input dropout (dropout 0, or
+            eval) on an input that needs no gradient, from its aggregation of the input computed
+            once (mgg.nn.input_cache): no first-layer aggregation per step. Set False to always
+            aggregate (e.g. when the extra [n_local, in_dim] float32 tensor does not fit).
+    """
 
     activation = staticmethod(torch.relu)
 
@@ -29,6 +38,8 @@ class GNN(nn.Module):
             raise ValueError("a model needs at least one layer")
         self.convs = nn.ModuleList(convs)
         self.dropout = float(dropout)
+        self.cache_input_aggregation = True
+        self.input_cache = InputAggregationCache()
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
@@ -55,7 +66,13 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             r = per_layer[i] if (i == last or i >= restrictable) else None
             kw = {} if r is None else {"rows": r, "compact": i == last}
-            if i == last and r is not None and i < restrictable:  # a conv without rows: all, sliced
+            cached = self._cached_input(conv, x, dg) if i == 0 else None
+            if cached is not None:  # the first layer from its input's aggregation, computed once
+                if i == last and r is not None and i < restrictable:
+                    x = conv.forward_aggregated(cached, x, dg)[r.index]
+                else:
+                    x = conv.forward_aggregated(cached, x, dg, **kw)
+            elif i == last and r is not None and i < restrictable:  # a conv without rows: all, sliced
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
                 seed = draw_seed(generator)  # the draw global_dropout makes
@@ -66,6 +83,20 @@ class GNN(nn.Module):
             if i < last:
                 x = self.activation(x)
         return x
+
+    def _cached_input(self, conv, x: torch.Tensor, dg) -> torch.Tensor | None:
+        """The first conv's aggregation of x from `input_cache` (built on a miss, collective), or
+        None when it does not apply: caching off, a conv without `input_aggregation()`, input
+        dropout in this forward, or an x that needs a gradient. The decision reads only values
+        every rank shares (the model, the mode, x's dtype and device type), so all ranks take the
+        same path."""
+        spec = getattr(conv, "input_aggregation", None)
+        spec = spec() if spec is not None else None
+        if (not self.cache_input_aggregation or spec is None or x.requires_grad
+                or (self.training and self.dropout > 0.0) or (x.is_cuda and x.dtype != torch.float32)):
+            return None
+        kind, chunk = spec
+        return self.input_cache.get(x, dg, kind, chunk)
 
     def _fuses_input(self, conv, x: torch.Tensor) -> bool:
         """Whether `conv`'s input projection takes x through dropout_project: training with a

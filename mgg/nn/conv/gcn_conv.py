@@ -51,6 +51,20 @@ class GCNConv(nn.Module):
         out = self.lin(aggregate(x, dg, "gcn", rows, compact))
         return out if self.bias is None else out + self.bias
 
+    def input_aggregation(self) -> tuple[str, int]:
+        """(kind, column block) of the aggregation `forward_aggregated` starts from: "gcn", in
+        blocks of the width this conv aggregates anyway (mgg.nn.input_cache)."""
+        return "gcn", min(self.in_channels, self.out_channels)
+
+    def forward_aggregated(self, agg: torch.Tensor, x: torch.Tensor, dg, rows=None,
+                           compact: bool = True) -> torch.Tensor:
+        """forward given agg = the "gcn" aggregation of x, float32 [n_local, in_channels]:
+        lin(agg) + b, as (A x) W == A (x W)."""
+        if rows is not None and compact:
+            agg = agg[rows.index]
+        out = self.lin(agg)
+        return out if self.bias is None else out + self.bias
+
     def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
         out = aggregate(h, dg, "gcn", rows, compact)

@@ -87,6 +87,25 @@ class GINConv(nn.Module):
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact)
         return _run(stages, self._sum(x, dg, rows, compact), dg)
 
+    def input_aggregation(self) -> tuple[str, int | None]:
+        """(kind, column block) of the aggregation `forward_aggregated` starts from: "sum_self",
+        in blocks of the width this conv aggregates anyway (the first Linear's output when it
+        projects first, else the input's; mgg.nn.input_cache)."""
+        return "sum_self", (_modules(self.nn)[0].out_features if self.projects_first else None)
+
+    def forward_aggregated(self, agg: torch.Tensor, x: torch.Tensor, dg, rows=None,
+                           compact: bool = True) -> torch.Tensor:
+        """forward given agg = (A + I) x, float32 [n_local, F]: the whole MLP on
+        agg + eps x (eps x only when eps is learnt or nonzero), as W (A + I) x == (A + I) x W."""
+        if rows is not None and not self.supports_rows:
+            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+        own = x
+        if rows is not None and compact:
+            agg, own = agg[rows.index], x[rows.index]
+        if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
+            agg = agg + self.eps * own
+        return _run(_modules(self.nn), agg, dg)
+
     def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
         """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
         eps is learnt or nonzero (a fixed eps is known on the host: no device read)."""

@@ -48,6 +48,21 @@ class SAGEConv(nn.Module):
     def _mean(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         return fused_mean(x, dg) if self.fused else aggregate(x, dg, "mean", rows, compact)
 
+    def input_aggregation(self) -> tuple[str, int] | None:
+        """(kind, column block) of the aggregation `forward_aggregated` starts from: "mean", in
+        blocks of the width this conv aggregates anyway (mgg.nn.input_cache); None when `fused`
+        (its executor is not the plan's)."""
+        return None if self.fused else ("mean", min(self.in_channels, self.out_channels))
+
+    def forward_aggregated(self, agg: torch.Tensor, x: torch.Tensor, dg, rows=None,
+                           compact: bool = True) -> torch.Tensor:
+        """forward given agg = mean_{j -> i} x_j, float32 [n_local, in_channels]:
+        lin_l(agg) + lin_r(x), as mean(x) W == mean(x W)."""
+        if rows is not None and compact:
+            agg, x = agg[rows.index], x[rows.index]
+        out = self.lin_l(agg)
+        return out if self.lin_r is None else out + self.lin_r(x)
+
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
         """x float32 [n_local, in] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
         only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`)."""
