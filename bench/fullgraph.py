@@ -376,46 +376,51 @@ def pyg_epoch(g, mname, args, device, comm):
 
 
 _GATHER_SRC = r"""
-extern "C" __global__ void gather_sum(const float4* __restrict__ table, const int* __restrict__ idx,
-                                      long long n_idx, int d4, float4* __restrict__ out) {
+template <int U>
+__global__ void gather_sum(const float4* __restrict__ table, const int* __restrict__ idx,
+                           long long n_idx, int d4, float4* __restrict__ out) {
     // lanes in groups of d4 (d4 <= 32, a power of two): group g of a warp reads rows idx[k] for
-    // k = g, g + groups, ... of the warp's slice, 16 B per lane, eight rows in flight per group
+    // k = g, g + groups, ... of the warp's slice, 16 B per lane, U rows in flight per group
     // (independent loads and sums: the memory system, not one load's latency, sets the rate).
     const int lane = threadIdx.x & 31, groups = 32 / d4, g = lane / d4, c = lane % d4;
     const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long per = (n_idx + nwarps - 1) / nwarps, lo = warp * per;
     const long long hi = lo + per < n_idx ? lo + per : n_idx;
-    float4 acc[8];
+    float4 acc[U];
     #pragma unroll
-    for (int u = 0; u < 8; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int u = 0; u < U; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
     long long k = lo + g;
-    for (; k + 7 * groups < hi; k += 8 * groups) {
-        int r[8];
+    for (; k + (U - 1) * groups < hi; k += U * groups) {
+        int r[U];
         #pragma unroll
-        for (int u = 0; u < 8; ++u) r[u] = idx[k + u * groups];
+        for (int u = 0; u < U; ++u) r[u] = __ldcs(idx + k + u * groups);
         #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            const float4 v = table[(long long)r[u] * d4 + c];
+        for (int u = 0; u < U; ++u) {
+            const float4 v = __ldg(table + (long long)r[u] * d4 + c);
             acc[u].x += v.x; acc[u].y += v.y; acc[u].z += v.z; acc[u].w += v.w;
         }
     }
     for (; k < hi; k += groups) {
-        const float4 v = table[(long long)idx[k] * d4 + c];
+        const float4 v = __ldg(table + (long long)idx[k] * d4 + c);
         acc[0].x += v.x; acc[0].y += v.y; acc[0].z += v.z; acc[0].w += v.w;
     }
     #pragma unroll
-    for (int u = 1; u < 8; ++u) { acc[0].x += acc[u].x; acc[0].y += acc[u].y; acc[0].z += acc[u].z; acc[0].w += acc[u].w; }
+    for (int u = 1; u < U; ++u) { acc[0].x += acc[u].x; acc[0].y += acc[u].y; acc[0].z += acc[u].z; acc[0].w += acc[u].w; }
     out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc[0];
 }
 """
+#: (rows in flight per lane group, blocks of 256 threads per SM) tried by gather_bandwidth; the
+#: best is the floor (one shape alone was beaten by the csr_rows kernel on reddit-like, D = 64)
+_GATHER_SHAPES = ((8, 8), (16, 8), (8, 16), (16, 16))
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
                      gathered_gb: float = 1.0) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
-    kernel (16 B loads, lane groups per row, eight rows in flight per group, perfectly balanced
-    slices, no weights, no row bookkeeping, one write per thread).
+    kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 8 or 16 blocks
+    per SM: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
+    one write per thread).
 
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)
     this is the rate the hardware gives THIS graph's access pattern -- its L1/L2 reuse included --
@@ -442,20 +447,23 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
         return float("inf")
     table = torch.randn(rows, 4 * d4, device="cuda", generator=_cuda_gen())
     sms = torch.cuda.get_device_properties(table.device).multi_processor_count
-    grid, block = sms * 8, 256
-    out = torch.empty(grid * block, 4, device="cuda")
-    fn = cp.RawKernel(_GATHER_SRC, "gather_sum")
+    block = 256
+    out = torch.empty(sms * max(b for _, b in _GATHER_SHAPES) * block, 4, device="cuda")
+    mod = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
+                       name_expressions=[f"gather_sum<{u}>" for u in sorted({u for u, _ in _GATHER_SHAPES})])
     best = 0.0
     for ids in streams:
         args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                 np.uint64(out.data_ptr()))
+        for unroll, per_sm in _GATHER_SHAPES:
+            fn, grid = mod.get_function(f"gather_sum<{unroll}>"), sms * per_sm
 
-        def launch():
-            fn((grid,), (block,), args)
-        for _ in range(3):
-            launch()
-        ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
-        best = max(best, n_idx * 16 * d4 / (ms * 1e6))
+            def launch():
+                fn((grid,), (block,), args)
+            for _ in range(3):
+                launch()
+            ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
+            best = max(best, n_idx * 16 * d4 / (ms * 1e6))
     del table, streams, out
     torch.cuda.empty_cache()
     return best
