@@ -115,8 +115,9 @@ def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.
     # random rows, so the floor uses the best of all
     seq = (torch.arange(n_idx, device="cuda", dtype=torch.int64) % rows).to(torch.int32)
     res = {}
-    for name, src, fn_name in (("fullgraph", _GATHER_SRC, "gather_sum"), ("unrolled", _L2_SRC, "l2_gather_unrolled")):
-        fn = cp.RawKernel(src, fn_name)
+    gather8 = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
+                           name_expressions=["gather_sum<8>"]).get_function("gather_sum<8>")
+    for name, fn in (("fullgraph", gather8), ("unrolled", cp.RawKernel(_L2_SRC, "l2_gather_unrolled"))):
         for pattern, ids in (("", idx), ("-seq", seq)):
             args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                     np.uint64(out.data_ptr()))
@@ -192,12 +193,16 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
                 res = {}
                 for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
-                    for wpb in args.wpb:
-                        for chunk in args.chunks:
-                            ex.retune(wpb=wpb, chunk=chunk)
-                            ms = event_ms(lambda: ex(x), args.reps)
-                            hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
-                            res[f"{label} wpb={wpb} chunk={chunk}"] = (ms, hb)
+                    for mapping, batches in (args.mappings if ex is fast else [("auto", 8)]):
+                        ex.retune(row_mapping=mapping, bundle_batches=batches)
+                        name = label if ex is not fast else f"{label} {mapping}{'' if mapping == 'packed' else batches}"
+                        for wpb in args.wpb:
+                            for chunk in args.chunks:
+                                ex.retune(wpb=wpb, chunk=chunk)
+                                ms = event_ms(lambda: ex(x), args.reps)
+                                hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
+                                res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
+                fast.retune(row_mapping="auto", bundle_batches=8)
                 if fast.prescale:  # the column mode as the kernel reads it without the scaled table
                     fast.retune(wpb=8, chunk=4096)
                     fast.prescale = False
@@ -246,14 +251,19 @@ def main() -> None:
     ap.add_argument("--datasets", default="reddit-like:1,products-like:1")
     ap.add_argument("--dims", default="16,64")
     ap.add_argument("--kinds", default="gcn,sum")
-    ap.add_argument("--wpb", default="4,8")
+    ap.add_argument("--wpb", default="4,8")  # csr_rows' default is 4 (DEFAULT_WPB)
     ap.add_argument("--chunks", default="1024,4096")
+    ap.add_argument("--mappings", default="packed,bundles:8",
+                    help="csr_rows short-row mappings to time: packed (one row per lane group) and "
+                    "bundles:B (runs of consecutive rows of about B batches of entries; the layouts of "
+                    "BUNDLE_LANES only, others run packed)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "mgg", "bench"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     args.wpb = [int(v) for v in args.wpb.split(",")]
     args.chunks = [int(v) for v in args.chunks.split(",")]
+    args.mappings = [(m.partition(":")[0], int(m.partition(":")[2] or 8)) for m in args.mappings.split(",")]
     import torch
 
     print(f"device {torch.cuda.get_device_name()}", flush=True)

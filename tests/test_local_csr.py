@@ -44,7 +44,8 @@ def emulate(sched, indptr, indices, w, x):
             writes[t] += 1
         else:
             partial[slot] = acc
-    for t in sched.short_rows:
+    bundled = [t for r0, r1 in (sched.bundles if sched.bundles is not None else []) for t in range(r0, r1)]
+    for t in list(sched.short_rows) + bundled:
         s, e = indptr[t], indptr[t + 1]
         assert e - s <= sched.long_threshold
         out[t] = (w[s:e, None] * x[indices[s:e]]).sum(0)
@@ -75,6 +76,32 @@ def test_schedule_covers_every_row_once(groups, thr, chunk):
         assert len(sched.split) >= 3                        # the hubs are split
     assert np.all(np.diff(np.diff(indptr)[sched.short_rows]) <= 0)
     assert sched.num_warps == len(sched.long_tasks) + -(-len(sched.short_rows) // groups)
+
+
+@pytest.mark.parametrize("groups,thr,target", [(8, None, 64), (2, 64, 128), (16, 0, 1), (4, 5, 3)])
+def test_bundles_cover_every_short_row_once_in_runs(groups, thr, target):
+    """Bundles: runs of consecutive short rows (no long row inside), about `target` entries each
+    (plus the last row's tail), most entries first; with the long tasks every row written once."""
+    indptr, indices = power_law_csr(3000, seed=groups + target)
+    w = np.random.default_rng(1).standard_normal(len(indices))
+    x = np.random.default_rng(2).standard_normal((3000, 3))
+    sched = row_schedule(indptr, groups, thr, 2048, bundle_target=target)
+    assert len(sched.short_rows) == 0 and sched.bundles.shape[1] == 2
+    out, writes = emulate(sched, indptr, indices, w, x)
+    assert np.all(writes == 1)
+    m = aggregation_matrix(indptr, indices, "sum")
+    m.data = w
+    np.testing.assert_allclose(out, m @ x, rtol=1e-10, atol=1e-10)
+    deg = np.diff(indptr)
+    r0, r1 = sched.bundles[:, 0], sched.bundles[:, 1]
+    assert np.all(r1 > r0)
+    size = indptr[r1] - indptr[r0]
+    assert np.all(np.diff(size) <= 0)                              # most entries first
+    longest_short = deg[deg <= sched.long_threshold].max()
+    assert size.max() <= target + longest_short                    # a run stops once past a multiple
+    assert sched.num_warps == len(sched.long_tasks) + -(-len(sched.bundles) // groups)
+    with pytest.raises(ValueError, match="skip_empty"):
+        row_schedule(indptr, groups, thr, 2048, skip_empty=True, bundle_target=target)
 
 
 def _plans(indptr, indices, kind):

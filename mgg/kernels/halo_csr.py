@@ -32,7 +32,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from .local_csr import (DEFAULT_CHUNK, MAX_DIM_PADDED, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
-                        WeightFactors, launch_csr_rows, row_schedule)
+                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
 
 __all__ = ["HaloCsrExecutor", "remote_factors"]
 
@@ -116,7 +116,7 @@ class HaloCsrExecutor:
     float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
     """
 
-    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
+    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32):
         if plan.num_remote_edges >= 2**31 or plan.halo_size >= 2**31:

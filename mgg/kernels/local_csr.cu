@@ -117,13 +117,12 @@ __device__ __forceinline__ void axpy(float4& a, float w, const float4& r) {
 
 // Load this lane's U indices (and weights) of the batch starting at `base`.
 // WARP: position base + u * 32 + lane; group mode: base + u * L + lig.
-template <int L, int W, bool WARP>
+template <int L, int W, bool WARP, int U = Geo<L>::U>
 __device__ __forceinline__ void load_batch(long long base, long long e, int lane, int lig,
                                            const int* __restrict__ src, const float* __restrict__ wt,
-                                           const float* __restrict__ cf, int (&idx)[Geo<L>::U],
-                                           float (&wv)[Geo<L>::U]) {
+                                           const float* __restrict__ cf, int (&idx)[U], float (&wv)[U]) {
 #pragma unroll
-  for (int u = 0; u < Geo<L>::U; ++u) {
+  for (int u = 0; u < U; ++u) {
     long long p = base + (WARP ? (long long)u * 32 + lane : (long long)u * L + lig);
     bool ok = p < e;
     int j = ok ? __ldcs(src + p) : -1;
@@ -217,6 +216,46 @@ __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4],
   }
 }
 
+// One long task (a whole row, or a chunk of a split hub row) by the whole warp: all G groups on
+// the same entries, combined with __shfl_xor; writes out[row] (slot < 0) or partial[slot].
+template <int S, int L, int V, int W>
+__device__ __forceinline__ void long_task(long long gw, const long long* __restrict__ long_tasks,
+                                          const int* __restrict__ src, const float* __restrict__ wt,
+                                          const float* __restrict__ cf, const float* __restrict__ rf,
+                                          const float* __restrict__ diag,
+                                          const typename Store<S>::vec* __restrict__ x, int DV,
+                                          float4* __restrict__ out, float4* __restrict__ partial, int add) {
+  constexpr int U = Geo<L>::U, F4 = Store<S>::F4, A = V * F4;
+  const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
+  float4 acc[A];
+  zero(acc);
+  const long long t = long_tasks[4 * gw], s = long_tasks[4 * gw + 1], e = long_tasks[4 * gw + 2];
+  const long long slot = long_tasks[4 * gw + 3];
+  const int nbatch = (int)((e - s + 32 * U - 1) / (32 * U));
+  accumulate<S, L, V, W, true>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
+#pragma unroll
+  for (int off = L; off < 32; off <<= 1)
+#pragma unroll
+    for (int v = 0; v < A; ++v) {
+      acc[v].x += __shfl_xor_sync(FULL, acc[v].x, off);
+      acc[v].y += __shfl_xor_sync(FULL, acc[v].y, off);
+      acc[v].z += __shfl_xor_sync(FULL, acc[v].z, off);
+      acc[v].w += __shfl_xor_sync(FULL, acc[v].w, off);
+    }
+  if (g != 0) return;
+  if (slot < 0) {
+    write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      int c = lig + v * L;
+      if (c < DV)
+#pragma unroll
+        for (int h = 0; h < F4; ++h) partial[(slot * DV + c) * F4 + h] = acc[v * F4 + h];
+    }
+  }
+}
+
 template <int S, int L, int V, int W>
 __device__ __forceinline__ void csr_rows_body(long long n_long, const long long* __restrict__ long_tasks,
                                               long long n_short, const int* __restrict__ short_rows,
@@ -225,39 +264,15 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
                                               const float* __restrict__ rf, const float* __restrict__ diag,
                                               const typename Store<S>::vec* __restrict__ x, int DV,
                                               float4* __restrict__ out, float4* __restrict__ partial, int add) {
-  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
+  constexpr int G = Geo<L>::G, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  float4 acc[A];
-  zero(acc);
   if (gw < n_long) {  // one row (or one chunk of a hub row), all groups
-    const long long t = long_tasks[4 * gw], s = long_tasks[4 * gw + 1], e = long_tasks[4 * gw + 2];
-    const long long slot = long_tasks[4 * gw + 3];
-    const int nbatch = (int)((e - s + 32 * U - 1) / (32 * U));
-    accumulate<S, L, V, W, true>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
-#pragma unroll
-    for (int off = L; off < 32; off <<= 1)
-#pragma unroll
-      for (int v = 0; v < A; ++v) {
-        acc[v].x += __shfl_xor_sync(FULL, acc[v].x, off);
-        acc[v].y += __shfl_xor_sync(FULL, acc[v].y, off);
-        acc[v].z += __shfl_xor_sync(FULL, acc[v].z, off);
-        acc[v].w += __shfl_xor_sync(FULL, acc[v].w, off);
-      }
-    if (g != 0) return;
-    if (slot < 0) {
-      write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        int c = lig + v * L;
-        if (c < DV)
-#pragma unroll
-          for (int h = 0; h < F4; ++h) partial[(slot * DV + c) * F4 + h] = acc[v * F4 + h];
-      }
-    }
+    long_task<S, L, V, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
     return;
   }
+  float4 acc[A];
+  zero(acc);
   const long long k = gw - n_long;  // packed warp: G short rows, one per group
   if (k * G >= n_short) return;     // past the last packed warp (whole warp leaves together)
   const long long q = k * G + g;
@@ -268,6 +283,110 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
   const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
   accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
   if (t >= 0) write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+}
+
+// A bundle of consecutive short rows [r0, r1) by one lane group: the group walks the bundle's
+// entries [indptr[r0], indptr[r1]) as one stream, K per batch with the next batch's indices in
+// flight, and writes each row when the stream crosses its end (rows without entries included).
+// Unlike one row per group, a row's short tail does not idle the group's other loads: a new row
+// starts inside the batch. Every lane of the warp calls it with the same `nbatch`. (Sixteen
+// entries per batch with 16 rows in flight per lane were slower on one H200: register pressure.)
+template <int S, int L, int V, int W>
+__device__ __forceinline__ void accumulate_bundle(float4 (&acc)[V * Store<S>::F4], long long r0, long long r1,
+                                                  long long s, long long e, int nbatch, int g, int lig, int lane,
+                                                  const long long* __restrict__ indptr, const int* __restrict__ src,
+                                                  const float* __restrict__ wt, const float* __restrict__ cf,
+                                                  const float* __restrict__ rf, const float* __restrict__ diag,
+                                                  const typename Store<S>::vec* __restrict__ x, int DV,
+                                                  float4* __restrict__ out, int add) {
+  using T = Store<S>;
+  constexpr int U = Geo<L>::U, K = Geo<L>::K, F4 = T::F4;
+  constexpr int UNR = V == 1 ? (K < 8 ? K : 8) : (V == 2 ? 4 : 2);  // rows in flight per lane
+  long long t = r0;                                   // the row being summed
+  long long tend = r0 < r1 ? indptr[r0 + 1] : 0;      // its end in the entry stream
+  int idx[U], nidx[U];
+  float wv[U], nwv[U];
+  load_batch<L, W, false, U>(s, e, lane, lig, src, wt, cf, nidx, nwv);
+  for (int b = 0; b < nbatch; ++b) {
+    const long long base = s + (long long)b * K;
+#pragma unroll
+    for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
+    if (b + 1 < nbatch) load_batch<L, W, false, U>(base + K, e, lane, lig, src, wt, cf, nidx, nwv);
+#pragma unroll
+    for (int k0 = 0; k0 < K; k0 += UNR) {
+      typename T::vec r[UNR][V];
+      float w[UNR];
+#pragma unroll
+      for (int kk = 0; kk < UNR; ++kk) {
+        const int k = k0 + kk;
+        const int owner = g * L + (k % L);
+        int j = __shfl_sync(FULL, idx[k / L], owner);
+        w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
+        const typename T::vec* row = x + (long long)j * DV;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          int c = lig + v * L;
+          r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : T::zero();
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < UNR; ++kk) {
+        const long long p = base + k0 + kk;
+        if (p < e) {
+          while (p >= tend) {  // the stream left row t: write it, start the next
+            write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+            zero(acc);
+            ++t;
+            tend = indptr[t + 1];
+          }
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            float4 f[F4];
+            T::unpack(r[kk][v], f);
+#pragma unroll
+            for (int h = 0; h < F4; ++h) axpy<W>(acc[v * F4 + h], w[kk], f[h]);
+          }
+        }
+      }
+    }
+  }
+  for (; t < r1; ++t) {  // the last row with entries, then the empty rows after it
+    write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+    zero(acc);
+  }
+}
+
+template <int S, int L, int V, int W>
+__device__ __forceinline__ void csr_bundles_body(long long n_long, const long long* __restrict__ long_tasks,
+                                                 long long n_bundles, const long long* __restrict__ bundles,
+                                                 const long long* __restrict__ indptr, const int* __restrict__ src,
+                                                 const float* __restrict__ wt, const float* __restrict__ cf,
+                                                 const float* __restrict__ rf, const float* __restrict__ diag,
+                                                 const typename Store<S>::vec* __restrict__ x, int DV,
+                                                 float4* __restrict__ out, float4* __restrict__ partial, int add) {
+  constexpr int G = Geo<L>::G, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
+  const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
+  const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (gw < n_long) {
+    long_task<S, L, V, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
+    return;
+  }
+  const long long k = gw - n_long;  // bundle warp: G bundles, one per group
+  if (k * G >= n_bundles) return;
+  const long long q = k * G + g;
+  long long r0 = 0, r1 = 0, s = 0, e = 0;
+  if (q < n_bundles) {
+    r0 = bundles[2 * q];
+    r1 = bundles[2 * q + 1];
+    s = indptr[r0];
+    e = indptr[r1];
+  }
+  const int mine = (int)((e - s + K - 1) / K);
+  const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
+  float4 acc[A];
+  zero(acc);
+  accumulate_bundle<S, L, V, W>(acc, r0, r1, s, e, nbatch, g, lig, lane, indptr, src, wt, cf, rf, diag, x, DV,
+                                out, add);
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
@@ -325,6 +444,20 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 #define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
 DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
 DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
+
+// The same with the short rows in bundles (accumulate_bundle): mgg_csr_bundles{SFX}_l{L}_v1_w{W},
+// for the layout of 16 lanes a row (D = 33..64 float32, 65..128 16-bit), where they beat one row
+// per group on products-like (docs/kernels.md); narrower layouts measured no gain.
+#define DEF_BUNDLES_S(S, SFX, L, V, W)                                                                   \
+  extern "C" __global__ void mgg_csr_bundles##SFX##_l##L##_v##V##_w##W(                                \
+      long long n_long, const long long* long_tasks, long long n_bundles, const long long* bundles,    \
+      const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
+      const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial, int add) {       \
+    csr_bundles_body<S, L, V, W>(n_long, long_tasks, n_bundles, bundles, indptr, src, wt, cf, rf, diag, \
+                                 x, DV, out, partial, add);                                             \
+  }
+#define DEF_BUNDLES(L, V, W) DEF_BUNDLES_S(0, , L, V, W) DEF_BUNDLES_S(1, _bf16, L, V, W) DEF_BUNDLES_S(2, _fp16, L, V, W)
+DEF_BUNDLES(16, 1, 0) DEF_BUNDLES(16, 1, 1) DEF_BUNDLES(16, 1, 2)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
 // partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row].

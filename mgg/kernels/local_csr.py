@@ -33,7 +33,8 @@ from ..runtime.weights import UNIT_WEIGHT_KINDS
 from .streams import LaunchCache
 from .variants import lane_layout
 
-__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "WeightFactors", "factor_weights", "launch_csr_rows",
+__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "entries_per_batch", "BUNDLE_LANES",
+           "ROW_MAPPINGS", "DEFAULT_WPB", "WeightFactors", "factor_weights", "launch_csr_rows",
            "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
@@ -45,6 +46,23 @@ MAX_DIM_16 = 32 * 8 * _VPL[-1]      # 1024 elements of a 16-bit storage dtype (8
 STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 #: default entries per warp task of a hub row (rows longer than this are split)
 DEFAULT_CHUNK = 2048
+#: lane counts of the layouts that have bundle kernels (mgg_csr_bundles_l{L}_v1_w{W}): one H200,
+#: products-like, D = 64: 3.90 ms against 4.11 packed (sum_self), 4.37 against 4.58 (gcn);
+#: reddit-like D = 64 3.35 against 3.32; at D = 16 (L = 4) bundles gained nothing (1.94 both)
+BUNDLE_LANES = (16,)
+#: short-row mappings: "packed" (one row per lane group, rows by degree) or "bundles" (runs of
+#: consecutive rows per lane group, walked as one entry stream); "auto": bundles where they exist
+ROW_MAPPINGS = ("auto", "packed", "bundles")
+#: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
+DEFAULT_BUNDLE_BATCHES = 8
+#: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
+#: products-like (one H200, bench/local_csr.py, every mapping)
+DEFAULT_WPB = 4
+
+
+def entries_per_batch(lanes: int) -> int:
+    """K, the entries a lane group of `lanes` lanes takes per batch (Geo<L>::K in the kernels)."""
+    return lanes * (1 if lanes >= 8 else 8 // lanes)
 
 
 def lanes_for_width(dim_padded: int) -> tuple[int, int]:
@@ -67,8 +85,11 @@ class RowSchedule:
     Arrays are numpy, or tensors on the GPU where the schedule was built from a CUDA indptr.
     long_tasks: int64 [n_long, 4] (row, start, end, slot), longest first; slot -1 writes out[row],
         slot >= 0 writes partial[slot] (a chunk of a split row).
-    short_rows: int32 [n_short], rows packed G per warp, by degree descending (isolated rows last).
+    short_rows: int32 [n_short], rows packed G per warp, by degree descending (isolated rows last);
+        empty when `bundles` is used instead.
     split: int64 [n_split, 3] (row, first slot, slots) of the rows split over several tasks.
+    bundles: None, or int64 [n_bundles, 2] (r0, r1): runs of consecutive short rows, one per lane
+        group, G per warp, by entries descending (`bundle_rows`); they cover every short row.
     """
 
     groups: int
@@ -79,27 +100,56 @@ class RowSchedule:
     split: np.ndarray | torch.Tensor
     num_slots: int
     seconds: float = 0.0
+    bundles: np.ndarray | torch.Tensor | None = None
 
     @property
     def num_warps(self) -> int:
-        return len(self.long_tasks) + -(-len(self.short_rows) // self.groups)
+        items = len(self.short_rows) if self.bundles is None else len(self.bundles)
+        return len(self.long_tasks) + -(-items // self.groups)
+
+
+def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int) -> torch.Tensor:
+    """int64 [n_bundles, 2] (r0, r1): the rows that are not `is_long`, cut into runs of consecutive
+    rows, a new run where a long row intervenes or where the entries before a row (counted over
+    the short rows only) cross the next multiple of `target`; sorted by entries, descending.
+    Every short row (empty ones too) is in exactly one run. Torch ops on indptr's device."""
+    if target < 1:
+        raise ValueError(f"bundle target must be >= 1 entries, got {target}")
+    dev = indptr.device
+    deg = indptr[1:] - indptr[:-1]
+    rows = torch.nonzero(~is_long).reshape(-1)
+    if rows.numel() == 0:
+        return torch.zeros((0, 2), dtype=torch.int64, device=dev)
+    dshort = torch.where(is_long, torch.zeros_like(deg), deg)
+    before = (torch.cumsum(dshort, 0) - dshort)[rows] // target   # block of each row's first entry
+    new = torch.ones(rows.numel(), dtype=torch.bool, device=dev)
+    new[1:] = (rows[1:] != rows[:-1] + 1) | (before[1:] != before[:-1])
+    first = torch.nonzero(new).reshape(-1)
+    last = torch.cat([first[1:] - 1, torch.tensor([rows.numel() - 1], device=dev)])
+    r0, r1 = rows[first], rows[last] + 1
+    order = torch.argsort(indptr[r0] - indptr[r1], stable=True)      # most entries first
+    return torch.stack([r0, r1], dim=1)[order].contiguous()
 
 
 def row_schedule(indptr, groups: int, long_threshold: int | None = None,
-                 chunk: int = DEFAULT_CHUNK, skip_empty: bool = False) -> RowSchedule:
+                 chunk: int = DEFAULT_CHUNK, skip_empty: bool = False, bundle_target: int = 0) -> RowSchedule:
     """The degree-aware mapping of the rows of CSR `indptr` (int64 [n + 1]) for G = `groups`.
 
     Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
-    chunks; the others (isolated rows included) are packed G per warp. Torch ops on indptr's
-    device: a numpy indptr gives numpy arrays (computed on the CPU), a CUDA tensor gives tensors
-    on its GPU (a sort of the short rows by degree, no host round trip). `skip_empty`: rows
-    without entries get no task (a pass that adds to rows another pass wrote).
+    chunks; the others (isolated rows included) are packed G per warp, or, with `bundle_target`
+    > 0, cut into runs of consecutive rows of about that many entries (`bundle_rows`), G runs
+    per warp. Torch ops on indptr's device: a numpy indptr gives numpy arrays (computed on the
+    CPU), a CUDA tensor gives tensors on its GPU (a sort of the short rows by degree, no host
+    round trip). `skip_empty`: rows without entries get no task (a pass that adds to rows
+    another pass wrote; not with bundles, which write every row they cover).
     """
     t0 = time.perf_counter()
     if groups not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"groups must be a power of two in [1, 32], got {groups}")
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if bundle_target and skip_empty:
+        raise ValueError("row_schedule: bundles write every row they cover (no skip_empty)")
     thr = default_long_threshold(groups) if long_threshold is None else int(long_threshold)
     if thr < 0:
         raise ValueError(f"long_threshold must be >= 0, got {thr}")
@@ -127,13 +177,20 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
         else torch.zeros((0, 3), dtype=torch.int64, device=dev)
     tasks = torch.stack([row, start, end, slot], dim=1) if total else torch.zeros((0, 4), dtype=torch.int64, device=dev)
     tasks = tasks[torch.argsort(start - end, stable=True)]                # longest first
-    short = torch.nonzero(~is_long & (deg > 0) if skip_empty else ~is_long).reshape(-1)
-    short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
+    bundles = None
+    if bundle_target:
+        bundles = bundle_rows(ip, is_long, int(bundle_target))
+        short = torch.zeros(0, dtype=torch.int32, device=dev)
+    else:
+        short = torch.nonzero(~is_long & (deg > 0) if skip_empty else ~is_long).reshape(-1)
+        short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
     num_slots = int(is_split.sum())
     tasks, short, split = tasks.contiguous(), short.contiguous(), split.contiguous()  # launched by pointer
     if as_numpy:
         tasks, short, split = tasks.numpy(), short.numpy(), split.numpy()
-    return RowSchedule(groups, thr, int(chunk), tasks, short, split, num_slots, time.perf_counter() - t0)
+        bundles = None if bundles is None else bundles.numpy()
+    return RowSchedule(groups, thr, int(chunk), tasks, short, split, num_slots, time.perf_counter() - t0,
+                       bundles)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -272,9 +329,9 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
-    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (indptr int64 [n + 1], src
-    int32 [E] rows of `table`), then mgg_csr_combine{sfx} for its split hub rows, on torch's
-    current stream. `sched`: the CSR's RowSchedule for G = 32 / lanes, built from a CUDA indptr
+    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} (mgg_csr_bundles{sfx}_... when `sched` has
+    bundles) over one CSR (indptr int64 [n + 1], src int32 [E] rows of `table`), then
+    mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's RowSchedule for G = 32 / lanes, built from a CUDA indptr
     (its arrays are contiguous tensors on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
     instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu).
@@ -283,11 +340,16 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
     with cache.stream():
         warps = sched.num_warps
         if warps:
-            fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
+            if sched.bundles is not None:
+                fn = cache.function(module, f"mgg_csr_bundles{sfx}_l{lanes}_v{vpl}_w{mode}")
+                items, ptr = np.int64(len(sched.bundles)), _p(sched.bundles)
+            else:
+                fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
+                items, ptr = np.int64(len(sched.short_rows)), _p(sched.short_rows)
             fn((-(-warps // wpb),), (32 * wpb,), (
-                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.short_rows)),
-                _p(sched.short_rows), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
-                np.int32(dv), _p(out), _p(partial), np.int32(add)))
+                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), items, ptr, _p(indptr), _p(src),
+                _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv), _p(out), _p(partial),
+                np.int32(add)))
         ns = len(sched.split)
         if ns:
             comb = cache.function(module, f"mgg_csr_combine{sfx}")
@@ -306,6 +368,10 @@ class CsrRowsExecutor:
             (see factor_weights).
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
+        row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", or "bundles" /
+            "auto" (the same: bundles where the layout has bundle kernels, BUNDLE_LANES with one
+            vector per lane; packed elsewhere).
+        bundle_batches: with bundles, the batches of K entries a bundle aims at.
         local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
             pass of mgg.kernels.halo_csr.HaloCsrExecutor, through `aggregate_local`).
 
@@ -317,9 +383,14 @@ class CsrRowsExecutor:
             every row schedule built so far).
     """
 
-    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = 8,
+    def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
-                 storage_dtype: torch.dtype = torch.float32, local_part: bool = False):
+                 storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
+                 row_mapping: str = "auto", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
+        if row_mapping not in ROW_MAPPINGS:
+            raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
+        if bundle_batches < 1:
+            raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
@@ -333,6 +404,7 @@ class CsrRowsExecutor:
         t0 = time.perf_counter()
         self.plan, self.store, self.kind, self.wpb = plan, store, kind, wpb
         self.long_threshold, self.chunk = long_threshold, chunk
+        self.row_mapping, self.bundle_batches = row_mapping, int(bundle_batches)
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -362,16 +434,34 @@ class CsrRowsExecutor:
         self.launch_cache = LaunchCache()
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
-    def schedule(self, groups: int) -> RowSchedule:
-        """The (cached) row schedule for lane-group count `groups`, built once on the GPU."""
-        if groups not in self._schedules:
-            s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk)  # on the GPU
-            self.prep_seconds += s.seconds
-            self._schedules[groups] = s
-        return self._schedules[groups]
+    def uses_bundles(self, lanes: int, vpl: int) -> bool:
+        """Whether the layout (lanes, vectors per lane) runs the bundle kernels."""
+        return self.row_mapping != "packed" and lanes in BUNDLE_LANES and vpl == 1
 
-    def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
+    def schedule(self, groups: int, bundles: bool = False) -> RowSchedule:
+        """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
+        bundles of about bundle_batches * K entries), built once on the GPU."""
+        key = (groups, bool(bundles))
+        if key not in self._schedules:
+            target = self.bundle_batches * entries_per_batch(32 // groups) if bundles else 0
+            s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk,
+                             bundle_target=target)  # on the GPU
+            self.prep_seconds += s.seconds
+            self._schedules[key] = s
+        return self._schedules[key]
+
+    def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
+               row_mapping: str | None = None, bundle_batches: int | None = None) -> None:
         """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
+        if row_mapping is not None:
+            if row_mapping not in ROW_MAPPINGS:
+                raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
+            self.row_mapping = row_mapping
+        if bundle_batches is not None:
+            if bundle_batches < 1:
+                raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
+            self.bundle_batches = int(bundle_batches)
+            self._schedules.clear()
         if wpb is not None:
             if not 1 <= wpb <= 32:
                 raise ValueError(f"csr_rows: wpb must be in [1, 32], got {wpb}")
@@ -452,7 +542,7 @@ class CsrRowsExecutor:
         xin = self._table(x, sym, dim, dp)
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
-        sched = self.schedule(groups)
+        sched = self.schedule(groups, self.uses_bundles(lanes, vpl))
         partial = self._buf(max(sched.num_slots, 1), width)
         mode, diag = WEIGHT_MODES[self.factors.mode], self.diag
         if self.prescale:  # x' = cf * x, then w = 1 (see __init__)

@@ -50,20 +50,29 @@ def run(ex, x, times=2):
     return outs
 
 
+#: (row_mapping, bundle_batches): one row per group; bundles (default size; one batch each, so
+#: most bundles end inside a batch and hold several rows)
+MAPPINGS = (("packed", 8), ("bundles", 8), ("bundles", 1))
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS)
 @pytest.mark.parametrize("sched", SCHEDULES)
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
-def test_matches_reference(kind, dim, sched):
+def test_matches_reference(kind, dim, sched, mapping):
     indptr, indices = graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     for transposed, plan in plans(indptr, indices, kind).items():
-        ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1])
+        ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1], row_mapping=mapping[0],
+                             bundle_batches=mapping[1])
         assert ex.factors.mode != "weighted", ex.factors.note
         if kind == "gcn":  # w = dinv[row] dinv[col]: the table is scaled once, the kernel runs w = 1
             assert ex.factors.mode == "column" and ex.prescale
         if sched[1] < 1000 and not transposed:  # the forward hubs (degree >= 3000) are split
             groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
             assert len(ex.schedule(groups).split) >= 4
+        lanes, vpl = lanes_for_width(-(-dim // 4) * 4)
+        assert ex.uses_bundles(lanes, vpl) == (mapping[0] == "bundles" and lanes == 16 and vpl == 1)
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         for out in run(ex, x):
             assert out.shape == (len(indptr) - 1, dim) and out.dtype == np.float32
