@@ -410,16 +410,17 @@ __global__ void gather_sum(const float4* __restrict__ table, const int* __restri
     out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc[0];
 }
 """
-#: (rows in flight per lane group, blocks of 256 threads per SM) tried by gather_bandwidth; the
-#: best is the floor (one shape alone was beaten by the csr_rows kernel on reddit-like, D = 64)
-_GATHER_SHAPES = ((8, 8), (16, 8), (8, 16), (16, 16))
+#: (rows in flight per lane group, blocks per SM, threads per block) tried by gather_bandwidth;
+#: the best is the floor (256-thread blocks alone were beaten by csr_rows' 128-thread blocks on
+#: reddit-like, D = 64)
+_GATHER_SHAPES = ((8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32, 64), (16, 32, 64))
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
                      gathered_gb: float = 1.0) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
-    kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 8 or 16 blocks
-    per SM: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
+    kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 2048 threads per
+    SM in blocks of 64, 128 or 256: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
     one write per thread).
 
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)
@@ -447,15 +448,14 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
         return float("inf")
     table = torch.randn(rows, 4 * d4, device="cuda", generator=_cuda_gen())
     sms = torch.cuda.get_device_properties(table.device).multi_processor_count
-    block = 256
-    out = torch.empty(sms * max(b for _, b in _GATHER_SHAPES) * block, 4, device="cuda")
+    out = torch.empty(sms * max(b * t for _, b, t in _GATHER_SHAPES), 4, device="cuda")
     mod = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
-                       name_expressions=[f"gather_sum<{u}>" for u in sorted({u for u, _ in _GATHER_SHAPES})])
+                       name_expressions=[f"gather_sum<{u}>" for u in sorted({u for u, _, _ in _GATHER_SHAPES})])
     best = 0.0
     for ids in streams:
         args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                 np.uint64(out.data_ptr()))
-        for unroll, per_sm in _GATHER_SHAPES:
+        for unroll, per_sm, block in _GATHER_SHAPES:
             fn, grid = mod.get_function(f"gather_sum<{unroll}>"), sms * per_sm
 
             def launch():

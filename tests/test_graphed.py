@@ -29,8 +29,7 @@ def test_needs_a_gpu_and_the_cli_refuses_it_on_cpu():
     with pytest.raises(UserError, match="GPU backend"):
         check_cuda_graph(TrainConfig(cuda_graph=True, dropout=0.0), "cpu")
     check_cuda_graph(TrainConfig(cuda_graph=True, dropout=0.0), "cuda")
-    with pytest.raises(UserError, match="one GPU"):  # P > 1: not yet verified (docs/e2e.md)
-        check_cuda_graph(TrainConfig(cuda_graph=True, dropout=0.0), "cuda", 2)
+    check_cuda_graph(TrainConfig(cuda_graph=True, dropout=0.5), "cuda", 2)  # P > 1 too
     from mgg.apps.cli import main
 
     with pytest.raises(SystemExit) as e:

@@ -95,12 +95,10 @@ def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict 
 def check_cuda_graph(cfg: TrainConfig, device_type: str | None = None, world_size: int = 1) -> None:
     """UserError naming the flag when --cuda-graph cannot apply (before any GPU work): the tuner
     switches kernels between steps, --profile-steps times the parts on the host; a graph needs a
-    GPU (`device_type`, once known); and it runs on one rank only for now (`world_size`): the
-    test of this capture crashed at P = 2 (an illegal memory access, 2x H200, session 24), most
-    likely because the test made its inputs on GPU 0 on every rank (fixed in the test, not yet
-    rerun), so the captured step is unverified there (bench/fullgraph.py's own capture does run
-    at P = 2). Dropout takes its seeds from the GPU (mgg.nn.functional.DeviceSeeds), so each
-    replay draws new masks."""
+    GPU (`device_type`, once known). At P > 1 (`world_size`) the captured step holds the NVSHMEM
+    barriers and sums of the aggregations and of batch norm (tests/gpu/test_dropout_project_gpu.py
+    replays training at P = 2 against eager). Dropout takes its seeds from the GPU
+    (mgg.nn.functional.DeviceSeeds), so each replay draws new masks."""
     if not cfg.cuda_graph:
         return
     for on, flag in ((cfg.tune, "--tune"), (cfg.profile_steps, "--profile-steps")):
@@ -108,9 +106,6 @@ def check_cuda_graph(cfg: TrainConfig, device_type: str | None = None, world_siz
             raise UserError(f"--cuda-graph does not combine with {flag}")
     if device_type is not None and device_type != "cuda":
         raise UserError("--cuda-graph needs the GPU backend (--backend gpu on a machine with CUDA)")
-    if world_size > 1:
-        raise UserError(f"--cuda-graph runs on one GPU for now (got {world_size} ranks): the captured step "
-                        f"is not yet verified at P > 1 (docs/e2e.md)")
 
 
 def _untimed(part: str):
