@@ -318,6 +318,150 @@ __device__ __forceinline__ const float* edge_row(const GatArgs& a, const float* 
   return s < a.n_local ? local + s * a.W : halo + (s - a.n_local) * a.W;
 }
 
+// Column-per-lane form of the additive edge path (`cols_ok`): lane owns columns f = lane + 32 k
+// (k < KK, KK = ceil(H*C / 32) a template constant) and keeps the online-softmax state of f's
+// head h = f / C per column, in registers: every lane computes only its own heads' scores and
+// exps, no array is indexed by a runtime head, and the backward's per-head dot product g_i . Wh_j
+// is a shuffle sum over the C lanes of a head (C dividing 32) or over the warp (H = 1). The
+// general per-head loops above remain for dot attention, mean, and other (H, C).
+__device__ __forceinline__ bool cols_ok(const GatArgs& a) {
+  return a.mode == MODE_ADDITIVE && a.H * a.C <= 32 * MGG_KMAX && (a.H == 1 || (a.C <= 32 && 32 % a.C == 0));
+}
+
+template <int KK>
+__device__ __forceinline__ void fwd_run_cols(const GatArgs& a, const float* local, const float* halo,
+                                             const float* __restrict__ dst, const long long* __restrict__ e_src,
+                                             const long long* __restrict__ e_id, long long k, long long run_end,
+                                             long long i, bool whole, long long warp, bool first,
+                                             float* __restrict__ out, float* __restrict__ m_out,
+                                             float* __restrict__ l_out, float* __restrict__ partial, int lane) {
+  const int HC = a.H * a.C;
+  int f[KK], h[KK];
+  bool on[KK];
+  float d[KK], m[KK], l[KK], acc[KK];
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    f[kk] = lane + 32 * kk;
+    on[kk] = f[kk] < HC;
+    h[kk] = on[kk] ? f[kk] / a.C : 0;
+    d[kk] = on[kk] ? dst[i * a.H + h[kk]] : 0.f;
+    m[kk] = -CUDART_INF_F;
+    l[kk] = 0.f;
+    acc[kk] = 0.f;
+  }
+  for (long long q = k; q < run_end; ++q) {
+    const float* row = edge_row(a, local, halo, e_src[q]);
+    float sc[KK], v[KK];
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {  // the loads first: all of the edge's columns in flight
+      sc[kk] = on[kk] ? row[HC + h[kk]] : 0.f;
+      v[kk] = on[kk] ? row[f[kk]] : 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      if (!on[kk]) continue;
+      const float z = d[kk] + sc[kk];
+      const float e = z > 0.f ? z : z * a.slope;
+      const float mn = fmaxf(m[kk], e);
+      const float scale = __expf(m[kk] - mn);  // exp(-inf) = 0 on the first edge
+      float p = __expf(e - mn);
+      l[kk] = l[kk] * scale + p;
+      m[kk] = mn;
+      if (a.dropout > 0.f) p *= keep_scale(a, e_id[q], h[kk]);
+      acc[kk] = acc[kk] * scale + p * v[kk];
+    }
+  }
+  if (whole) {
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      if (!on[kk]) continue;
+      out[i * HC + f[kk]] = l[kk] > 0.f ? acc[kk] / l[kk] : 0.f;
+      if (f[kk] % a.C == 0) { m_out[i * a.H + h[kk]] = m[kk]; l_out[i * a.H + h[kk]] = l[kk]; }
+    }
+  } else {
+    float* slot = partial + (2 * warp + (first ? 0 : 1)) * (1 + 2 * a.H + HC);
+    if (lane == 0) slot[0] = __int_as_float((int)i);
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      if (!on[kk]) continue;
+      slot[1 + 2 * a.H + f[kk]] = acc[kk];
+      if (f[kk] % a.C == 0) { slot[1 + h[kk]] = m[kk]; slot[1 + a.H + h[kk]] = l[kk]; }
+    }
+  }
+}
+
+// One target's run [k, ...) of the backward in the column-per-lane form; returns the run's end.
+template <int KK>
+__device__ __forceinline__ long long bwd_run_cols(const GatArgs& a, const float* local, const float* halo,
+                                                  const float* __restrict__ dst, const long long* __restrict__ e_tgt,
+                                                  const long long* __restrict__ e_src, const long long* __restrict__ e_id,
+                                                  long long k, long long end, long long i,
+                                                  const float* __restrict__ g, const float* __restrict__ c,
+                                                  const float* __restrict__ m, const float* __restrict__ l,
+                                                  float* grad_local, float* grad_halo, float* grad_dst, int lane) {
+  const int HC = a.H * a.C;
+  int f[KK], h[KK];
+  bool on[KK], lead[KK];
+  float d[KK], gi[KK], ci[KK], mi[KK], li[KK], gd[KK];
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    f[kk] = lane + 32 * kk;
+    on[kk] = f[kk] < HC;
+    h[kk] = on[kk] ? f[kk] / a.C : 0;
+    lead[kk] = on[kk] && f[kk] % a.C == 0;  // the lane that carries head h's scalar gradients
+    const long long ih = i * a.H + h[kk];
+    d[kk] = on[kk] ? dst[ih] : 0.f;
+    gi[kk] = on[kk] ? g[i * HC + f[kk]] : 0.f;
+    ci[kk] = on[kk] ? c[ih] : 0.f;
+    mi[kk] = on[kk] ? m[ih] : 0.f;
+    li[kk] = on[kk] ? l[ih] : 1.f;
+    gd[kk] = 0.f;
+  }
+  long long q = k;
+  for (; q < end && e_tgt[q] == i; ++q) {
+    const long long s = e_src[q];
+    const float* row = edge_row(a, local, halo, s);
+    float* grad_j = s < a.n_local ? grad_local + s * a.W : grad_halo + (s - a.n_local) * a.W;
+    float sc[KK], t[KK];
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      sc[kk] = on[kk] ? row[HC + h[kk]] : 0.f;
+      t[kk] = on[kk] ? gi[kk] * row[f[kk]] : 0.f;
+    }
+    if (a.H == 1) {  // one head: the whole warp's columns
+      float sum = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk) sum += t[kk];
+      sum = warp_sum(sum);
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk) t[kk] = sum;
+    } else {          // C divides 32: a head is C consecutive lanes of one column slot
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk)
+        for (int o = a.C >> 1; o > 0; o >>= 1) t[kk] += __shfl_xor_sync(0xffffffffu, t[kk], o);
+    }
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      if (!on[kk]) continue;
+      const float z = d[kk] + sc[kk];
+      const float e = z > 0.f ? z : z * a.slope;
+      const float alpha = __expf(e - mi[kk]) / li[kk];
+      const float keep = a.dropout > 0.f ? keep_scale(a, e_id[q], h[kk]) : 1.f;
+      float dz = alpha * (t[kk] * keep - ci[kk]);
+      if (z <= 0.f) dz *= a.slope;
+      atomicAdd(grad_j + f[kk], alpha * keep * gi[kk]);
+      if (lead[kk]) {
+        atomicAdd(grad_j + HC + h[kk], dz);
+        gd[kk] += dz;
+      }
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+    if (lead[kk]) atomicAdd(grad_dst + i * a.H + h[kk], gd[kk]);
+  return q;
+}
+
 // partial state slot: tgt, m[H], l[H], acc[H*C] -> stride 1 + 2H + HC floats (tgt stored as float bits)
 extern "C" __global__ void gat_fwd_edge(GAT_ARGS_PARAMS, const float* local, const float* halo, const float* __restrict__ dst,
                                         const long long* __restrict__ e_tgt, const long long* __restrict__ e_src,
@@ -333,9 +477,21 @@ extern "C" __global__ void gat_fwd_edge(GAT_ARGS_PARAMS, const float* local, con
   const long long end = min(b + (long long)epw, E);
   const int HC = a.H * a.C, stride = 1 + 2 * a.H + HC;
   long long k = b;
+  const int kk_cols = cols_ok(a) ? (HC + 31) / 32 : 0;  // 0: the general per-head path
   while (k < end) {
     const long long i = e_tgt[k];
     const long long run_end = min(t_ptr[i + 1], end);
+    if (kk_cols) {
+      const bool whole = (k == t_ptr[i]) && (run_end == t_ptr[i + 1]);
+      switch (kk_cols) {
+        case 1: fwd_run_cols<1>(a, local, halo, dst, e_src, e_id, k, run_end, i, whole, warp, k == b, out, m_out, l_out, partial, lane); break;
+        case 2: fwd_run_cols<2>(a, local, halo, dst, e_src, e_id, k, run_end, i, whole, warp, k == b, out, m_out, l_out, partial, lane); break;
+        case 3: case 4: fwd_run_cols<4>(a, local, halo, dst, e_src, e_id, k, run_end, i, whole, warp, k == b, out, m_out, l_out, partial, lane); break;
+        default: fwd_run_cols<8>(a, local, halo, dst, e_src, e_id, k, run_end, i, whole, warp, k == b, out, m_out, l_out, partial, lane); break;
+      }
+      k = run_end;
+      continue;
+    }
     OnlineState s;
     state_init(s, a);
     const float* row_i = local + i * a.W;
@@ -414,8 +570,18 @@ extern "C" __global__ void gat_bwd_edge(GAT_ARGS_PARAMS, const float* local, con
   const long long end = min(b + (long long)epw, E);
   const int HC = a.H * a.C;
   long long k = b;
+  const int kk_cols = cols_ok(a) ? (HC + 31) / 32 : 0;  // 0: the general per-head path
   while (k < end) {
     const long long i = e_tgt[k];
+    if (kk_cols) {
+      switch (kk_cols) {
+        case 1: k = bwd_run_cols<1>(a, local, halo, dst, e_tgt, e_src, e_id, k, end, i, g, c, m, l, grad_local, grad_halo, grad_dst, lane); break;
+        case 2: k = bwd_run_cols<2>(a, local, halo, dst, e_tgt, e_src, e_id, k, end, i, g, c, m, l, grad_local, grad_halo, grad_dst, lane); break;
+        case 3: case 4: k = bwd_run_cols<4>(a, local, halo, dst, e_tgt, e_src, e_id, k, end, i, g, c, m, l, grad_local, grad_halo, grad_dst, lane); break;
+        default: k = bwd_run_cols<8>(a, local, halo, dst, e_tgt, e_src, e_id, k, end, i, g, c, m, l, grad_local, grad_halo, grad_dst, lane); break;
+      }
+      continue;
+    }
     float gdst[MGG_MAXH], gq[MGG_KMAX];
     for (int h = 0; h < a.H; ++h) gdst[h] = 0.f;
 #pragma unroll

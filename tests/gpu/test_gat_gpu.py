@@ -36,21 +36,27 @@ def make(n: int, e: int, seed: int, ps: int = 4):
     return dg, indptr, indices
 
 
-@pytest.mark.parametrize("heads,concat,attention", [(1, True, "additive"), (3, True, "additive"),
-                                                    (2, False, "additive"), (2, True, "dot")])
+#: (heads, out channels per head, concat, attention): the edge path's column-per-lane form runs
+#: additive attention with one head or C dividing 32 (8 x 8: two column slots a lane; 1 x 40:
+#: one head wider than the warp); 2 x 6 and dot run the per-head form
+CONVS = [(1, 8, True, "additive"), (3, 8, True, "additive"), (2, 8, False, "additive"), (2, 8, True, "dot"),
+         (8, 8, True, "additive"), (1, 40, True, "additive"), (2, 6, True, "additive")]
+
+
+@pytest.mark.parametrize("heads,out_ch,concat,attention", CONVS)
 @pytest.mark.parametrize("strategy", ["node", "edge"])
 @pytest.mark.parametrize("self_loops", [True, False])
-def test_gatconv_gpu_matches_dense_reference(heads, concat, attention, strategy, self_loops):
+def test_gatconv_gpu_matches_dense_reference(heads, out_ch, concat, attention, strategy, self_loops):
     dg, indptr, indices = make(300, 4000, seed=heads + 7 * self_loops)
     with dg:
         comm = dg.comm
         torch.manual_seed(0)  # identical parameters and inputs on every rank
-        conv = GATConv(12, 8, heads=heads, concat=concat, attention=attention, strategy=strategy,
+        conv = GATConv(12, out_ch, heads=heads, concat=concat, attention=attention, strategy=strategy,
                        add_self_loops=self_loops)
         with torch.no_grad():
             conv.bias.normal_()
         x_all = torch.randn(dg.num_nodes, 12)
-        g_all = torch.randn(dg.num_nodes, heads * 8 if concat else 8)
+        g_all = torch.randn(dg.num_nodes, heads * out_ch if concat else out_ch)
         conv = conv.cuda()
         x = dg.local(x_all).clone().cuda().requires_grad_(True)
         out = conv(x, dg)
