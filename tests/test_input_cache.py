@@ -97,9 +97,13 @@ def test_cache_is_rebuilt_when_the_input_or_graph_changes():
     assert cache.builds == 2
     cache.get(x, dg, "sum_self")   # another kind
     assert cache.builds == 3
+    cache.get(x.view(x.shape), dg, "sum_self")   # another tensor object (same storage and version)
+    assert cache.builds == 4
+    cache.get(x, dg, "sum_self")
+    assert cache.builds == 5
     dg2, _, _ = _dg(seed=4)   # another DistGraph of the same graph
     cache.get(x, dg2, "sum_self")
-    assert cache.builds == 4
+    assert cache.builds == 6
     dg.close()
     dg2.close()
 
@@ -120,6 +124,26 @@ def test_cache_unused_with_input_dropout_or_an_input_needing_a_gradient():
     out = model(xg, dg)
     out.sum().backward()
     assert model.input_cache.builds == 1 and xg.grad is not None and torch.isfinite(xg.grad).all()
+    dg.close()
+
+
+def test_a_model_with_a_cache_pickles_without_it():
+    import io
+
+    dg, _, _ = _dg(seed=8)
+    x = torch.randn(dg.n_local, 6)
+    model = build_model("gcn", 6, 8, 3, 2, 0.0).eval()
+    with torch.no_grad():
+        want = model(x, dg)
+    assert model.input_cache.nbytes > 0
+    buf = io.BytesIO()
+    torch.save(model, buf)   # the whole module: weak references and the cached rows are not saved
+    buf.seek(0)
+    back = torch.load(buf, weights_only=False)
+    assert back.input_cache.nbytes == 0
+    with torch.no_grad():
+        torch.testing.assert_close(back(x, dg), want)
+    assert back.input_cache.builds == 2   # the count came along; the rows were rebuilt
     dg.close()
 
 

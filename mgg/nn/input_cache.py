@@ -11,7 +11,8 @@ gradient, and W's gradient is (A x)^T g). Results equal the uncached order up to
 The cache is one float32 [n_local, F] tensor per rank (as large as x), built on the first
 forward that can use it by ceil(F / chunk) aggregations of `chunk` columns each (`chunk` = the
 width the layer aggregates anyway, so no new symmetric buffers are allocated at P > 1), and
-rebuilt whenever x (its storage, shape or in-place version), the DistGraph or the kind change.
+rebuilt whenever x (the tensor object, its storage, shape or in-place version), the DistGraph or
+the kind change.
 Building it is collective: every rank reaches it in the same forward, as every aggregation.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ class InputAggregationCache:
 
     def __init__(self) -> None:
         self._key: tuple | None = None
-        self._dg_ref = None
+        self._dg_ref = self._x_ref = None
         self._value: torch.Tensor | None = None
         self.builds = 0
 
@@ -47,7 +48,10 @@ class InputAggregationCache:
         """[n_local, F] in x's dtype: dg's aggregation `kind` of x (no autograd), computed on a miss in
         column blocks of `chunk` columns (None: F; at most MAX_CHUNK). Collective on a miss."""
         key = self._key_of(x, kind)
-        if self._value is not None and key == self._key and self._dg_ref is not None and self._dg_ref() is dg:
+        # the same tensor object too (weakly held): a new x that happens to reuse a freed x's
+        # address, shape and version must not hit
+        if (self._value is not None and key == self._key and self._dg_ref() is dg
+                and self._x_ref() is x):
             return self._value
         self._value = None  # drop the old one before building the new one
         chunk = max(1, min(MAX_CHUNK, int(x.shape[1]) if chunk is None else int(chunk)))
@@ -61,13 +65,21 @@ class InputAggregationCache:
                     b = min(f, a + chunk)
                     value[:, a:b] = dg.aggregate(x[:, a:b].contiguous(), kind)[:, : b - a]
         self._value = value.contiguous()
-        self._key, self._dg_ref = key, weakref.ref(dg)
+        self._key, self._dg_ref, self._x_ref = key, weakref.ref(dg), weakref.ref(x)
         self.builds += 1
         return self._value
 
+    def __getstate__(self) -> dict:
+        """Pickled and deep-copied empty (a saved or copied model rebuilds its cache on use)."""
+        return {"builds": self.builds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        self.builds = int(state.get("builds", 0))
+
     def clear(self) -> None:
         """Forget the cached tensor (frees its memory)."""
-        self._key = self._dg_ref = self._value = None
+        self._key = self._dg_ref = self._x_ref = self._value = None
 
     @property
     def nbytes(self) -> int:
