@@ -38,3 +38,19 @@ def test_source_builds_and_links(name, kernel_cache_dir, monkeypatch):
     assert data[:4] == b"\x7fELF" and len(data) > 1000  # a cubin (an ELF image), linked
     assert b.method == ("nvcc" if nvshmem else "plain")
     assert b".text." in data  # it has kernel code (entry points)
+
+
+def test_the_cache_key_covers_local_headers(tmp_path):
+    """A source's #include "x.cuh" from its directory is part of what the cache key hashes
+    (recursively, each header once; an include cycle ends), so editing a shared header rebuilds."""
+    from mgg.kernels.build import source_text
+
+    (tmp_path / "a.cu").write_text('#include "h.cuh"\n#include <stdint.h>\nint a;\n')
+    (tmp_path / "h.cuh").write_text('#include "g.cuh"\nint h1;\n')
+    (tmp_path / "g.cuh").write_text('#include "h.cuh"\nint g;\n')
+    first = source_text(str(tmp_path / "a.cu"))
+    assert b"int h1;" in first and b"int g;" in first and first.count(b"int h1;") == 1
+    (tmp_path / "g.cuh").write_text('#include "h.cuh"\nint g2;\n')
+    assert source_text(str(tmp_path / "a.cu")) != first
+    real = source_text(str(ROOT / "mgg" / "kernels" / "dropout.cu"))
+    assert b"mgg_lowbias32(uint32_t x)" in real   # the shared dropout hash comes along

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -99,7 +100,7 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
     with open(src) as f:
         code = f.read()
     opts = ProgramOptions(arch=arch, relocatable_device_code=True, std="c++17",
-                          include_path=[os.path.join(root, "include")] + cuda_inc)
+                          include_path=[os.path.dirname(src), os.path.join(root, "include")] + cuda_inc)
     obj = Program(code, code_type="c++", options=opts).compile("cubin")
     lib = ObjectCode.from_library(os.path.join(root, "lib", "libnvshmem_device.a"))
     linked = Linker(obj, lib, options=LinkerOptions(arch=arch)).link("cubin")
@@ -113,6 +114,25 @@ def _build_plain(src: str, out: str, arch: str, root: str, tmp: str) -> None:
     _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", src, "-o", out])
 
 
+_LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def source_text(src: str, _seen: frozenset = frozenset()) -> bytes:
+    """The bytes of kernel source `src` and, after them, of every header it includes with
+    #include "name" from its own directory (recursively, each once): what the cache key hashes,
+    so that editing a shared header rebuilds every source that includes it."""
+    with open(src, "rb") as f:
+        text = f.read()
+    seen = _seen | {os.path.abspath(src)}
+    for name in _LOCAL_INCLUDE.findall(text):
+        path = os.path.join(os.path.dirname(src), name.decode())
+        if os.path.abspath(path) in seen or not os.path.exists(path):
+            continue
+        text += b"\n// --- " + name + b"\n" + source_text(path, seen)
+        seen |= {os.path.abspath(path)}
+    return text
+
+
 def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> KernelBuild:
     """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
 
@@ -120,8 +140,7 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> Ker
     NVSHMEM install needed)."""
     arch = arch or cuda_arch()
     src = os.path.join(_HERE, f"{name}.cu")
-    with open(src, "rb") as f:
-        text = f.read()
+    text = source_text(src)
     if nvshmem:
         root = nvshmem_root()
         lib = os.path.join(root, "lib", "libnvshmem_device.a")

@@ -3,8 +3,8 @@
 // The keep decision of element (global row g, column c) is the counter-based uniform of
 // mgg.nn.functional.hash_uniform, bit for bit:
 //     s1 = seed & 0xffffffff, s2 = seed >> 32
-//     h_row = lowbias32((g & 0xffffffff) ^ s1)
-//     u = (lowbias32(h_row ^ (c * 0x9E3779B1 + s2)) >> 8) * 2^-24        (uint32 arithmetic)
+//     h_row = mgg_lowbias32((g & 0xffffffff) ^ s1)
+//     u = (mgg_lowbias32(h_row ^ (c * 0x9E3779B1 + s2)) >> 8) * 2^-24        (uint32 arithmetic)
 //     keep = u >= p                                                        (float32 compare)
 // so the same seed gives the same mask on any device and in any partition, and the backward
 // regenerates the mask from the seed (grad_x = grad_out * keep * scale: the same kernel).
@@ -20,40 +20,19 @@
 // 256), 32 * SMs); no shared memory. x and out are contiguous row-major [n_rows, D] float32.
 #include <stdint.h>
 
-__device__ __forceinline__ uint32_t lowbias32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
+#include "dropout_hash.cuh"
 
 __device__ __forceinline__ float keep_factor(uint32_t h_row, uint32_t col, uint32_t s2, float p) {
-  const uint32_t h = lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
+  const uint32_t h = mgg_lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
   const float u = (float)(h >> 8) * (1.0f / 16777216.0f);
   return u >= p ? 1.0f : 0.0f;
-}
-
-// The seed of a step replayed from a CUDA graph lives in device memory (mgg.nn.functional.
-// DeviceSeeds): seed = mix64(*seed_ptr) (splitmix64's finaliser, mgg.nn.functional.mix_seed),
-// which replaces the launch arguments s1, s2 when seed_ptr is not null.
-__device__ __forceinline__ void seed_from_device(const unsigned long long* seed_ptr, unsigned int& s1,
-                                                 unsigned int& s2) {
-  if (seed_ptr == nullptr) return;
-  unsigned long long z = *seed_ptr;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  s1 = (unsigned int)(z & 0xffffffffull);
-  s2 = (unsigned int)(z >> 32);
 }
 
 extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __restrict__ out,
                                        long long n_rows, int dim, long long row0,
                                        unsigned int s1, unsigned int s2, float p, float scale,
                                        int vec4, const unsigned long long* __restrict__ seed_ptr) {
-  seed_from_device(seed_ptr, s1, s2);
+  mgg_seed_from_device(seed_ptr, s1, s2);
   const long long groups_per_row = (dim + 3) / 4;
   const long long total = n_rows * groups_per_row;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
@@ -62,7 +41,7 @@ extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __res
     const long long r = total <= 0xffffffffll ? (long long)((uint32_t)t / (uint32_t)groups_per_row)
                                               : t / groups_per_row;
     const int c0 = (int)(t - r * groups_per_row) * 4;
-    const uint32_t h_row = lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+    const uint32_t h_row = mgg_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
     const long long base = r * dim + c0;
     if (vec4) {
       const float4 v = reinterpret_cast<const float4*>(x + base)[0];

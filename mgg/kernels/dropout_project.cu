@@ -37,19 +37,12 @@
 // (launch bounds: 2 blocks per SM while OT * J <= 16, so those stay within 128 registers)
 #include <stdint.h>
 
-__device__ __forceinline__ uint32_t dp_lowbias32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
+#include "dropout_hash.cuh"
 
 // u >= p with u = (h >> 8) / 2^24 exactly (a 24-bit integer over 2^24) is (h >> 8) >= ceil(p 2^24):
 // the launcher passes that threshold, and the compare stays integer (no int -> float convert)
 __device__ __forceinline__ float dp_keep(uint32_t h_row, uint32_t col, uint32_t s2, uint32_t thresh) {
-  const uint32_t h = dp_lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
+  const uint32_t h = mgg_lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
   return (h >> 8) >= thresh ? 1.0f : 0.0f;
 }
 
@@ -119,7 +112,7 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n; r += stride) {
     const float* xr = x + r * F;
-    const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+    const uint32_t h_row = mgg_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
     float acc[OT];
 #pragma unroll
     for (int o = 0; o < OT; ++o) acc[o] = 0.f;
@@ -219,7 +212,7 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
 #pragma unroll
       for (int q = 0; q < R; ++q) {
         const long long r = t0 + warp * R + q;
-        const uint32_t h_row = dp_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
+        const uint32_t h_row = mgg_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const int c0 = 4 * lane + 128 * j;  // lane l's columns are bits 4 (l % 8).. of word l / 8 + 4j
@@ -266,25 +259,12 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
     }
 }
 
-// A step replayed from a CUDA graph keeps its seed in device memory (mgg.nn.functional.DeviceSeeds):
-// seed = mix64(*seed_ptr) replaces s1, s2 when seed_ptr is not null (dropout.cu's seed_from_device).
-__device__ __forceinline__ void dp_seed_from_device(const unsigned long long* seed_ptr, unsigned int& s1,
-                                                    unsigned int& s2) {
-  if (seed_ptr == nullptr) return;
-  unsigned long long z = *seed_ptr;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  s1 = (unsigned int)(z & 0xffffffffull);
-  s2 = (unsigned int)(z >> 32);
-}
-
 #define DP_FWD_KERNEL(OT)                                                                              \
   extern "C" __global__ void mgg_dp_fwd_o##OT(                                                         \
       const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,                \
       unsigned int* __restrict__ mask, long long n, int F, int O, long long row0, unsigned int s1,      \
       unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
-    dp_seed_from_device(seed_ptr, s1, s2);                                                             \
+    mgg_seed_from_device(seed_ptr, s1, s2);                                                             \
     dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop);                                \
   }
 #define DP_WGRAD_KERNEL(OT, J)                                                                         \
@@ -292,7 +272,7 @@ __device__ __forceinline__ void dp_seed_from_device(const unsigned long long* se
       const float* __restrict__ x, const float* __restrict__ G, const unsigned int* __restrict__ mask,   \
       float* __restrict__ partial, long long n, int F, int O, long long row0, unsigned int s1,          \
       unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
-    dp_seed_from_device(seed_ptr, s1, s2);                                                             \
+    mgg_seed_from_device(seed_ptr, s1, s2);                                                             \
     dp_wgrad<OT, J>(x, G, mask, partial, n, F, O, row0, s1, s2, p, scale, drop);                       \
   }
 
