@@ -13,8 +13,10 @@
 #   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
 #   one-gpu    issue 16's P = 1 table: GCN, GIN (batch norm) and GIN without a norm on reddit-like and
 #              products-like with csr_rows, eager and with the step in a CUDA graph, against plain
-#              torch with the same model; one step kernel by kernel (bench/step_kernels.py); the
-#              aggregation alone at D = 16, 64 with its floors (bench/local_csr.py, wpb 4/8/16)
+#              torch with the same model, with and without the first layer's input cache; one step
+#              kernel by kernel (bench/step_kernels.py); the aggregation alone at D = 16, 64 with its
+#              floors (bench/local_csr.py, wpb 4/8/16, packed rows and bundles); GAT against PyG
+#              (products-like@0.5, bench/gat.py)
 #   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has), then bench/scaling.py's
 #              table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
 #              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
@@ -41,7 +43,7 @@ declare -A STAGES=(
   [tuner]="tune-grid tune-saved-grid train-tune"
   [embedding]="embedding-lookup embedding-serve dlrm"
   [e2e]="e2e e2e-papers"
-  [one-gpu]="one-gpu-epochs one-gpu-kernels"
+  [one-gpu]="one-gpu-epochs one-gpu-kernels one-gpu-gat"
   [scaling]="scaling overlap"
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
@@ -281,6 +283,11 @@ stage_one-gpu-kernels() {
   run_cmd 400 1 local-csr.log "D=|csr_rows|floor|Error" python3 bench/local_csr.py \
     --datasets reddit-like:1,products-like:1 --dims 16,64 --kinds gcn,sum_self --wpb 4,8,16 --reps 20 || rc=1
   return $rc
+}
+
+stage_one-gpu-gat() {  # issue 16 item 8: GAT 2 layers against PyG GATConv where PyG fits
+  run_cmd 200 1 one-gpu-gat.log "mgg|pyg|generated|Error" python3 bench/gat.py --graphs products-like \
+    --scale-products 0.5 --epochs 5 --out "$RUN/one-gpu"
 }
 
 # -- scaling --------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ SUITES = {
     "tuner": ["tune-grid", "tune-saved-grid", "train-tune"],
     "embedding": ["embedding-lookup", "embedding-serve", "dlrm"],
     "e2e": ["e2e", "e2e-papers"],
-    "one-gpu": ["one-gpu-epochs", "one-gpu-kernels"],
+    "one-gpu": ["one-gpu-epochs", "one-gpu-kernels", "one-gpu-gat"],
     "scaling": ["scaling", "overlap"],
 }
 
