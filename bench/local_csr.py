@@ -193,7 +193,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
                 res = {}
                 for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
-                    for mapping, batches in (args.mappings if ex is fast else [("auto", 8)]):
+                    for mapping, batches in (args.mappings if ex is fast else [("bundles", 8)]):
                         ex.retune(row_mapping=mapping, bundle_batches=batches)
                         name = label if ex is not fast else f"{label} {mapping}{'' if mapping == 'packed' else batches}"
                         for wpb in args.wpb:
@@ -202,7 +202,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                                 ms = event_ms(lambda: ex(x), args.reps)
                                 hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
                                 res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
-                fast.retune(row_mapping="auto", bundle_batches=8)
+                fast.retune(row_mapping="bundles", bundle_batches=8)
                 if fast.prescale:  # the column mode as the kernel reads it without the scaled table
                     fast.retune(wpb=8, chunk=4096)
                     fast.prescale = False

@@ -104,6 +104,17 @@ def test_bundles_cover_every_short_row_once_in_runs(groups, thr, target):
         row_schedule(indptr, groups, thr, 2048, skip_empty=True, bundle_target=target)
 
 
+def test_row_knobs_are_checked_by_name():
+    from mgg.kernels.local_csr import _check_row_knobs
+
+    _check_row_knobs("packed", 1)
+    _check_row_knobs(None, None)
+    with pytest.raises(ValueError, match="row_mapping must be one of"):
+        _check_row_knobs("auto", None)
+    with pytest.raises(ValueError, match="bundle_batches must be >= 1"):
+        _check_row_knobs(None, 0)
+
+
 def _plans(indptr, indices, kind):
     comm = Communicator()
     with DistGraph(indptr, indices, comm, RuntimeConfig(backend="cpu")) as dg:

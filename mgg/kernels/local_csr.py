@@ -51,13 +51,21 @@ DEFAULT_CHUNK = 2048
 #: reddit-like D = 64 3.35 against 3.32; at D = 16 (L = 4) bundles gained nothing (1.94 both)
 BUNDLE_LANES = (16,)
 #: short-row mappings: "packed" (one row per lane group, rows by degree) or "bundles" (runs of
-#: consecutive rows per lane group, walked as one entry stream); "auto": bundles where they exist
-ROW_MAPPINGS = ("auto", "packed", "bundles")
+#: consecutive rows per lane group, walked as one entry stream, where the layout has them)
+ROW_MAPPINGS = ("packed", "bundles")
 #: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
 DEFAULT_BUNDLE_BATCHES = 8
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
+
+
+def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None) -> None:
+    """ValueError naming the knob for a bad row mapping or bundle size (None: not given)."""
+    if row_mapping is not None and row_mapping not in ROW_MAPPINGS:
+        raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
+    if bundle_batches is not None and bundle_batches < 1:
+        raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
 
 
 def entries_per_batch(lanes: int) -> int:
@@ -331,8 +339,9 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
     """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} (mgg_csr_bundles{sfx}_... when `sched` has
     bundles) over one CSR (indptr int64 [n + 1], src int32 [E] rows of `table`), then
-    mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's RowSchedule for G = 32 / lanes, built from a CUDA indptr
-    (its arrays are contiguous tensors on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
+    mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's
+    RowSchedule for G = 32 / lanes, built from a CUDA indptr (its arrays are contiguous tensors
+    on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
     instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu).
     `cache`: the caller's LaunchCache (function handles and stream views kept between calls)."""
@@ -368,8 +377,8 @@ class CsrRowsExecutor:
             (see factor_weights).
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
-        row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", or "bundles" /
-            "auto" (the same: bundles where the layout has bundle kernels, BUNDLE_LANES with one
+        row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", or "bundles"
+            (the default: bundles where the layout has bundle kernels, BUNDLE_LANES with one
             vector per lane; packed elsewhere).
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
         local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
@@ -386,11 +395,8 @@ class CsrRowsExecutor:
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
-                 row_mapping: str = "auto", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
-        if row_mapping not in ROW_MAPPINGS:
-            raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
-        if bundle_batches < 1:
-            raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
+                 row_mapping: str = "bundles", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
+        _check_row_knobs(row_mapping, bundle_batches)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
@@ -436,7 +442,7 @@ class CsrRowsExecutor:
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:
         """Whether the layout (lanes, vectors per lane) runs the bundle kernels."""
-        return self.row_mapping != "packed" and lanes in BUNDLE_LANES and vpl == 1
+        return self.row_mapping == "bundles" and lanes in BUNDLE_LANES and vpl == 1
 
     def schedule(self, groups: int, bundles: bool = False) -> RowSchedule:
         """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
@@ -453,13 +459,10 @@ class CsrRowsExecutor:
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
                row_mapping: str | None = None, bundle_batches: int | None = None) -> None:
         """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
+        _check_row_knobs(row_mapping, bundle_batches)
         if row_mapping is not None:
-            if row_mapping not in ROW_MAPPINGS:
-                raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
             self.row_mapping = row_mapping
         if bundle_batches is not None:
-            if bundle_batches < 1:
-                raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
             self.bundle_batches = int(bundle_batches)
             self._schedules.clear()
         if wpb is not None:
