@@ -417,7 +417,7 @@ _GATHER_SHAPES = ((8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
-                     gathered_gb: float = 1.0) -> float:
+                     gathered_gb: float = 1.0, orders=()) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
     kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 2048 threads per
     SM in blocks of 64, 128 or 256: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
@@ -426,7 +426,10 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)
     this is the rate the hardware gives THIS graph's access pattern -- its L1/L2 reuse included --
     so gathered bytes / it is the gather floor of any aggregation that reads the rows in this
-    order. Without, it is the best of uniformly random and sequential rows of an L2-resident
+    order. `orders`: further orders of the same stream (int64 position tensors, e.g.
+    CsrRowsExecutor.visit_order: the order a row kernel takes the entries in), timed too; the
+    best of all orders is returned, so the floor also holds for a kernel whose order has the
+    better locality. Without `indices`, it is the best of uniformly random and sequential rows of an L2-resident
     `table_mb` table (a random-row rate is no floor for a graph whose hubs repeat in L1)."""
     import cupy as cp
     import torch
@@ -438,6 +441,7 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     if indices is not None:
         rows = max(1, int(table_rows))
         streams = [torch.from_numpy(np.asarray(indices)).to("cuda", torch.int32)]
+        streams += [streams[0][o.to("cuda")] for o in orders]
         n_idx = len(indices)
     else:
         rows = max(1, int(table_mb * 2**20) // (16 * d4))
@@ -469,6 +473,16 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     return best
 
 
+def csr_rows_orders(p, kind, dim: int) -> list:
+    """[the order csr_rows takes plan p's local entries in at width `dim`] (default knobs), for
+    gather_bandwidth's floor; [] where csr_rows does not run the plan alone (remote work)."""
+    if p.num_remote_edges or not p.num_local_edges:
+        return []
+    from mgg.kernels.local_csr import CsrRowsExecutor
+
+    return [CsrRowsExecutor(p, None, kind).visit_order(dim)]
+
+
 def floor_bytes(p, dp: int) -> dict:
     """Bytes of one aggregation of width `dp` (padded floats) over plan `p`, whatever the kernel.
 
@@ -495,7 +509,8 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
 
     p = dg.plan(kind)
     dp = padded_dim(dim)
-    gbw = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local)
+    gbw = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local,
+                           orders=csr_rows_orders(p, kind, dim))
     x = torch.randn(dg.n_local, dim, device=dg.device, generator=_cuda_gen())
     rows = []
     for v in variants_for(dg, wanted):

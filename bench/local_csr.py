@@ -162,7 +162,7 @@ def load_graph(name: str, scale: float, cache: str):
 def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     import torch
 
-    from mgg.kernels.local_csr import CsrRowsExecutor
+    from mgg.kernels.local_csr import DEFAULT_BUNDLE_BATCHES, CsrRowsExecutor
     from mgg.runtime import DistGraph, RuntimeConfig, world
 
     rows = []
@@ -186,8 +186,9 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 dp = max(4, (dim + 3) // 4 * 4)
                 x = torch.randn(g.num_nodes, dim, device="cuda")
                 l2 = l2_gather_bandwidth(dim)
-                from bench.fullgraph import gather_bandwidth
-                own = gather_bandwidth(dim, comm, indices=plan.local_indices, table_rows=plan.n_local)
+                from bench.fullgraph import csr_rows_orders, gather_bandwidth
+                own = gather_bandwidth(dim, comm, indices=plan.local_indices, table_rows=plan.n_local,
+                                       orders=csr_rows_orders(plan, kind, dim))
                 l2["graph-stream"] = own
                 gathered = plan.num_local_edges * dp * 4
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
@@ -195,14 +196,15 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
                     for mapping, batches in (args.mappings if ex is fast else [("bundles", 8)]):
                         ex.retune(row_mapping=mapping, bundle_batches=batches)
-                        name = label if ex is not fast else f"{label} {mapping}{'' if mapping == 'packed' else batches}"
+                        name = label if ex is not fast else \
+                            f"{label} {mapping}{'' if mapping == 'packed' else batches}"
                         for wpb in args.wpb:
                             for chunk in args.chunks:
                                 ex.retune(wpb=wpb, chunk=chunk)
                                 ms = event_ms(lambda: ex(x), args.reps)
                                 hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
                                 res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
-                fast.retune(row_mapping="bundles", bundle_batches=8)
+                fast.retune(row_mapping="default", bundle_batches=DEFAULT_BUNDLE_BATCHES)
                 if fast.prescale:  # the column mode as the kernel reads it without the scaled table
                     fast.retune(wpb=8, chunk=4096)
                     fast.prescale = False
@@ -255,8 +257,9 @@ def main() -> None:
     ap.add_argument("--chunks", default="1024,4096")
     ap.add_argument("--mappings", default="packed,bundles:8",
                     help="csr_rows short-row mappings to time: packed (one row per lane group) and "
-                    "bundles:B (runs of consecutive rows of about B batches of entries; the layouts of "
-                    "BUNDLE_LANES only, others run packed)")
+                    "bundles:B (runs of consecutive rows of about B batches of entries; layouts of one "
+                    "vector per lane, D <= 128 float32; wider ones run packed) and default:B (bundles "
+                    "for the layouts of BUNDLE_LANES, packed elsewhere)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "mgg", "bench"))
     ap.add_argument("--json", default=None)

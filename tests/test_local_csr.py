@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from mgg.kernels.local_csr import (CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule)
 from mgg.testing.reference import aggregation_matrix
@@ -104,10 +105,30 @@ def test_bundles_cover_every_short_row_once_in_runs(groups, thr, target):
         row_schedule(indptr, groups, thr, 2048, skip_empty=True, bundle_target=target)
 
 
+@pytest.mark.parametrize("target", [0, 40])
+def test_visit_order_is_a_permutation_in_task_order(target):
+    """visit_order: every entry once; the long tasks' ranges first (in task order), then each
+    short item's entries contiguous, in item order."""
+    from mgg.kernels.local_csr import visit_order
+
+    indptr, indices = power_law_csr(2000, seed=5 + target)
+    sched = row_schedule(indptr, 4, 64, 300, bundle_target=target)
+    order = visit_order(sched, torch.from_numpy(indptr)).numpy()
+    assert order.dtype == np.int64 and np.array_equal(np.sort(order), np.arange(len(indices)))
+    ranges = [(int(s), int(e)) for _, s, e, _ in sched.long_tasks]
+    if target:
+        ranges += [(int(indptr[a]), int(indptr[b])) for a, b in sched.bundles]
+    else:
+        ranges += [(int(indptr[r]), int(indptr[r + 1])) for r in sched.short_rows]
+    expect = np.concatenate([np.arange(s, e) for s, e in ranges])
+    np.testing.assert_array_equal(order, expect)
+
+
 def test_row_knobs_are_checked_by_name():
     from mgg.kernels.local_csr import _check_row_knobs
 
     _check_row_knobs("packed", 1)
+    _check_row_knobs("default", 1)
     _check_row_knobs(None, None)
     with pytest.raises(ValueError, match="row_mapping must be one of"):
         _check_row_knobs("auto", None)

@@ -32,15 +32,20 @@
 //     the same row (group g takes entries g, g + G, ... of every 32 * U batch), groups combined
 //     with __shfl_xor. slot < 0: the task is the whole row and writes out[row] (rf, diag fused);
 //     slot >= 0: a chunk of a split hub row, writes its raw sum to partial[slot].
-//   * short rows int32 [n_short]: rows packed G per warp (packed warp k takes rows
-//     short_rows[k * G + g], group g one row, no cross-group reduction); the warp runs
-//     max(batches) of its G rows, shorter rows predicate their tail off (rows are sorted by
-//     degree, so the waste is small). Rows with no entry are here too: they write diag * x or 0.
+//   * short items, G per warp (item warp k takes items k * G .. k * G + G - 1, group g one item,
+//     no cross-group reduction): with runs = 0 an item is one row (int32 short_rows, sorted by
+//     degree so the G rows of a warp have similar lengths: the packed mapping), with runs = 1 a
+//     run of consecutive rows (int64 pairs r0, r1 of about the same number of entries: the
+//     bundle mapping, one-vector layouts only). A group walks its item's entries as one stream
+//     (walk_rows) and writes each row as the stream leaves it; the warp runs max(batches) of its
+//     G items, shorter ones predicate their tail off. Rows with no entry are items too: they
+//     write diag * x or 0. Each row's write values (rf, diag, the self row) are loaded when the
+//     row starts, so that no write waits on a load.
 //
 // Kernels (one job each; the 16-bit storage forms carry a _bf16 / _fp16 suffix after "rows" /
 // "combine": mgg_csr_rows_bf16_l{L}_v{V}_w{W}, mgg_csr_combine_fp16, ...)
 //   mgg_csr_rows_l{L}_v{V}_w{W}   warps [0, n_long) take long tasks (longest first), warps
-//                                 [n_long, n_long + ceil(n_short / G)) packed rows;
+//                                 [n_long, n_long + ceil(n_items / G)) short items;
 //                                 block = 32 * wpb threads, grid = ceil(total warps / wpb), no
 //                                 grid-stride loop (one task per warp).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
@@ -133,78 +138,119 @@ __device__ __forceinline__ void load_batch(long long base, long long e, int lane
   }
 }
 
-// Sum this group's entries of [s, e) into acc (V storage vectors = V * F4 float4s per lane).
-// Every lane of the warp must call it with the same `nbatch` (the shuffles are warp-wide).
+// Rows of a batch a lane keeps in flight (loaded before any is summed).
+template <int L, int V>
+struct InFlight {
+  static constexpr int K = Geo<L>::K;
+  static constexpr int N = V == 1 ? (K < 8 ? K : 8) : (V == 2 ? 4 : 2);
+};
+
+// Entries k0 .. k0 + UNR - 1 of the current batch: each index (and weight) broadcast from the
+// lane that loaded it (load_batch's layout), then this lane's vectors of each source row
+// (zero past the stream's end, where the index is -1).
+template <int S, int L, int V, int W, bool WARP, int UNR>
+__device__ __forceinline__ void load_rows(int k0, const int (&idx)[Geo<L>::U], const float (&wv)[Geo<L>::U],
+                                          int g, int lig, const typename Store<S>::vec* __restrict__ x, int DV,
+                                          typename Store<S>::vec (&r)[UNR][V], float (&w)[UNR]) {
+  constexpr int G = Geo<L>::G;
+#pragma unroll
+  for (int kk = 0; kk < UNR; ++kk) {
+    const int k = k0 + kk;
+    const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
+    const int j = __shfl_sync(FULL, idx[k / L], owner);
+    w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
+    const typename Store<S>::vec* row = x + (long long)j * DV;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int c = lig + v * L;
+      r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : Store<S>::zero();
+    }
+  }
+}
+
+// acc += w * r for this lane's V storage vectors (V * F4 float4s).
+template <int S, int V, int W>
+__device__ __forceinline__ void add_row(float4 (&acc)[V * Store<S>::F4], float w, const typename Store<S>::vec (&r)[V]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    float4 f[Store<S>::F4];
+    Store<S>::unpack(r[v], f);
+#pragma unroll
+    for (int h = 0; h < Store<S>::F4; ++h) axpy<W>(acc[v * Store<S>::F4 + h], w, f[h]);
+  }
+}
+
+// Sum this group's entries of [s, e) into acc. WARP (a long task): the warp's G groups on the
+// same entries, group g taking entries g, g + G, ... of every batch of 32 * U; otherwise (one
+// short row per group) the group's own entries, K per batch. Every lane of the warp calls it
+// with the same `nbatch` (the shuffles are warp-wide).
 template <int S, int L, int V, int W, bool WARP>
 __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long long s, long long e, int nbatch,
                                            int g, int lig, int lane, const int* __restrict__ src,
                                            const float* __restrict__ wt, const float* __restrict__ cf,
                                            const typename Store<S>::vec* __restrict__ x, int DV) {
-  using T = Store<S>;
-  constexpr int G = Geo<L>::G, U = Geo<L>::U, K = Geo<L>::K, F4 = T::F4;
-  constexpr int STEP = WARP ? 32 * U : K;       // entries of a batch (per warp / per group)
-  constexpr int UNR = V == 1 ? (K < 8 ? K : 8) : (V == 2 ? 4 : 2);  // rows in flight per lane
+  constexpr int U = Geo<L>::U, K = Geo<L>::K, UNR = InFlight<L, V>::N;
+  constexpr int STEP = WARP ? 32 * U : K;  // entries of a batch (per warp / per group)
   int idx[U], nidx[U];
   float wv[U], nwv[U];
   load_batch<L, W, WARP>(s, e, lane, lig, src, wt, cf, nidx, nwv);
   for (int b = 0; b < nbatch; ++b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
-    if (b + 1 < nbatch)
-      load_batch<L, W, WARP>(s + (long long)(b + 1) * STEP, e, lane, lig, src, wt, cf, nidx, nwv);
+    if (b + 1 < nbatch) load_batch<L, W, WARP>(s + (long long)(b + 1) * STEP, e, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
-      typename T::vec r[UNR][V];
+      typename Store<S>::vec r[UNR][V];
       float w[UNR];
+      load_rows<S, L, V, W, WARP, UNR>(k0, idx, wv, g, lig, x, DV, r, w);
 #pragma unroll
-      for (int kk = 0; kk < UNR; ++kk) {
-        const int k = k0 + kk;
-        const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
-        int j = __shfl_sync(FULL, idx[k / L], owner);
-        w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
-        const typename T::vec* row = x + (long long)j * DV;
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          int c = lig + v * L;
-          r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : T::zero();
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < UNR; ++kk)
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          float4 f[F4];
-          T::unpack(r[kk][v], f);
-#pragma unroll
-          for (int h = 0; h < F4; ++h) axpy<W>(acc[v * F4 + h], w[kk], f[h]);
-        }
+      for (int kk = 0; kk < UNR; ++kk) add_row<S, V, W>(acc, w[kk], r[kk]);  // past e: zero rows
     }
   }
 }
 
-// out[t] = rf * acc + diag[t] * x[t] for this lane's columns (x[t] as stored, converted).
+// What writing row t needs besides its sum: the row factor rf[t], the self weight diag[t] and, where
+// diag is given, this lane's vectors of the self row x[t] (as stored). The row walk loads them
+// when a row starts, so that they arrive while the row is summed and its write waits on no load.
+template <int S, int V>
+struct RowEnd {
+  float f, d;
+  typename Store<S>::vec xs[V];
+};
+
+template <int S, int L, int V>
+__device__ __forceinline__ void load_row_end(RowEnd<S, V>& r, long long t, int lig, const float* __restrict__ rf,
+                                             const float* __restrict__ diag,
+                                             const typename Store<S>::vec* __restrict__ x, int DV) {
+  r.f = rf ? __ldg(rf + t) : 1.f;
+  r.d = diag ? __ldg(diag + t) : 0.f;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int c = lig + v * L;
+    r.xs[v] = (diag && c < DV) ? __ldg(x + t * DV + c) : Store<S>::zero();
+  }
+}
+
+// out[t] = f * acc + d * x[t] for this lane's columns; with `add`, plus what out[t] holds.
 template <int S, int L, int V>
 __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4], long long t, int lig,
-                                          const float* __restrict__ rf, const float* __restrict__ diag,
-                                          const typename Store<S>::vec* __restrict__ x, int DV,
+                                          const RowEnd<S, V>& r, bool has_diag, int DV,
                                           float4* __restrict__ out, int add) {
   using T = Store<S>;
   constexpr int F4 = T::F4;
-  float f = rf ? rf[t] : 1.f;
-  float d = diag ? diag[t] : 0.f;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     int c = lig + v * L;
     if (c < DV) {
       float4 xv[F4];
-      if (diag) T::unpack(__ldg(x + t * DV + c), xv);
+      T::unpack(r.xs[v], xv);
 #pragma unroll
       for (int h = 0; h < F4; ++h) {
         float4 a = acc[v * F4 + h];
-        a.x *= f; a.y *= f; a.z *= f; a.w *= f;
-        if (diag) {
-          a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
-          a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
+        a.x *= r.f; a.y *= r.f; a.z *= r.f; a.w *= r.f;
+        if (has_diag) {
+          a.x = fmaf(r.d, xv[h].x, a.x); a.y = fmaf(r.d, xv[h].y, a.y);
+          a.z = fmaf(r.d, xv[h].z, a.z); a.w = fmaf(r.d, xv[h].w, a.w);
         }
         if (add) {  // a second pass (remote columns) adds to the first pass's row
           const float4 o = out[(t * DV + c) * F4 + h];
@@ -244,7 +290,9 @@ __device__ __forceinline__ void long_task(long long gw, const long long* __restr
     }
   if (g != 0) return;
   if (slot < 0) {
-    write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+    RowEnd<S, V> r;
+    load_row_end<S, L, V>(r, t, lig, rf, diag, x, DV);
+    write_row<S, L, V>(acc, t, lig, r, diag != nullptr, DV, out, add);
   } else {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -256,54 +304,33 @@ __device__ __forceinline__ void long_task(long long gw, const long long* __restr
   }
 }
 
+// The consecutive short rows [r0, r1) by one lane group (one row in the packed mapping, a run
+// of rows in the bundle mapping): the group walks their entries [s, e) = [indptr[r0],
+// indptr[r1]) as one stream, K per batch with the next batch's indices in flight, and writes each
+// row when the stream leaves it (rows without entries included). A row's write values (RowEnd)
+// and the end of the row after it are loaded when the row starts, so a row change waits on no
+// load, and in a run a row's short tail does not idle the group: the next row starts inside the
+// batch. Every lane of the warp calls it with the same `nbatch` (the shuffles are warp-wide).
+// (Sixteen entries per batch with 16 rows in flight per lane were slower on one H200: register
+// pressure.)
 template <int S, int L, int V, int W>
-__device__ __forceinline__ void csr_rows_body(long long n_long, const long long* __restrict__ long_tasks,
-                                              long long n_short, const int* __restrict__ short_rows,
-                                              const long long* __restrict__ indptr, const int* __restrict__ src,
-                                              const float* __restrict__ wt, const float* __restrict__ cf,
-                                              const float* __restrict__ rf, const float* __restrict__ diag,
-                                              const typename Store<S>::vec* __restrict__ x, int DV,
-                                              float4* __restrict__ out, float4* __restrict__ partial, int add) {
-  constexpr int G = Geo<L>::G, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
-  const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
-  const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (gw < n_long) {  // one row (or one chunk of a hub row), all groups
-    long_task<S, L, V, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
-    return;
-  }
+__device__ __forceinline__ void walk_rows(long long r0, long long r1, long long s, long long e, int nbatch, int g,
+                                          int lig, int lane, const long long* __restrict__ indptr,
+                                          const int* __restrict__ src, const float* __restrict__ wt,
+                                          const float* __restrict__ cf, const float* __restrict__ rf,
+                                          const float* __restrict__ diag,
+                                          const typename Store<S>::vec* __restrict__ x, int DV,
+                                          float4* __restrict__ out, int add) {
+  using T = Store<S>;
+  constexpr int U = Geo<L>::U, K = Geo<L>::K, A = V * T::F4, UNR = InFlight<L, V>::N;
+  const bool has_diag = diag != nullptr;
   float4 acc[A];
   zero(acc);
-  const long long k = gw - n_long;  // packed warp: G short rows, one per group
-  if (k * G >= n_short) return;     // past the last packed warp (whole warp leaves together)
-  const long long q = k * G + g;
-  const long long t = q < n_short ? (long long)short_rows[q] : -1;
-  long long s = 0, e = 0;
-  if (t >= 0) { s = indptr[t]; e = indptr[t + 1]; }
-  const int mine = (int)((e - s + K - 1) / K);
-  const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
-  accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
-  if (t >= 0) write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
-}
-
-// A bundle of consecutive short rows [r0, r1) by one lane group: the group walks the bundle's
-// entries [indptr[r0], indptr[r1]) as one stream, K per batch with the next batch's indices in
-// flight, and writes each row when the stream crosses its end (rows without entries included).
-// Unlike one row per group, a row's short tail does not idle the group's other loads: a new row
-// starts inside the batch. Every lane of the warp calls it with the same `nbatch`. (Sixteen
-// entries per batch with 16 rows in flight per lane were slower on one H200: register pressure.)
-template <int S, int L, int V, int W>
-__device__ __forceinline__ void accumulate_bundle(float4 (&acc)[V * Store<S>::F4], long long r0, long long r1,
-                                                  long long s, long long e, int nbatch, int g, int lig, int lane,
-                                                  const long long* __restrict__ indptr, const int* __restrict__ src,
-                                                  const float* __restrict__ wt, const float* __restrict__ cf,
-                                                  const float* __restrict__ rf, const float* __restrict__ diag,
-                                                  const typename Store<S>::vec* __restrict__ x, int DV,
-                                                  float4* __restrict__ out, int add) {
-  using T = Store<S>;
-  constexpr int U = Geo<L>::U, K = Geo<L>::K, F4 = T::F4;
-  constexpr int UNR = V == 1 ? (K < 8 ? K : 8) : (V == 2 ? 4 : 2);  // rows in flight per lane
-  long long t = r0;                                   // the row being summed
-  long long tend = r0 < r1 ? indptr[r0 + 1] : 0;      // its end in the entry stream
+  long long t = r0;                                    // the row being summed
+  long long tend = t + 1 < r1 ? indptr[t + 1] : e;     // its end in the entry stream
+  long long tnext = t + 2 < r1 ? indptr[t + 2] : e;    // the end of row t + 1 (when t + 1 < r1)
+  RowEnd<S, V> rend;
+  if (t < r1) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
   int idx[U], nidx[U];
   float wv[U], nwv[U];
   load_batch<L, W, false, U>(s, e, lane, lig, src, wt, cf, nidx, nwv);
@@ -316,77 +343,77 @@ __device__ __forceinline__ void accumulate_bundle(float4 (&acc)[V * Store<S>::F4
     for (int k0 = 0; k0 < K; k0 += UNR) {
       typename T::vec r[UNR][V];
       float w[UNR];
-#pragma unroll
-      for (int kk = 0; kk < UNR; ++kk) {
-        const int k = k0 + kk;
-        const int owner = g * L + (k % L);
-        int j = __shfl_sync(FULL, idx[k / L], owner);
-        w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
-        const typename T::vec* row = x + (long long)j * DV;
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          int c = lig + v * L;
-          r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : T::zero();
-        }
-      }
+      load_rows<S, L, V, W, false, UNR>(k0, idx, wv, g, lig, x, DV, r, w);
 #pragma unroll
       for (int kk = 0; kk < UNR; ++kk) {
         const long long p = base + k0 + kk;
         if (p < e) {
           while (p >= tend) {  // the stream left row t: write it, start the next
-            write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+            write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
             zero(acc);
             ++t;
-            tend = indptr[t + 1];
+            tend = tnext;
+            tnext = t + 2 < r1 ? indptr[t + 2] : e;
+            load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
           }
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            float4 f[F4];
-            T::unpack(r[kk][v], f);
-#pragma unroll
-            for (int h = 0; h < F4; ++h) axpy<W>(acc[v * F4 + h], w[kk], f[h]);
-          }
+          add_row<S, V, W>(acc, w[kk], r[kk]);
         }
       }
     }
   }
-  for (; t < r1; ++t) {  // the last row with entries, then the empty rows after it
-    write_row<S, L, V>(acc, t, lig, rf, diag, x, DV, out, add);
+  while (t < r1) {  // the last row with entries, then the empty rows after it
+    write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
     zero(acc);
+    if (++t < r1) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
   }
 }
 
+// Warps [0, n_long) take long tasks (longest first); warp n_long + k takes short items
+// k * G .. k * G + G - 1, one per lane group: with runs = 0 an item is one row (int32
+// items[q], the packed mapping), with runs = 1 a run of consecutive rows (int64 items[2q],
+// items[2q + 1] = r0, r1: the bundle mapping).
 template <int S, int L, int V, int W>
-__device__ __forceinline__ void csr_bundles_body(long long n_long, const long long* __restrict__ long_tasks,
-                                                 long long n_bundles, const long long* __restrict__ bundles,
-                                                 const long long* __restrict__ indptr, const int* __restrict__ src,
-                                                 const float* __restrict__ wt, const float* __restrict__ cf,
-                                                 const float* __restrict__ rf, const float* __restrict__ diag,
-                                                 const typename Store<S>::vec* __restrict__ x, int DV,
-                                                 float4* __restrict__ out, float4* __restrict__ partial, int add) {
-  constexpr int G = Geo<L>::G, K = Geo<L>::K, F4 = Store<S>::F4, A = V * F4;
+__device__ __forceinline__ void csr_rows_body(long long n_long, const long long* __restrict__ long_tasks,
+                                              long long n_items, const void* __restrict__ items, int runs,
+                                              const long long* __restrict__ indptr, const int* __restrict__ src,
+                                              const float* __restrict__ wt, const float* __restrict__ cf,
+                                              const float* __restrict__ rf, const float* __restrict__ diag,
+                                              const typename Store<S>::vec* __restrict__ x, int DV,
+                                              float4* __restrict__ out, float4* __restrict__ partial, int add) {
+  constexpr int G = Geo<L>::G, K = Geo<L>::K;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (gw < n_long) {
+  if (gw < n_long) {  // one row (or one chunk of a hub row), all groups
     long_task<S, L, V, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
     return;
   }
-  const long long k = gw - n_long;  // bundle warp: G bundles, one per group
-  if (k * G >= n_bundles) return;
+  const long long k = gw - n_long;
+  if (k * G >= n_items) return;  // past the last item warp (whole warp leaves together)
   const long long q = k * G + g;
   long long r0 = 0, r1 = 0, s = 0, e = 0;
-  if (q < n_bundles) {
-    r0 = bundles[2 * q];
-    r1 = bundles[2 * q + 1];
+  if (q < n_items) {
+    if (runs) {
+      r0 = static_cast<const long long*>(items)[2 * q];
+      r1 = static_cast<const long long*>(items)[2 * q + 1];
+    } else {
+      r0 = static_cast<const int*>(items)[q];
+      r1 = r0 + 1;
+    }
     s = indptr[r0];
     e = indptr[r1];
   }
   const int mine = (int)((e - s + K - 1) / K);
   const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
-  float4 acc[A];
-  zero(acc);
-  accumulate_bundle<S, L, V, W>(acc, r0, r1, s, e, nbatch, g, lig, lane, indptr, src, wt, cf, rf, diag, x, DV,
-                                out, add);
+  if constexpr (V == 1) {
+    walk_rows<S, L, V, W>(r0, r1, s, e, nbatch, g, lig, lane, indptr, src, wt, cf, rf, diag, x, DV, out, add);
+  } else {  // wide rows: one row per group (runs = 0; the host schedules no runs for V > 1)
+    float4 acc[V * Store<S>::F4];
+    zero(acc);
+    RowEnd<S, V> rend;
+    if (r0 < r1) load_row_end<S, L, V>(rend, r0, lig, rf, diag, x, DV);  // in flight during the sum
+    accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
+    if (r0 < r1) write_row<S, L, V>(acc, r0, lig, rend, diag != nullptr, DV, out, add);
+  }
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
@@ -434,30 +461,16 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 
 #define DEF_ROWS_S(S, SFX, L, V, W)                                                                      \
   extern "C" __global__ void mgg_csr_rows##SFX##_l##L##_v##V##_w##W(                                   \
-      long long n_long, const long long* long_tasks, long long n_short, const int* short_rows,         \
+      long long n_long, const long long* long_tasks, long long n_items, const void* items, int runs,   \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
       const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial, int add) {       \
-    csr_rows_body<S, L, V, W>(n_long, long_tasks, n_short, short_rows, indptr, src, wt, cf, rf, diag, x, \
+    csr_rows_body<S, L, V, W>(n_long, long_tasks, n_items, items, runs, indptr, src, wt, cf, rf, diag, x, \
                               DV, out, partial, add);                                                   \
   }
 #define DEF_ROWS(L, V, W) DEF_ROWS_S(0, , L, V, W) DEF_ROWS_S(1, _bf16, L, V, W) DEF_ROWS_S(2, _fp16, L, V, W)
 #define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
 DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
 DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
-
-// The same with the short rows in bundles (accumulate_bundle): mgg_csr_bundles{SFX}_l{L}_v1_w{W},
-// for the layout of 16 lanes a row (D = 33..64 float32, 65..128 16-bit), where they beat one row
-// per group on products-like (docs/kernels.md); narrower layouts measured no gain.
-#define DEF_BUNDLES_S(S, SFX, L, V, W)                                                                   \
-  extern "C" __global__ void mgg_csr_bundles##SFX##_l##L##_v##V##_w##W(                                \
-      long long n_long, const long long* long_tasks, long long n_bundles, const long long* bundles,    \
-      const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
-      const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial, int add) {       \
-    csr_bundles_body<S, L, V, W>(n_long, long_tasks, n_bundles, bundles, indptr, src, wt, cf, rf, diag, \
-                                 x, DV, out, partial, add);                                             \
-  }
-#define DEF_BUNDLES(L, V, W) DEF_BUNDLES_S(0, , L, V, W) DEF_BUNDLES_S(1, _bf16, L, V, W) DEF_BUNDLES_S(2, _fp16, L, V, W)
-DEF_BUNDLES(16, 1, 0) DEF_BUNDLES(16, 1, 1) DEF_BUNDLES(16, 1, 2)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
 // partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row].

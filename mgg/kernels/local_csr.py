@@ -34,7 +34,7 @@ from .streams import LaunchCache
 from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "entries_per_batch", "BUNDLE_LANES",
-           "ROW_MAPPINGS", "DEFAULT_WPB", "WeightFactors", "factor_weights", "launch_csr_rows",
+           "ROW_MAPPINGS", "DEFAULT_WPB", "visit_order", "WeightFactors", "factor_weights", "launch_csr_rows",
            "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
@@ -46,13 +46,14 @@ MAX_DIM_16 = 32 * 8 * _VPL[-1]      # 1024 elements of a 16-bit storage dtype (8
 STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 #: default entries per warp task of a hub row (rows longer than this are split)
 DEFAULT_CHUNK = 2048
-#: lane counts of the layouts that have bundle kernels (mgg_csr_bundles_l{L}_v1_w{W}): one H200,
-#: products-like, D = 64: 3.90 ms against 4.11 packed (sum_self), 4.37 against 4.58 (gcn);
-#: reddit-like D = 64 3.35 against 3.32; at D = 16 (L = 4) bundles gained nothing (1.94 both)
+#: lane counts of the one-vector layouts whose default short-row mapping is "bundles" (any
+#: one-vector layout runs them when asked: row_mapping="bundles"); one H200, products-like,
+#: D = 64: 3.90 ms against 4.11 packed (sum_self), 4.37 against 4.58 (gcn)
 BUNDLE_LANES = (16,)
-#: short-row mappings: "packed" (one row per lane group, rows by degree) or "bundles" (runs of
-#: consecutive rows per lane group, walked as one entry stream, where the layout has them)
-ROW_MAPPINGS = ("packed", "bundles")
+#: short-row mappings: "packed" (one row per lane group, rows by degree), "bundles" (runs of
+#: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane)
+#: or "default" (bundles for the one-vector layouts of BUNDLE_LANES lanes, packed elsewhere)
+ROW_MAPPINGS = ("default", "packed", "bundles")
 #: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
 DEFAULT_BUNDLE_BATCHES = 8
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
@@ -201,6 +202,27 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
                        bundles)
 
 
+def visit_order(sched: RowSchedule, indptr: torch.Tensor) -> torch.Tensor:
+    """int64 [E] positions of the CSR's entries in the order the row kernel's warps take them:
+    the long tasks' ranges (longest first), then the short items (bundles or packed rows) in
+    warp order. Benchmarks time a bare gather on this stream too (the graph's locality as this
+    kernel sees it), so their gather floor holds for it. Torch ops on indptr's device."""
+    ip = indptr.to(torch.int64)
+    lt = torch.as_tensor(sched.long_tasks, device=ip.device)
+    if sched.bundles is not None:
+        b = torch.as_tensor(sched.bundles, device=ip.device)
+        starts, ends = ip[b[:, 0]], ip[b[:, 1]]
+    else:
+        r = torch.as_tensor(sched.short_rows, device=ip.device).long()
+        starts, ends = ip[r], ip[r + 1]
+    starts = torch.cat([lt[:, 1], starts])
+    ends = torch.cat([lt[:, 2], ends])
+    lens = ends - starts
+    total = int(lens.sum())
+    offsets = torch.repeat_interleave(starts - (torch.cumsum(lens, 0) - lens), lens, output_size=total)
+    return offsets + torch.arange(total, dtype=torch.int64, device=ip.device)
+
+
 # -------------------------------------------------------------------------------------------------
 @dataclass
 class WeightFactors:
@@ -337,8 +359,8 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
-    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} (mgg_csr_bundles{sfx}_... when `sched` has
-    bundles) over one CSR (indptr int64 [n + 1], src int32 [E] rows of `table`), then
+    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (its short items are `sched`'s
+    bundles when it has them, else its short rows) (indptr int64 [n + 1], src int32 [E] rows of `table`), then
     mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's
     RowSchedule for G = 32 / lanes, built from a CUDA indptr (its arrays are contiguous tensors
     on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
@@ -349,16 +371,15 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
     with cache.stream():
         warps = sched.num_warps
         if warps:
-            if sched.bundles is not None:
-                fn = cache.function(module, f"mgg_csr_bundles{sfx}_l{lanes}_v{vpl}_w{mode}")
-                items, ptr = np.int64(len(sched.bundles)), _p(sched.bundles)
-            else:
-                fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
-                items, ptr = np.int64(len(sched.short_rows)), _p(sched.short_rows)
+            runs = sched.bundles is not None
+            if runs and vpl != 1:
+                raise ValueError(f"csr_rows: bundles need one vector per lane, the layout has {vpl}")
+            items = sched.bundles if runs else sched.short_rows
+            fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
             fn((-(-warps // wpb),), (32 * wpb,), (
-                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), items, ptr, _p(indptr), _p(src),
-                _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv), _p(out), _p(partial),
-                np.int32(add)))
+                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(items)), _p(items),
+                np.int32(runs), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv),
+                _p(out), _p(partial), np.int32(add)))
         ns = len(sched.split)
         if ns:
             comb = cache.function(module, f"mgg_csr_combine{sfx}")
@@ -377,9 +398,9 @@ class CsrRowsExecutor:
             (see factor_weights).
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
-        row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", or "bundles"
-            (the default: bundles where the layout has bundle kernels, BUNDLE_LANES with one
-            vector per lane; packed elsewhere).
+        row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", "bundles"
+            (layouts of one vector per lane; wider ones run packed), or "default" (bundles for
+            the layouts of BUNDLE_LANES lanes and one vector, packed elsewhere).
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
         local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
             pass of mgg.kernels.halo_csr.HaloCsrExecutor, through `aggregate_local`).
@@ -395,7 +416,7 @@ class CsrRowsExecutor:
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
-                 row_mapping: str = "bundles", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
+                 row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
         _check_row_knobs(row_mapping, bundle_batches)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
@@ -442,7 +463,9 @@ class CsrRowsExecutor:
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:
         """Whether the layout (lanes, vectors per lane) runs the bundle kernels."""
-        return self.row_mapping == "bundles" and lanes in BUNDLE_LANES and vpl == 1
+        if vpl != 1 or self.row_mapping == "packed":
+            return False
+        return self.row_mapping == "bundles" or lanes in BUNDLE_LANES
 
     def schedule(self, groups: int, bundles: bool = False) -> RowSchedule:
         """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
@@ -455,6 +478,12 @@ class CsrRowsExecutor:
             self.prep_seconds += s.seconds
             self._schedules[key] = s
         return self._schedules[key]
+
+    def visit_order(self, dim: int) -> torch.Tensor:
+        """int64 [E] positions of the local CSR's entries in the order this executor's kernel
+        takes them at width `dim` with the current knobs (see `visit_order`)."""
+        _, _, lanes, vpl = self._layout(dim)
+        return visit_order(self.schedule(32 // lanes, self.uses_bundles(lanes, vpl)), self.indptr)
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
                row_mapping: str | None = None, bundle_batches: int | None = None) -> None:

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.kernels.local_csr import CsrRowsExecutor, lanes_for_width  # noqa: E402
+from mgg.kernels.local_csr import BUNDLE_LANES, CsrRowsExecutor, lanes_for_width  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
@@ -50,9 +50,9 @@ def run(ex, x, times=2):
     return outs
 
 
-#: (row_mapping, bundle_batches): one row per group; bundles (default size; one batch each, so
-#: most bundles end inside a batch and hold several rows)
-MAPPINGS = (("packed", 8), ("bundles", 8), ("bundles", 1))
+#: (row_mapping, bundle_batches): the per-layout default; one row per group; bundles (default
+#: size; one batch each, so most bundles end inside a batch and hold several rows)
+MAPPINGS = (("default", 8), ("packed", 8), ("bundles", 8), ("bundles", 1))
 
 
 @pytest.mark.parametrize("mapping", MAPPINGS)
@@ -72,7 +72,8 @@ def test_matches_reference(kind, dim, sched, mapping):
             groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
             assert len(ex.schedule(groups).split) >= 4
         lanes, vpl = lanes_for_width(-(-dim // 4) * 4)
-        assert ex.uses_bundles(lanes, vpl) == (mapping[0] == "bundles" and lanes == 16 and vpl == 1)
+        wanted = mapping[0] == "bundles" or (mapping[0] == "default" and lanes in BUNDLE_LANES)
+        assert ex.uses_bundles(lanes, vpl) == (wanted and vpl == 1)
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         for out in run(ex, x):
             assert out.shape == (len(indptr) - 1, dim) and out.dtype == np.float32
