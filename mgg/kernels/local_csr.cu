@@ -120,17 +120,18 @@ __device__ __forceinline__ void axpy(float4& a, float w, const float4& r) {
   }
 }
 
-// Load this lane's U indices (and weights) of the batch starting at `base`.
-// WARP: position base + u * 32 + lane; group mode: base + u * L + lig.
+// Load this lane's U indices (and weights) of the batch starting at position `base` of a stream
+// of n entries (src / wt point at the stream's first entry: positions fit 32 bits, the launchers
+// refuse 2^31 entries). WARP: position base + u * 32 + lane; group mode: base + u * L + lig.
 template <int L, int W, bool WARP, int U = Geo<L>::U>
-__device__ __forceinline__ void load_batch(long long base, long long e, int lane, int lig,
-                                           const int* __restrict__ src, const float* __restrict__ wt,
-                                           const float* __restrict__ cf, int (&idx)[U], float (&wv)[U]) {
+__device__ __forceinline__ void load_batch(int base, int n, int lane, int lig, const int* __restrict__ src,
+                                           const float* __restrict__ wt, const float* __restrict__ cf,
+                                           int (&idx)[U], float (&wv)[U]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    long long p = base + (WARP ? (long long)u * 32 + lane : (long long)u * L + lig);
-    bool ok = p < e;
-    int j = ok ? __ldcs(src + p) : -1;
+    const int p = base + (WARP ? u * 32 + lane : u * L + lig);
+    const bool ok = p < n;
+    const int j = ok ? __ldcs(src + p) : -1;
     idx[u] = j;
     if (W == 0) wv[u] = ok ? __ldcs(wt + p) : 0.f;
     else if (W == 2) wv[u] = ok ? __ldg(cf + j) : 0.f;
@@ -191,13 +192,16 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long
                                            const typename Store<S>::vec* __restrict__ x, int DV) {
   constexpr int U = Geo<L>::U, K = Geo<L>::K, UNR = InFlight<L, V>::N;
   constexpr int STEP = WARP ? 32 * U : K;  // entries of a batch (per warp / per group)
+  const int n = (int)(e - s);
+  src += s;
+  if (W == 0) wt += s;
   int idx[U], nidx[U];
   float wv[U], nwv[U];
-  load_batch<L, W, WARP>(s, e, lane, lig, src, wt, cf, nidx, nwv);
+  load_batch<L, W, WARP>(0, n, lane, lig, src, wt, cf, nidx, nwv);
   for (int b = 0; b < nbatch; ++b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
-    if (b + 1 < nbatch) load_batch<L, W, WARP>(s + (long long)(b + 1) * STEP, e, lane, lig, src, wt, cf, nidx, nwv);
+    if (b + 1 < nbatch) load_batch<L, W, WARP>((b + 1) * STEP, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
       typename Store<S>::vec r[UNR][V];
@@ -326,19 +330,25 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
   const bool has_diag = diag != nullptr;
   float4 acc[A];
   zero(acc);
-  long long t = r0;                                    // the row being summed
-  long long tend = t + 1 < r1 ? indptr[t + 1] : e;     // its end in the entry stream
-  long long tnext = t + 2 < r1 ? indptr[t + 2] : e;    // the end of row t + 1 (when t + 1 < r1)
+  // positions relative to s (32 bits: the launchers refuse 2^31 entries or rows)
+  const int n = (int)(e - s);
+  src += s;
+  if (W == 0) wt += s;
+  const long long* ends = indptr + 1;                          // ends[t] = indptr[t + 1]
+  int t = (int)r0;                                             // the row being summed
+  const int tl = (int)r1;
+  int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end in the entry stream
+  int tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;         // the end of row t + 1 (when t + 1 < r1)
   RowEnd<S, V> rend;
-  if (t < r1) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
+  if (t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
   int idx[U], nidx[U];
   float wv[U], nwv[U];
-  load_batch<L, W, false, U>(s, e, lane, lig, src, wt, cf, nidx, nwv);
+  load_batch<L, W, false, U>(0, n, lane, lig, src, wt, cf, nidx, nwv);
   for (int b = 0; b < nbatch; ++b) {
-    const long long base = s + (long long)b * K;
+    const int base = b * K;
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
-    if (b + 1 < nbatch) load_batch<L, W, false, U>(base + K, e, lane, lig, src, wt, cf, nidx, nwv);
+    if (b + 1 < nbatch) load_batch<L, W, false, U>(base + K, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
       typename T::vec r[UNR][V];
@@ -346,14 +356,14 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
       load_rows<S, L, V, W, false, UNR>(k0, idx, wv, g, lig, x, DV, r, w);
 #pragma unroll
       for (int kk = 0; kk < UNR; ++kk) {
-        const long long p = base + k0 + kk;
-        if (p < e) {
+        const int p = base + k0 + kk;
+        if (p < n) {
           while (p >= tend) {  // the stream left row t: write it, start the next
             write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
             zero(acc);
             ++t;
             tend = tnext;
-            tnext = t + 2 < r1 ? indptr[t + 2] : e;
+            tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;
             load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
           }
           add_row<S, V, W>(acc, w[kk], r[kk]);
@@ -361,10 +371,10 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
       }
     }
   }
-  while (t < r1) {  // the last row with entries, then the empty rows after it
+  while (t < tl) {  // the last row with entries, then the empty rows after it
     write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
     zero(acc);
-    if (++t < r1) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
+    if (++t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
   }
 }
 
