@@ -45,17 +45,13 @@ def emulate(sched, indptr, indices, w, x):
             writes[t] += 1
         else:
             partial[slot] = acc
-    # the items the kernel reads: the bundles, or the short rows one an item, with entry ranges
-    runs = sched.bundles if sched.bundles is not None else [(r, r + 1) for r in sched.short_rows]
-    assert sched.items.dtype == np.int32 and sched.items.shape == (len(runs), 4)
-    for (r0, r1, s0, e0), run in zip(sched.items, runs):
-        assert (r0, r1) == tuple(run) and (s0, e0) == (indptr[r0], indptr[r1])
-        for t in range(r0, r1):
-            s, e = indptr[t], indptr[t + 1]
-            assert e - s <= sched.long_threshold
-            out[t] = (w[s:e, None] * x[indices[s:e]]).sum(0)
-            used[s:e] += 1
-            writes[t] += 1
+    bundled = [t for r0, r1 in (sched.bundles if sched.bundles is not None else []) for t in range(r0, r1)]
+    for t in list(sched.short_rows) + bundled:
+        s, e = indptr[t], indptr[t + 1]
+        assert e - s <= sched.long_threshold
+        out[t] = (w[s:e, None] * x[indices[s:e]]).sum(0)
+        used[s:e] += 1
+        writes[t] += 1
     for t, first, cnt in sched.split:
         out[t] = partial[first:first + cnt].sum(0)
         writes[t] += 1
@@ -194,16 +190,3 @@ def test_local_csr_compiles_without_nvshmem(kernel_cache_dir, monkeypatch):
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     b = build_cubin("local_csr", "sm_90", nvshmem=False)
     assert os.path.getsize(b.path) > 0 and b.method == "plain"
-
-
-def test_resident_blocks_estimate():
-    """The persistent grid's per-SM block estimate (sm_90 limits), used where CuPy has no
-    occupancy query."""
-    from mgg.kernels.streams import resident_blocks
-
-    assert resident_blocks(72, 128) == 7      # 2304 registers a warp: 28 warps
-    assert resident_blocks(80, 128) == 6
-    assert resident_blocks(32, 128) == 16     # thread limit
-    assert resident_blocks(0, 32) == 32       # block limit
-    assert resident_blocks(255, 1024) == 1    # never 0
-    assert resident_blocks(16, 256, smem_per_block=100_000) == 2

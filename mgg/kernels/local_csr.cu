@@ -32,23 +32,22 @@
 //     the same row (group g takes entries g, g + G, ... of every 32 * U batch), groups combined
 //     with __shfl_xor. slot < 0: the task is the whole row and writes out[row] (rf, diag fused);
 //     slot >= 0: a chunk of a split hub row, writes its raw sum to partial[slot].
-//   * short items int32 [n_items, 4] = (r0, r1, s, e): rows [r0, r1) with entries [s, e), G per
-//     item warp (item warp k takes items k * G .. k * G + G - 1, group g one item, no
-//     cross-group reduction). Packed mapping: one row an item (r1 = r0 + 1), sorted by degree so
-//     the G rows of a warp have similar lengths. Bundle mapping (one-vector layouts only): runs
-//     of consecutive rows of about the same number of entries. A group walks its item's entries
-//     as one stream (walk_rows) and writes each row as the stream leaves it; the warp runs
-//     max(batches) of its G items, shorter ones predicate their tail off. Rows with no entry are
-//     items too: they write diag * x or 0. Each row's write values (rf, diag, the self row) are
-//     loaded when the row starts, so that no write waits on a load.
+//   * short items, G per warp (item warp k takes items k * G .. k * G + G - 1, group g one item,
+//     no cross-group reduction): with runs = 0 an item is one row (int32 short_rows, sorted by
+//     degree so the G rows of a warp have similar lengths: the packed mapping), with runs = 1 a
+//     run of consecutive rows (int64 pairs r0, r1 of about the same number of entries: the
+//     bundle mapping, one-vector layouts only). A group walks its item's entries as one stream
+//     (walk_rows) and writes each row as the stream leaves it; the warp runs max(batches) of its
+//     G items, shorter ones predicate their tail off. Rows with no entry are items too: they
+//     write diag * x or 0. Each row's write values (rf, diag, the self row) are loaded when the
+//     row starts, so that no write waits on a load.
 //
 // Kernels (one job each; the 16-bit storage forms carry a _bf16 / _fp16 suffix after "rows" /
 // "combine": mgg_csr_rows_bf16_l{L}_v{V}_w{W}, mgg_csr_combine_fp16, ...)
-//   mgg_csr_rows_l{L}_v{V}_w{W}   work units [0, n_long) are long tasks (longest first), units
-//                                 [n_long, n_long + ceil(n_items / G)) item warps; block = 32 * wpb
-//                                 threads, a persistent grid (at most the blocks that are resident
-//                                 at once): warp w takes units w, w + nw, ... and loads its next
-//                                 unit's items before working on the current one.
+//   mgg_csr_rows_l{L}_v{V}_w{W}   warps [0, n_long) take long tasks (longest first), warps
+//                                 [n_long, n_long + ceil(n_items / G)) short items;
+//                                 block = 32 * wpb threads, grid = ceil(total warps / wpb), no
+//                                 grid-stride loop (one task per warp).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
 //   Both take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
@@ -319,7 +318,7 @@ __device__ __forceinline__ void long_task(long long gw, const long long* __restr
 // (Sixteen entries per batch with 16 rows in flight per lane were slower on one H200: register
 // pressure.)
 template <int S, int L, int V, int W>
-__device__ __forceinline__ void walk_rows(int r0, int r1, int s, int e, int nbatch, int g,
+__device__ __forceinline__ void walk_rows(long long r0, long long r1, long long s, long long e, int nbatch, int g,
                                           int lig, int lane, const long long* __restrict__ indptr,
                                           const int* __restrict__ src, const float* __restrict__ wt,
                                           const float* __restrict__ cf, const float* __restrict__ rf,
@@ -336,8 +335,8 @@ __device__ __forceinline__ void walk_rows(int r0, int r1, int s, int e, int nbat
   src += s;
   if (W == 0) wt += s;
   const long long* ends = indptr + 1;                          // ends[t] = indptr[t + 1]
-  int t = r0;                                                  // the row being summed
-  const int tl = r1;
+  int t = (int)r0;                                             // the row being summed
+  const int tl = (int)r1;
   int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end in the entry stream
   int tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;         // the end of row t + 1 (when t + 1 < r1)
   RowEnd<S, V> rend;
@@ -379,21 +378,13 @@ __device__ __forceinline__ void walk_rows(int r0, int r1, int s, int e, int nbat
   }
 }
 
-// This group's short item of work unit u (u >= n_long: item warp u - n_long), or an empty one.
-template <int G>
-__device__ __forceinline__ int4 load_item(int u, int n_long, int n_items, int g, const int4* __restrict__ items) {
-  const int q = (u - n_long) * G + g;
-  return (u >= n_long && q < n_items) ? __ldcs(items + q) : make_int4(0, 0, 0, 0);
-}
-
-// Work units [0, n_long) are long tasks (longest first), unit n_long + k the short items
-// k * G .. k * G + G - 1 (one per lane group). The grid is persistent (at most as many warps as
-// fit on the GPU at once): warp w takes units w, w + nw, ... (nw warps in the grid), and loads
-// its next unit's items before working on the current one, so that an item's bounds are in
-// registers when it starts.
+// Warps [0, n_long) take long tasks (longest first); warp n_long + k takes short items
+// k * G .. k * G + G - 1, one per lane group: with runs = 0 an item is one row (int32
+// items[q], the packed mapping), with runs = 1 a run of consecutive rows (int64 items[2q],
+// items[2q + 1] = r0, r1: the bundle mapping).
 template <int S, int L, int V, int W>
 __device__ __forceinline__ void csr_rows_body(long long n_long, const long long* __restrict__ long_tasks,
-                                              long long n_items, const int4* __restrict__ items,
+                                              long long n_items, const void* __restrict__ items, int runs,
                                               const long long* __restrict__ indptr, const int* __restrict__ src,
                                               const float* __restrict__ wt, const float* __restrict__ cf,
                                               const float* __restrict__ rf, const float* __restrict__ diag,
@@ -401,31 +392,37 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
                                               float4* __restrict__ out, float4* __restrict__ partial, int add) {
   constexpr int G = Geo<L>::G, K = Geo<L>::K;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
-  // 32-bit unit and item numbers: the launcher refuses 2^31 - 2^25 of either
-  const int nw = (int)gridDim.x * (int)(blockDim.x >> 5);
-  const int nl = (int)n_long, ni = (int)n_items;
-  const int units = nl + (ni + G - 1) / G;
-  int u = (int)blockIdx.x * (int)(blockDim.x >> 5) + (int)(threadIdx.x >> 5);
-  int4 it = load_item<G>(u, nl, ni, g, items);
-  for (; u < units; u += nw) {  // u is the same on every lane of the warp
-    const int4 next = load_item<G>(u + nw, nl, ni, g, items);
-    if (u < nl) {  // one row (or one chunk of a hub row), all groups
-      long_task<S, L, V, W>(u, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
+  const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (gw < n_long) {  // one row (or one chunk of a hub row), all groups
+    long_task<S, L, V, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
+    return;
+  }
+  const long long k = gw - n_long;
+  if (k * G >= n_items) return;  // past the last item warp (whole warp leaves together)
+  const long long q = k * G + g;
+  long long r0 = 0, r1 = 0, s = 0, e = 0;
+  if (q < n_items) {
+    if (runs) {
+      r0 = static_cast<const long long*>(items)[2 * q];
+      r1 = static_cast<const long long*>(items)[2 * q + 1];
     } else {
-      const int r0 = it.x, r1 = it.y, s = it.z, e = it.w;  // rows [r0, r1), entries [s, e)
-      const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)((e - s + K - 1) / K));
-      if constexpr (V == 1) {
-        walk_rows<S, L, V, W>(r0, r1, s, e, nbatch, g, lig, lane, indptr, src, wt, cf, rf, diag, x, DV, out, add);
-      } else {  // wide rows: one row per item (the host schedules no runs for V > 1)
-        float4 acc[V * Store<S>::F4];
-        zero(acc);
-        RowEnd<S, V> rend;
-        if (r0 < r1) load_row_end<S, L, V>(rend, r0, lig, rf, diag, x, DV);  // in flight during the sum
-        accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
-        if (r0 < r1) write_row<S, L, V>(acc, r0, lig, rend, diag != nullptr, DV, out, add);
-      }
+      r0 = static_cast<const int*>(items)[q];
+      r1 = r0 + 1;
     }
-    it = next;
+    s = indptr[r0];
+    e = indptr[r1];
+  }
+  const int mine = (int)((e - s + K - 1) / K);
+  const int nbatch = (int)__reduce_max_sync(FULL, (unsigned)mine);
+  if constexpr (V == 1) {
+    walk_rows<S, L, V, W>(r0, r1, s, e, nbatch, g, lig, lane, indptr, src, wt, cf, rf, diag, x, DV, out, add);
+  } else {  // wide rows: one row per group (runs = 0; the host schedules no runs for V > 1)
+    float4 acc[V * Store<S>::F4];
+    zero(acc);
+    RowEnd<S, V> rend;
+    if (r0 < r1) load_row_end<S, L, V>(rend, r0, lig, rf, diag, x, DV);  // in flight during the sum
+    accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
+    if (r0 < r1) write_row<S, L, V>(acc, r0, lig, rend, diag != nullptr, DV, out, add);
   }
 }
 
@@ -474,10 +471,10 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 
 #define DEF_ROWS_S(S, SFX, L, V, W)                                                                      \
   extern "C" __global__ void mgg_csr_rows##SFX##_l##L##_v##V##_w##W(                                   \
-      long long n_long, const long long* long_tasks, long long n_items, const int4* items,              \
+      long long n_long, const long long* long_tasks, long long n_items, const void* items, int runs,   \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,      \
       const float* diag, const Store<S>::vec* x, int DV, float4* out, float4* partial, int add) {       \
-    csr_rows_body<S, L, V, W>(n_long, long_tasks, n_items, items, indptr, src, wt, cf, rf, diag, x,       \
+    csr_rows_body<S, L, V, W>(n_long, long_tasks, n_items, items, runs, indptr, src, wt, cf, rf, diag, x, \
                               DV, out, partial, add);                                                   \
   }
 #define DEF_ROWS(L, V, W) DEF_ROWS_S(0, , L, V, W) DEF_ROWS_S(1, _bf16, L, V, W) DEF_ROWS_S(2, _fp16, L, V, W)

@@ -34,7 +34,7 @@ from .streams import LaunchCache
 from .variants import lane_layout
 
 __all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "entries_per_batch", "BUNDLE_LANES",
-           "ROW_MAPPINGS", "DEFAULT_WPB", "visit_order", "short_items", "WeightFactors", "factor_weights", "launch_csr_rows",
+           "ROW_MAPPINGS", "DEFAULT_WPB", "visit_order", "WeightFactors", "factor_weights", "launch_csr_rows",
            "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
@@ -99,9 +99,6 @@ class RowSchedule:
     split: int64 [n_split, 3] (row, first slot, slots) of the rows split over several tasks.
     bundles: None, or int64 [n_bundles, 2] (r0, r1): runs of consecutive short rows, one per lane
         group, G per warp, by entries descending (`bundle_rows`); they cover every short row.
-    items: int32 [n_items, 4] (r0, r1, s, e), what the kernel reads: the bundles, or else the
-        short rows one an item (r1 = r0 + 1), with their entry range [s, e) = [indptr[r0],
-        indptr[r1]) (`short_items`).
     """
 
     groups: int
@@ -113,25 +110,11 @@ class RowSchedule:
     num_slots: int
     seconds: float = 0.0
     bundles: np.ndarray | torch.Tensor | None = None
-    items: np.ndarray | torch.Tensor | None = None
 
     @property
     def num_warps(self) -> int:
-        """Work units of the kernel: one per long task, one per G short items."""
         items = len(self.short_rows) if self.bundles is None else len(self.bundles)
         return len(self.long_tasks) + -(-items // self.groups)
-
-
-def short_items(indptr: torch.Tensor, short_rows: torch.Tensor | None, bundles: torch.Tensor | None) -> torch.Tensor:
-    """int32 [n_items, 4] (r0, r1, s, e) of the bundles (int64 [n, 2]) when given, else of the
-    short rows (one row an item). Torch ops on indptr's device; the kernels take 32-bit rows and
-    positions (the executors refuse 2^31 rows or entries)."""
-    if bundles is not None:
-        r0, r1 = bundles[:, 0], bundles[:, 1]
-    else:
-        r0 = short_rows.to(torch.int64)
-        r1 = r0 + 1
-    return torch.stack([r0, r1, indptr[r0], indptr[r1]], dim=1).to(torch.int32).contiguous()
 
 
 def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int) -> torch.Tensor:
@@ -212,22 +195,26 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
         short = short[torch.argsort(-deg[short], stable=True)].to(torch.int32)  # by degree, descending
     num_slots = int(is_split.sum())
     tasks, short, split = tasks.contiguous(), short.contiguous(), split.contiguous()  # launched by pointer
-    items = short_items(ip, short, bundles)
     if as_numpy:
-        tasks, short, split, items = tasks.numpy(), short.numpy(), split.numpy(), items.numpy()
+        tasks, short, split = tasks.numpy(), short.numpy(), split.numpy()
         bundles = None if bundles is None else bundles.numpy()
     return RowSchedule(groups, thr, int(chunk), tasks, short, split, num_slots, time.perf_counter() - t0,
-                       bundles, items)
+                       bundles)
 
 
 def visit_order(sched: RowSchedule, indptr: torch.Tensor) -> torch.Tensor:
-    """int64 [E] positions of the CSR's entries in the order the row kernel's work units come:
-    the long tasks' ranges (longest first), then the short items (bundles or packed rows). Benchmarks time a bare gather on this stream too (the graph's locality as this
+    """int64 [E] positions of the CSR's entries in the order the row kernel's warps take them:
+    the long tasks' ranges (longest first), then the short items (bundles or packed rows) in
+    warp order. Benchmarks time a bare gather on this stream too (the graph's locality as this
     kernel sees it), so their gather floor holds for it. Torch ops on indptr's device."""
     ip = indptr.to(torch.int64)
     lt = torch.as_tensor(sched.long_tasks, device=ip.device)
-    it = torch.as_tensor(sched.items, device=ip.device).to(torch.int64)
-    starts, ends = it[:, 2], it[:, 3]
+    if sched.bundles is not None:
+        b = torch.as_tensor(sched.bundles, device=ip.device)
+        starts, ends = ip[b[:, 0]], ip[b[:, 1]]
+    else:
+        r = torch.as_tensor(sched.short_rows, device=ip.device).long()
+        starts, ends = ip[r], ip[r + 1]
     starts = torch.cat([lt[:, 1], starts])
     ends = torch.cat([lt[:, 2], ends])
     lens = ends - starts
@@ -384,16 +371,14 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
     with cache.stream():
         warps = sched.num_warps
         if warps:
-            if sched.bundles is not None and vpl != 1:
+            runs = sched.bundles is not None
+            if runs and vpl != 1:
                 raise ValueError(f"csr_rows: bundles need one vector per lane, the layout has {vpl}")
-            if len(sched.long_tasks) + len(sched.items) >= 2**31 - 2**25:  # the kernel's 32-bit unit numbers
-                raise ValueError(f"csr_rows: {len(sched.long_tasks)} long tasks and {len(sched.items)} short "
-                                 f"items exceed the kernel's 32-bit work numbering")
+            items = sched.bundles if runs else sched.short_rows
             fn = cache.function(module, f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode}")
-            grid = min(-(-warps // wpb), num_sms * cache.resident_blocks(fn, 32 * wpb))  # persistent
-            fn((grid,), (32 * wpb,), (
-                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.items)), _p(sched.items),
-                _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv),
+            fn((-(-warps // wpb),), (32 * wpb,), (
+                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(items)), _p(items),
+                np.int32(runs), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv),
                 _p(out), _p(partial), np.int32(add)))
         ns = len(sched.split)
         if ns:
