@@ -50,7 +50,8 @@
 //                                 grid-stride loop (one task per warp).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
-//   Both take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
+//   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), grid-stride.
+//   The first two take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
 //   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
 //   pass, and the passes are ordered on one stream, so no atomics).
 #include <cstdint>
@@ -492,3 +493,17 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
     csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add);                            \
   }
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
+
+// The gcn pre-scale of float32 storage (mgg/kernels/local_csr.py, CsrRowsExecutor): out[i] =
+// cf[i] * x[i] for n rows of DV float4s, one float4 a thread, grid-stride; x is read evict-first.
+// (torch's broadcast multiply of [n, D] by [n, 1] took about twice the copy time on one H200.)
+extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, const float* __restrict__ cf,
+                                              const float4* __restrict__ x, float4* __restrict__ out) {
+  const long long total = n * DV, stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const float f = __ldg(cf + i / DV);
+    float4 v = __ldcs(x + i);
+    v.x *= f; v.y *= f; v.z *= f; v.w *= f;
+    out[i] = v;
+  }
+}

@@ -563,6 +563,17 @@ class CsrRowsExecutor:
             raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
 
+    def _scale_rows(self, table: torch.Tensor, dv: int) -> torch.Tensor:
+        """cf * table (float32 [n, 4 * dv], contiguous) with mgg_csr_scale_rows, on torch's
+        current stream: a new float32 [n, 4 * dv] tensor."""
+        out = torch.empty_like(table)
+        total = table.shape[0] * dv
+        blocks = max(1, min(-(-total // 256), self.num_sms * 16))
+        fn = self.launch_cache.function(self.module, "mgg_csr_scale_rows")
+        with self.launch_cache.stream():
+            fn((blocks,), (256,), (np.int64(table.shape[0]), np.int32(dv), _p(self.cf), _p(table), _p(out)))
+        return out
+
     def aggregate_local(self, x: torch.Tensor, sym=None) -> torch.Tensor:
         """The local CSR's part, W_local x' + diag * x', on torch's current stream, touching no
         other rank (with 16-bit storage at world_size > 1, x' is read from `sym`, which must
@@ -577,8 +588,8 @@ class CsrRowsExecutor:
         sched = self.schedule(groups, self.uses_bundles(lanes, vpl))
         partial = self._buf(max(sched.num_slots, 1), width)
         mode, diag = WEIGHT_MODES[self.factors.mode], self.diag
-        if self.prescale:  # x' = cf * x, then w = 1 (see __init__)
-            xin = xin * self.cf.unsqueeze(1)
+        if self.prescale and n:  # x' = cf * x, then w = 1 (see __init__)
+            xin = self._scale_rows(xin, dv)
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
         if n:
             launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
