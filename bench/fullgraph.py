@@ -417,7 +417,7 @@ _GATHER_SHAPES = ((8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
-                     gathered_gb: float = 1.0, orders=()) -> float:
+                     gathered_gb: float = 1.0, orders=(), rates: list | None = None) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
     kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 2048 threads per
     SM in blocks of 64, 128 or 256: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
@@ -429,7 +429,8 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     order. `orders`: further orders of the same stream (int64 position tensors, e.g.
     CsrRowsExecutor.visit_order: the order a row kernel takes the entries in), timed too; the
     best of all orders is returned, so the floor also holds for a kernel whose order has the
-    better locality. Without `indices`, it is the best of uniformly random and sequential rows of an L2-resident
+    better locality. `rates`: a list that gets each stream's best GB/s (the plan's order first,
+    then `orders`; or random, sequential). Without `indices`, it is the best of uniformly random and sequential rows of an L2-resident
     `table_mb` table (a random-row rate is no floor for a graph whose hubs repeat in L1)."""
     import cupy as cp
     import torch
@@ -457,6 +458,7 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
                        name_expressions=[f"gather_sum<{u}>" for u in sorted({u for u, _, _ in _GATHER_SHAPES})])
     best = 0.0
     for ids in streams:
+        stream_best = 0.0
         args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                 np.uint64(out.data_ptr()))
         for unroll, per_sm, block in _GATHER_SHAPES:
@@ -467,7 +469,10 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
             for _ in range(3):
                 launch()
             ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
-            best = max(best, n_idx * 16 * d4 / (ms * 1e6))
+            stream_best = max(stream_best, n_idx * 16 * d4 / (ms * 1e6))
+        best = max(best, stream_best)
+        if rates is not None:
+            rates.append(stream_best)
     del table, streams, out
     torch.cuda.empty_cache()
     return best

@@ -187,8 +187,9 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 x = torch.randn(g.num_nodes, dim, device="cuda")
                 l2 = l2_gather_bandwidth(dim)
                 from bench.fullgraph import csr_rows_orders, gather_bandwidth
+                rates: list = []
                 own = gather_bandwidth(dim, comm, indices=plan.local_indices, table_rows=plan.n_local,
-                                       orders=csr_rows_orders(plan, kind, dim))
+                                       orders=csr_rows_orders(plan, kind, dim), rates=rates)
                 l2["graph-stream"] = own
                 gathered = plan.num_local_edges * dp * 4
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
@@ -228,7 +229,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 print(f"  {g.name} D={dim} {kind}: mode {fast.factors.mode} ({fast.factors.note}"
                       f"{'; the table scaled by cf, then w = 1' if fast.prescale else ''}), "
                       f"prep {prep:.2f} s, rel err vs cuSPARSE {err:.1e}; "
-                      f"gather rate on this graph's index stream {own:.0f} GB/s (L2-resident table: random "
+                      f"gather rate on this graph's index stream {own:.0f} GB/s (row order / csr_rows' order: "
+                      f"{' / '.join(f'{r:.0f}' for r in rates)}; L2-resident table: random "
                       f"{l2['fullgraph']:.0f}/{l2['unrolled']:.0f}, sequential {l2['fullgraph-seq']:.0f}/"
                       f"{l2['unrolled-seq']:.0f}), gather floor {l2_floor:.3f} ms", flush=True)
                 for label, (ms, hb, *gf) in res.items():
