@@ -27,6 +27,7 @@ import argparse
 import datetime as _dt
 import glob
 import inspect
+import itertools
 import json
 import os
 import socket
@@ -376,34 +377,54 @@ def pyg_epoch(g, mname, args, device, comm):
 
 
 _GATHER_SRC = r"""
-template <int U>
+template <int U, bool WINDOW>
 __global__ void gather_sum(const float4* __restrict__ table, const int* __restrict__ idx,
                            long long n_idx, int d4, float4* __restrict__ out) {
-    // lanes in groups of d4 (d4 <= 32, a power of two): group g of a warp reads rows idx[k] for
-    // k = g, g + groups, ... of the warp's slice, 16 B per lane, U rows in flight per group
+    // lanes in groups of d4 (d4 <= 32, a power of two), 16 B per lane, U rows in flight per group
     // (independent loads and sums: the memory system, not one load's latency, sets the rate).
+    // WINDOW = false: warp w reads slice w of n_idx / warps entries (every warp in a different
+    // part of the stream at once); WINDOW = true: warp w reads chunks w, w + warps, ... of
+    // U * groups entries (the warps at work read one window of the stream, as a kernel that
+    // hands consecutive work to consecutive warps does).
     const int lane = threadIdx.x & 31, groups = 32 / d4, g = lane / d4, c = lane % d4;
     const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
-    const long long per = (n_idx + nwarps - 1) / nwarps, lo = warp * per;
-    const long long hi = lo + per < n_idx ? lo + per : n_idx;
     float4 acc[U];
     #pragma unroll
     for (int u = 0; u < U; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-    long long k = lo + g;
-    for (; k + (U - 1) * groups < hi; k += U * groups) {
-        int r[U];
-        #pragma unroll
-        for (int u = 0; u < U; ++u) r[u] = __ldcs(idx + k + u * groups);
-        #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const float4 v = __ldg(table + (long long)r[u] * d4 + c);
-            acc[u].x += v.x; acc[u].y += v.y; acc[u].z += v.z; acc[u].w += v.w;
+    if (WINDOW) {
+        const long long step = (long long)U * groups;
+        for (long long base = warp * step; base < n_idx; base += nwarps * step) {
+            int r[U];
+            #pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long k = base + u * groups + g;
+                r[u] = k < n_idx ? __ldcs(idx + k) : -1;
+            }
+            #pragma unroll
+            for (int u = 0; u < U; ++u) if (r[u] >= 0) {
+                const float4 v = __ldg(table + (long long)r[u] * d4 + c);
+                acc[u].x += v.x; acc[u].y += v.y; acc[u].z += v.z; acc[u].w += v.w;
+            }
         }
-    }
-    for (; k < hi; k += groups) {
-        const float4 v = __ldg(table + (long long)idx[k] * d4 + c);
-        acc[0].x += v.x; acc[0].y += v.y; acc[0].z += v.z; acc[0].w += v.w;
+    } else {
+        const long long per = (n_idx + nwarps - 1) / nwarps, lo = warp * per;
+        const long long hi = lo + per < n_idx ? lo + per : n_idx;
+        long long k = lo + g;
+        for (; k + (U - 1) * groups < hi; k += U * groups) {
+            int r[U];
+            #pragma unroll
+            for (int u = 0; u < U; ++u) r[u] = __ldcs(idx + k + u * groups);
+            #pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const float4 v = __ldg(table + (long long)r[u] * d4 + c);
+                acc[u].x += v.x; acc[u].y += v.y; acc[u].z += v.z; acc[u].w += v.w;
+            }
+        }
+        for (; k < hi; k += groups) {
+            const float4 v = __ldg(table + (long long)idx[k] * d4 + c);
+            acc[0].x += v.x; acc[0].y += v.y; acc[0].z += v.z; acc[0].w += v.w;
+        }
     }
     #pragma unroll
     for (int u = 1; u < U; ++u) { acc[0].x += acc[u].x; acc[0].y += acc[u].y; acc[0].z += acc[u].z; acc[0].w += acc[u].w; }
@@ -420,8 +441,9 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
                      gathered_gb: float = 1.0, orders=(), rates: list | None = None) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
     kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 2048 threads per
-    SM in blocks of 64, 128 or 256: the best of those shapes; perfectly balanced slices, no weights, no row bookkeeping,
-    one write per thread).
+    SM in blocks of 64, 128 or 256, each warp on a balanced slice of the stream or on chunks
+    of one moving window: the best of those 12 shapes; no weights, no row bookkeeping, one
+    write per thread).
 
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)
     this is the rate the hardware gives THIS graph's access pattern -- its L1/L2 reuse included --
@@ -454,15 +476,15 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     table = torch.randn(rows, 4 * d4, device="cuda", generator=_cuda_gen())
     sms = torch.cuda.get_device_properties(table.device).multi_processor_count
     out = torch.empty(sms * max(b * t for _, b, t in _GATHER_SHAPES), 4, device="cuda")
-    mod = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
-                       name_expressions=[f"gather_sum<{u}>" for u in sorted({u for u, _, _ in _GATHER_SHAPES})])
+    names = [f"gather_sum<{u}, {w}>" for u in sorted({u for u, _, _ in _GATHER_SHAPES}) for w in ("false", "true")]
+    mod = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",), name_expressions=names)
     best = 0.0
     for ids in streams:
         stream_best = 0.0
         args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                 np.uint64(out.data_ptr()))
-        for unroll, per_sm, block in _GATHER_SHAPES:
-            fn, grid = mod.get_function(f"gather_sum<{unroll}>"), sms * per_sm
+        for (unroll, per_sm, block), window in itertools.product(_GATHER_SHAPES, ("false", "true")):
+            fn, grid = mod.get_function(f"gather_sum<{unroll}, {window}>"), sms * per_sm
 
             def launch():
                 fn((grid,), (block,), args)

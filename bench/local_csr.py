@@ -116,7 +116,7 @@ def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.
     seq = (torch.arange(n_idx, device="cuda", dtype=torch.int64) % rows).to(torch.int32)
     res = {}
     gather8 = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
-                           name_expressions=["gather_sum<8>"]).get_function("gather_sum<8>")
+                           name_expressions=["gather_sum<8, false>"]).get_function("gather_sum<8, false>")
     for name, fn in (("fullgraph", gather8), ("unrolled", cp.RawKernel(_L2_SRC, "l2_gather_unrolled"))):
         for pattern, ids in (("", idx), ("-seq", seq)):
             args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
@@ -162,7 +162,7 @@ def load_graph(name: str, scale: float, cache: str):
 def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     import torch
 
-    from mgg.kernels.local_csr import DEFAULT_BUNDLE_BATCHES, CsrRowsExecutor
+    from mgg.kernels.local_csr import DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, CsrRowsExecutor
     from mgg.runtime import DistGraph, RuntimeConfig, world
 
     rows = []
@@ -195,17 +195,18 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
                 res = {}
                 for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
-                    for mapping, batches in (args.mappings if ex is fast else [("bundles", 8)]):
-                        ex.retune(row_mapping=mapping, bundle_batches=batches)
+                    for mapping, batches, window in (args.mappings if ex is fast else [("bundles", 8, 0)]):
+                        ex.retune(row_mapping=mapping, bundle_batches=batches, bundle_window=window)
                         name = label if ex is not fast else \
-                            f"{label} {mapping}{'' if mapping == 'packed' else batches}"
+                            f"{label} {mapping}{'' if mapping == 'packed' else batches}{f'w{window}' if window else ''}"
                         for wpb in args.wpb:
                             for chunk in args.chunks:
                                 ex.retune(wpb=wpb, chunk=chunk)
                                 ms = event_ms(lambda: ex(x), args.reps)
                                 hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
                                 res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
-                fast.retune(row_mapping="default", bundle_batches=DEFAULT_BUNDLE_BATCHES)
+                fast.retune(row_mapping="default", bundle_batches=DEFAULT_BUNDLE_BATCHES,
+                            bundle_window=DEFAULT_BUNDLE_WINDOW)
                 if fast.prescale:  # the column mode as the kernel reads it without the scaled table
                     fast.retune(wpb=8, chunk=4096)
                     fast.prescale = False
@@ -260,7 +261,8 @@ def main() -> None:
     ap.add_argument("--mappings", default="packed,bundles:8",
                     help="csr_rows short-row mappings to time: packed (one row per lane group) and "
                     "bundles:B (runs of consecutive rows of about B batches of entries; layouts of one "
-                    "vector per lane, D <= 128 float32; wider ones run packed) and default:B (bundles "
+                    "vector per lane, D <= 128 float32; wider ones run packed; bundles:B:W sorts them by size "
+                    "inside windows of W runs in row order) and default:B (bundles "
                     "for the layouts of BUNDLE_LANES, packed elsewhere)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "mgg", "bench"))
@@ -268,7 +270,8 @@ def main() -> None:
     args = ap.parse_args()
     args.wpb = [int(v) for v in args.wpb.split(",")]
     args.chunks = [int(v) for v in args.chunks.split(",")]
-    args.mappings = [(m.partition(":")[0], int(m.partition(":")[2] or 8)) for m in args.mappings.split(",")]
+    args.mappings = [((m.split(":") + ["8", "0"])[:3]) for m in args.mappings.split(",")]
+    args.mappings = [(m, int(b), int(w)) for m, b, w in args.mappings]
     import torch
 
     print(f"device {torch.cuda.get_device_name()}", flush=True)

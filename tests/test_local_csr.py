@@ -124,6 +124,28 @@ def test_visit_order_is_a_permutation_in_task_order(target):
     np.testing.assert_array_equal(order, expect)
 
 
+@pytest.mark.parametrize("window", [1, 7, 64])
+def test_bundle_window_keeps_row_order_between_windows(window):
+    """bundle_window = w: the same runs as without, in windows of w runs of row order, by size
+    (most entries first) inside each window."""
+    from mgg.kernels.local_csr import bundle_rows
+
+    indptr, _ = power_law_csr(2500, seed=window)
+    ip = torch.from_numpy(indptr)
+    is_long = (ip[1:] - ip[:-1]) > 60
+    by_size = bundle_rows(ip, is_long, 30).numpy()
+    windowed = bundle_rows(ip, is_long, 30, window).numpy()
+    rows_order = by_size[np.argsort(by_size[:, 0])]
+    assert np.array_equal(np.sort(windowed[:, 0]), rows_order[:, 0])
+    for k in range(0, len(windowed), window):
+        part = windowed[k:k + window]
+        assert np.array_equal(np.sort(part[:, 0]), rows_order[k:k + window, 0])
+        size = indptr[part[:, 1]] - indptr[part[:, 0]]
+        assert np.all(np.diff(size) <= 0)
+    with pytest.raises(ValueError, match="window"):
+        bundle_rows(ip, is_long, 30, -1)
+
+
 def test_row_knobs_are_checked_by_name():
     from mgg.kernels.local_csr import _check_row_knobs
 
@@ -134,6 +156,8 @@ def test_row_knobs_are_checked_by_name():
         _check_row_knobs("auto", None)
     with pytest.raises(ValueError, match="bundle_batches must be >= 1"):
         _check_row_knobs(None, 0)
+    with pytest.raises(ValueError, match="bundle_window must be >= 0"):
+        _check_row_knobs(None, None, -2)
 
 
 def _plans(indptr, indices, kind):

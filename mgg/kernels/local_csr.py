@@ -56,17 +56,22 @@ BUNDLE_LANES = (16,)
 ROW_MAPPINGS = ("default", "packed", "bundles")
 #: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
 DEFAULT_BUNDLE_BATCHES = 8
+#: bundle order: 0 = all runs by size (most entries first); w > 0 = windows of w runs in row order,
+#: by size inside (bundle_rows)
+DEFAULT_BUNDLE_WINDOW = 0
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
 
 
-def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None) -> None:
+def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None, bundle_window: int | None = None) -> None:
     """ValueError naming the knob for a bad row mapping or bundle size (None: not given)."""
     if row_mapping is not None and row_mapping not in ROW_MAPPINGS:
         raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
     if bundle_batches is not None and bundle_batches < 1:
         raise ValueError(f"csr_rows: bundle_batches must be >= 1, got {bundle_batches}")
+    if bundle_window is not None and bundle_window < 0:
+        raise ValueError(f"csr_rows: bundle_window must be >= 0, got {bundle_window}")
 
 
 def entries_per_batch(lanes: int) -> int:
@@ -117,13 +122,18 @@ class RowSchedule:
         return len(self.long_tasks) + -(-items // self.groups)
 
 
-def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int) -> torch.Tensor:
+def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int, window: int = 0) -> torch.Tensor:
     """int64 [n_bundles, 2] (r0, r1): the rows that are not `is_long`, cut into runs of consecutive
     rows, a new run where a long row intervenes or where the entries before a row (counted over
-    the short rows only) cross the next multiple of `target`; sorted by entries, descending.
-    Every short row (empty ones too) is in exactly one run. Torch ops on indptr's device."""
+    the short rows only) cross the next multiple of `target`; sorted by entries, descending
+    (`window` = 0), or, with `window` = w > 0, in row order by windows of w runs and by entries,
+    descending, inside each window (the warps running at once then read the sources of nearby
+    rows, and a warp's G runs still have about the same size). Every short row (empty ones too)
+    is in exactly one run. Torch ops on indptr's device."""
     if target < 1:
         raise ValueError(f"bundle target must be >= 1 entries, got {target}")
+    if window < 0:
+        raise ValueError(f"bundle window must be >= 0 runs, got {window}")
     dev = indptr.device
     deg = indptr[1:] - indptr[:-1]
     rows = torch.nonzero(~is_long).reshape(-1)
@@ -137,11 +147,14 @@ def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int) -> tor
     last = torch.cat([first[1:] - 1, torch.tensor([rows.numel() - 1], device=dev)])
     r0, r1 = rows[first], rows[last] + 1
     order = torch.argsort(indptr[r0] - indptr[r1], stable=True)      # most entries first
+    if window:  # then by window of row order (stable: by entries inside a window)
+        order = order[torch.argsort(order // window, stable=True)]
     return torch.stack([r0, r1], dim=1)[order].contiguous()
 
 
 def row_schedule(indptr, groups: int, long_threshold: int | None = None,
-                 chunk: int = DEFAULT_CHUNK, skip_empty: bool = False, bundle_target: int = 0) -> RowSchedule:
+                 chunk: int = DEFAULT_CHUNK, skip_empty: bool = False, bundle_target: int = 0,
+                 bundle_window: int = 0) -> RowSchedule:
     """The degree-aware mapping of the rows of CSR `indptr` (int64 [n + 1]) for G = `groups`.
 
     Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
@@ -188,7 +201,7 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
     tasks = tasks[torch.argsort(start - end, stable=True)]                # longest first
     bundles = None
     if bundle_target:
-        bundles = bundle_rows(ip, is_long, int(bundle_target))
+        bundles = bundle_rows(ip, is_long, int(bundle_target), int(bundle_window))
         short = torch.zeros(0, dtype=torch.int32, device=dev)
     else:
         short = torch.nonzero(~is_long & (deg > 0) if skip_empty else ~is_long).reshape(-1)
@@ -402,6 +415,8 @@ class CsrRowsExecutor:
             (layouts of one vector per lane; wider ones run packed), or "default" (bundles for
             the layouts of BUNDLE_LANES lanes and one vector, packed elsewhere).
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
+        bundle_window: with bundles, 0 (sorted by size) or the window of runs sorted by size
+            inside, in row order between windows (see bundle_rows).
         local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
             pass of mgg.kernels.halo_csr.HaloCsrExecutor, through `aggregate_local`).
 
@@ -416,8 +431,9 @@ class CsrRowsExecutor:
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
-                 row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES):
-        _check_row_knobs(row_mapping, bundle_batches)
+                 row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES,
+                 bundle_window: int = DEFAULT_BUNDLE_WINDOW):
+        _check_row_knobs(row_mapping, bundle_batches, bundle_window)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
@@ -432,6 +448,7 @@ class CsrRowsExecutor:
         self.plan, self.store, self.kind, self.wpb = plan, store, kind, wpb
         self.long_threshold, self.chunk = long_threshold, chunk
         self.row_mapping, self.bundle_batches = row_mapping, int(bundle_batches)
+        self.bundle_window = int(bundle_window)
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -474,7 +491,7 @@ class CsrRowsExecutor:
         if key not in self._schedules:
             target = self.bundle_batches * entries_per_batch(32 // groups) if bundles else 0
             s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk,
-                             bundle_target=target)  # on the GPU
+                             bundle_target=target, bundle_window=self.bundle_window)  # on the GPU
             self.prep_seconds += s.seconds
             self._schedules[key] = s
         return self._schedules[key]
@@ -486,9 +503,13 @@ class CsrRowsExecutor:
         return visit_order(self.schedule(32 // lanes, self.uses_bundles(lanes, vpl)), self.indptr)
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
-               row_mapping: str | None = None, bundle_batches: int | None = None) -> None:
+               row_mapping: str | None = None, bundle_batches: int | None = None,
+               bundle_window: int | None = None) -> None:
         """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
-        _check_row_knobs(row_mapping, bundle_batches)
+        _check_row_knobs(row_mapping, bundle_batches, bundle_window)
+        if bundle_window is not None:
+            self.bundle_window = int(bundle_window)
+            self._schedules.clear()
         if row_mapping is not None:
             self.row_mapping = row_mapping
         if bundle_batches is not None:
