@@ -434,15 +434,15 @@ __global__ void gather_sum(const float4* __restrict__ table, const int* __restri
 #: (rows in flight per lane group, blocks per SM, threads per block) tried by gather_bandwidth;
 #: the best is the floor (256-thread blocks alone were beaten by csr_rows' 128-thread blocks on
 #: reddit-like, D = 64)
-_GATHER_SHAPES = ((8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32, 64), (16, 32, 64))
+_GATHER_SHAPES = ((4, 16, 128), (8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32, 64), (16, 32, 64))
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
                      gathered_gb: float = 1.0, orders=(), rates: list | None = None) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
-    kernel (16 B loads, lane groups per row, 8 or 16 rows in flight per group, 2048 threads per
-    SM in blocks of 64, 128 or 256, each warp on a balanced slice of the stream or on chunks
-    of one moving window: the best of those 12 shapes; no weights, no row bookkeeping, one
+    kernel (16 B loads, lane groups per row, 4, 8 or 16 rows in flight per group, 2048 threads
+    per SM in blocks of 64, 128 or 256, each warp on a balanced slice of the stream or on chunks
+    of one moving window: the best of those 14 shapes; no weights, no row bookkeeping, one
     write per thread).
 
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)

@@ -270,8 +270,11 @@ def main() -> None:
     args = ap.parse_args()
     args.wpb = [int(v) for v in args.wpb.split(",")]
     args.chunks = [int(v) for v in args.chunks.split(",")]
-    args.mappings = [((m.split(":") + ["8", "0"])[:3]) for m in args.mappings.split(",")]
-    args.mappings = [(m, int(b), int(w)) for m, b, w in args.mappings]
+    mappings = []
+    for spec in args.mappings.split(","):   # mapping[:batches[:window]]
+        parts = spec.split(":")
+        mappings.append((parts[0], int(parts[1]) if len(parts) > 1 else 8, int(parts[2]) if len(parts) > 2 else 0))
+    args.mappings = mappings
     import torch
 
     print(f"device {torch.cuda.get_device_name()}", flush=True)

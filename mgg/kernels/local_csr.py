@@ -47,9 +47,11 @@ STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_f
 #: default entries per warp task of a hub row (rows longer than this are split)
 DEFAULT_CHUNK = 2048
 #: lane counts of the one-vector layouts whose default short-row mapping is "bundles" (any
-#: one-vector layout runs them when asked: row_mapping="bundles"); one H200, products-like,
-#: D = 64: 3.90 ms against 4.11 packed (sum_self), 4.37 against 4.58 (gcn)
-BUNDLE_LANES = (16,)
+#: one-vector layout runs them when asked: row_mapping="bundles"). One H200, products-like
+#: (bench/results/2026-11-26-h200x1-064c5d3, c6/c7): D = 64 (16 lanes) 4.34 ms against 4.60
+#: packed (gcn); D = 16 (4 lanes) 1.79 against 1.92. Reddit-like D = 16 loses 2% (0.944 against
+#: 0.927); D = 1..8 and 17..32 are not measured and stay packed.
+BUNDLE_LANES = (4, 16)
 #: short-row mappings: "packed" (one row per lane group, rows by degree), "bundles" (runs of
 #: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane)
 #: or "default" (bundles for the one-vector layouts of BUNDLE_LANES lanes, packed elsewhere)
@@ -57,8 +59,10 @@ ROW_MAPPINGS = ("default", "packed", "bundles")
 #: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
 DEFAULT_BUNDLE_BATCHES = 8
 #: bundle order: 0 = all runs by size (most entries first); w > 0 = windows of w runs in row order,
-#: by size inside (bundle_rows)
-DEFAULT_BUNDLE_WINDOW = 0
+#: by size inside (bundle_rows). One H200, products-like, gcn: 8192 keeps D = 64 at the by-size
+#: time (4.339 against 4.340 ms) and takes D = 16 from 70% to 71-72% of the gather floor; pure
+#: row order was 9% slower at D = 64 (c6, c7)
+DEFAULT_BUNDLE_WINDOW = 8192
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
