@@ -146,6 +146,18 @@ def test_bundle_window_keeps_row_order_between_windows(window):
         bundle_rows(ip, is_long, 30, -1)
 
 
+def test_bundles_pay_when_a_bundle_holds_two_short_rows():
+    """bundles_pay: mean degree of the short rows (<= threshold) against half the target."""
+    from mgg.kernels.local_csr import bundles_pay
+
+    deg = np.array([10, 30, 500, 20, 0])            # short rows (<= 100): 10, 30, 20, 0 -> mean 15
+    ip = np.concatenate([[0], np.cumsum(deg)])
+    assert bundles_pay(ip, 100, 30) and bundles_pay(torch.from_numpy(ip), 100, 31)
+    assert not bundles_pay(ip, 100, 29)
+    assert not bundles_pay(np.array([0, 500]), 100, 64)   # no short row
+    assert bundles_pay(ip, 1000, 2 * 112)                 # every row short: mean 112
+
+
 def test_row_knobs_are_checked_by_name():
     from mgg.kernels.local_csr import _check_row_knobs
 

@@ -16,7 +16,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.kernels.local_csr import BUNDLE_LANES, CsrRowsExecutor, lanes_for_width  # noqa: E402
+from mgg.kernels.local_csr import (BUNDLE_LANES, CsrRowsExecutor, bundles_pay, default_long_threshold,  # noqa: E402
+                                  entries_per_batch, lanes_for_width)
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
@@ -72,7 +73,9 @@ def test_matches_reference(kind, dim, sched, mapping):
             groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
             assert len(ex.schedule(groups).split) >= 4
         lanes, vpl = lanes_for_width(-(-dim // 4) * 4)
-        wanted = mapping[0] == "bundles" or (mapping[0] == "default" and lanes in BUNDLE_LANES)
+        pays = bundles_pay(plan.local_indptr, default_long_threshold(32 // lanes) if sched[0] is None else sched[0],
+                           mapping[1] * entries_per_batch(lanes))
+        wanted = mapping[0] == "bundles" or (mapping[0] == "default" and lanes in BUNDLE_LANES and pays)
         assert ex.uses_bundles(lanes, vpl) == (wanted and vpl == 1)
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         for out in run(ex, x):
