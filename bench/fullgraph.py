@@ -431,6 +431,52 @@ __global__ void gather_sum(const float4* __restrict__ table, const int* __restri
     out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc[0];
 }
 """
+_GATHER_SHFL_SRC = r"""
+template <int D4, int U>
+__global__ void gather_sum_shfl(const float4* __restrict__ table, const int* __restrict__ idx,
+                                long long n_idx, float4* __restrict__ out) {
+    // The window-scheduled bare gather with the indices loaded as a row kernel loads them: one
+    // coalesced index per lane (M = U * G / 32 of them a step) and each broadcast to its lane
+    // group by a shuffle, so an index costs 4 bytes of one warp-wide load instead of a load
+    // instruction per lane group. D4 lanes a row (G = 32 / D4 groups), U rows in flight a group.
+    constexpr int G = 32 / D4, M = U * G / 32;
+    static_assert(M >= 1 && U * G % 32 == 0, "U * G must be a multiple of 32");
+    const int lane = threadIdx.x & 31, g = lane / D4, c = lane % D4;
+    const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    float4 acc[U];
+    #pragma unroll
+    for (int u = 0; u < U; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long base = warp * 32 * M; base < n_idx; base += nwarps * 32 * M) {
+        int my[M];
+        #pragma unroll
+        for (int m = 0; m < M; ++m) {
+            const long long k = base + m * 32 + lane;
+            my[m] = k < n_idx ? __ldcs(idx + k) : -1;
+        }
+        float4 r[U];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {  // entry u * G + g of the step: register (u * G) / 32, lane (u * G) % 32 + g
+            const int j = __shfl_sync(0xffffffffu, my[(u * G) / 32], (u * G) % 32 + g);
+            r[u] = j >= 0 ? __ldg(table + (long long)j * D4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        #pragma unroll
+        for (int u = 0; u < U; ++u) { acc[u].x += r[u].x; acc[u].y += r[u].y; acc[u].z += r[u].z; acc[u].w += r[u].w; }
+    }
+    #pragma unroll
+    for (int u = 1; u < U; ++u) { acc[0].x += acc[u].x; acc[0].y += acc[u].y; acc[0].z += acc[u].z; acc[0].w += acc[u].w; }
+    out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc[0];
+}
+"""
+
+
+def _shfl_rows_in_flight(d4: int) -> list[int]:
+    """The U (rows in flight a lane group) gather_sum_shfl takes at d4 lanes a row: U * G a
+    multiple of 32 (G = 32 / d4 groups), at most 16."""
+    groups = 32 // d4
+    return [u for u in (4, 8, 16) if u * groups % 32 == 0]
+
+
 #: (rows in flight per lane group, blocks per SM, threads per block) tried by gather_bandwidth;
 #: the best is the floor (256-thread blocks alone were beaten by csr_rows' 128-thread blocks on
 #: reddit-like, D = 64)
@@ -442,8 +488,10 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
     kernel (16 B loads, lane groups per row, 4, 8 or 16 rows in flight per group, 2048 threads
     per SM in blocks of 64, 128 or 256, each warp on a balanced slice of the stream or on chunks
-    of one moving window: the best of those 14 shapes; no weights, no row bookkeeping, one
-    write per thread).
+    of one moving window: 14 shapes; and gather_sum_shfl, the window-scheduled gather with one
+    coalesced index load a lane broadcast by shuffles, as the row kernels load them, at 4, 8 or
+    16 rows in flight and the same three block sizes; the best of all; no weights, no row
+    bookkeeping, one write per thread).
 
     With `indices` (the plan's own source-index stream, int [E], into a [table_rows, dim] table)
     this is the rate the hardware gives THIS graph's access pattern -- its L1/L2 reuse included --
@@ -478,6 +526,8 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     out = torch.empty(sms * max(b * t for _, b, t in _GATHER_SHAPES), 4, device="cuda")
     names = [f"gather_sum<{u}, {w}>" for u in sorted({u for u, _, _ in _GATHER_SHAPES}) for w in ("false", "true")]
     mod = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",), name_expressions=names)
+    shfl_names = [f"gather_sum_shfl<{d4}, {u}>" for u in _shfl_rows_in_flight(d4)]
+    shfl = cp.RawModule(code=_GATHER_SHFL_SRC, options=("-std=c++17",), name_expressions=shfl_names)
     best = 0.0
     for ids in streams:
         stream_best = 0.0
@@ -488,6 +538,16 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
 
             def launch():
                 fn((grid,), (block,), args)
+            for _ in range(3):
+                launch()
+            ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
+            stream_best = max(stream_best, n_idx * 16 * d4 / (ms * 1e6))
+        sargs = args[:3] + args[4:]  # no d4 argument: a template parameter
+        for name, (per_sm, block) in itertools.product(shfl_names, ((8, 256), (16, 128), (32, 64))):
+            fn, grid = shfl.get_function(name), sms * per_sm
+
+            def launch():
+                fn((grid,), (block,), sargs)
             for _ in range(3):
                 launch()
             ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
