@@ -88,6 +88,36 @@ def test_warmup_capture_then_replay(monkeypatch):
     assert float(losses[-1]) == 3.0     # the graph's output tensor (the fake replays change nothing)
 
 
+def test_close_releases_the_graph_once_then_runs_eagerly(monkeypatch):
+    """close(): the graph is reset (nothing captured outlives training, NVSHMEM's on-stream
+    collectives included, when the store finalizes at exit); idempotent; later calls run eagerly."""
+    graphs = _patch(monkeypatch, fail=False)
+    calls = []
+    step = CapturedStep(lambda e: calls.append(e) or torch.tensor(float(e)), _Comm(), warmup=1)
+    for e in (1, 2, 3):
+        step(e)
+    assert step.captured and graphs[0].replays == 2
+    step.close()
+    assert getattr(graphs[0], "reset_called", False) and step.graph is None and not step.captured
+    assert step.why_eager == "released after training"
+    step.close()                          # idempotent
+    step(4)
+    assert calls == [1, 2, 4] and graphs[0].replays == 2 and len(graphs) == 1
+
+
+def test_close_resets_even_when_the_sync_fails(monkeypatch):
+    graphs = _patch(monkeypatch, fail=False)
+    step = CapturedStep(lambda e: torch.tensor(0.0), _Comm(), warmup=1)
+    step(1), step(2)
+
+    def broken(*a):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(torch.cuda, "synchronize", broken)
+    with pytest.raises(RuntimeError, match="illegal memory"):
+        step.close()
+    assert getattr(graphs[0], "reset_called", False) and step.graph is None
+
+
 @pytest.mark.parametrize("mine,other", [(True, False), (False, True)])
 def test_any_rank_failing_sends_every_rank_back_to_eager(monkeypatch, capsys, mine, other):
     graphs = _patch(monkeypatch, fail=mine)

@@ -292,11 +292,13 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             from .graphed import CapturedStep
 
             hooks.captured = CapturedStep(lambda e: hooks._step(e, _untimed), comm)
+            teardown.always.append(hooks.captured.close)  # also when training fails
         state.bar = progress_bar(cfg, comm, start) if verbose else None
         run_epochs(state, hooks, start)
         if hooks.captured is not None:
             c = hooks.captured
             state.res.cuda_graph = "replayed" if c.captured else f"eager: {c.why_eager or 'too few epochs'}"
+            c.close()  # before evaluation and exit: no captured NVSHMEM work outlives the loop
         if hooks.profile is not None:
             hooks.profile.detach()
             state.res.step_profile = hooks.profile.summary(comm)

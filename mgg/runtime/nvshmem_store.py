@@ -29,7 +29,10 @@ from .layout import padded_dim
 from .store import SymmetricArray, SymmetricStore
 from .stream_ref import StreamRef
 
-__all__ = ["NvshmemStore", "RowGather", "padded_dim", "padded_width", "NVSHMEM_DTYPES"]
+__all__ = ["NvshmemStore", "RowGather", "padded_dim", "padded_width", "NVSHMEM_DTYPES", "FINALIZE_TIMEOUT_S"]
+
+#: seconds NVSHMEM's finalize at exit may take before the rank aborts the job with a message
+FINALIZE_TIMEOUT_S = 120.0
 
 #: element types a symmetric array may hold: float32, and the 16-bit storage dtypes
 NVSHMEM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -211,4 +214,13 @@ class NvshmemStore(SymmetricStore):
             for t in pair:
                 nvshmem.free_tensor(t)
         self._reduce_bufs.clear()
-        nvshmem.finalize()
+        # Collective: a rank that cannot finish it (a peer gone, or work NVSHMEM still waits on)
+        # aborts the job with a message after FINALIZE_TIMEOUT_S instead of hanging at exit.
+        from .watchdog import Watchdog
+
+        dog = Watchdog(FINALIZE_TIMEOUT_S, rank=self.comm.rank)
+        try:
+            with dog.phase("NVSHMEM finalize at exit"):
+                nvshmem.finalize()
+        finally:
+            dog.close()
