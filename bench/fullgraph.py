@@ -483,6 +483,15 @@ def _shfl_rows_in_flight(d4: int) -> list[int]:
 _GATHER_SHAPES = ((4, 16, 128), (8, 8, 256), (16, 8, 256), (8, 16, 128), (16, 16, 128), (8, 32, 64), (16, 32, 64))
 
 
+def _launch_ms(fn, grid: int, block: int, args: tuple, comm) -> float:
+    """Median ms of 10 launches of CuPy function `fn` (grid, block, args) after 3 warm-ups."""
+    def launch():
+        fn((grid,), (block,), args)
+    for _ in range(3):
+        launch()
+    return statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
+
+
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
                      gathered_gb: float = 1.0, orders=(), rates: list | None = None) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
@@ -500,8 +509,9 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     CsrRowsExecutor.visit_order: the order a row kernel takes the entries in), timed too; the
     best of all orders is returned, so the floor also holds for a kernel whose order has the
     better locality. `rates`: a list that gets each stream's best GB/s (the plan's order first,
-    then `orders`; or random, sequential). Without `indices`, it is the best of uniformly random and sequential rows of an L2-resident
-    `table_mb` table (a random-row rate is no floor for a graph whose hubs repeat in L1)."""
+    then `orders`; or random, sequential). Without `indices`, it is the best of uniformly random
+    and sequential rows of an L2-resident `table_mb` table (a random-row rate is no floor for a
+    graph whose hubs repeat in L1)."""
     import cupy as cp
     import torch
 
@@ -530,28 +540,14 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     shfl = cp.RawModule(code=_GATHER_SHFL_SRC, options=("-std=c++17",), name_expressions=shfl_names)
     best = 0.0
     for ids in streams:
-        stream_best = 0.0
         args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                 np.uint64(out.data_ptr()))
-        for (unroll, per_sm, block), window in itertools.product(_GATHER_SHAPES, ("false", "true")):
-            fn, grid = mod.get_function(f"gather_sum<{unroll}, {window}>"), sms * per_sm
-
-            def launch():
-                fn((grid,), (block,), args)
-            for _ in range(3):
-                launch()
-            ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
-            stream_best = max(stream_best, n_idx * 16 * d4 / (ms * 1e6))
-        sargs = args[:3] + args[4:]  # no d4 argument: a template parameter
-        for name, (per_sm, block) in itertools.product(shfl_names, ((8, 256), (16, 128), (32, 64))):
-            fn, grid = shfl.get_function(name), sms * per_sm
-
-            def launch():
-                fn((grid,), (block,), sargs)
-            for _ in range(3):
-                launch()
-            ms = statistics.median(cuda_ms(launch, 10, comm, sync_all=False))
-            stream_best = max(stream_best, n_idx * 16 * d4 / (ms * 1e6))
+        candidates = [(mod.get_function(f"gather_sum<{u}, {w}>"), sms * per_sm, block, args)
+                      for (u, per_sm, block), w in itertools.product(_GATHER_SHAPES, ("false", "true"))]
+        candidates += [(shfl.get_function(name), sms * per_sm, block, args[:3] + args[4:])  # d4: a template argument
+                       for name, (per_sm, block) in itertools.product(shfl_names, ((8, 256), (16, 128), (32, 64)))]
+        stream_best = max(n_idx * 16 * d4 / (_launch_ms(fn, grid, block, a, comm) * 1e6)
+                          for fn, grid, block, a in candidates)
         best = max(best, stream_best)
         if rates is not None:
             rates.append(stream_best)
