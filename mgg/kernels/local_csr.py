@@ -33,9 +33,9 @@ from ..runtime.weights import UNIT_WEIGHT_KINDS
 from .streams import LaunchCache
 from .variants import lane_layout
 
-__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "entries_per_batch", "BUNDLE_LANES",
-           "ROW_MAPPINGS", "DEFAULT_WPB", "visit_order", "bundles_pay", "DEFAULT_BUNDLE_WINDOW", "WeightFactors", "factor_weights", "launch_csr_rows",
-           "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
+__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "bundles_pay", "visit_order",
+           "entries_per_batch", "BUNDLE_LANES", "ROW_MAPPINGS", "DEFAULT_WPB", "DEFAULT_BUNDLE_WINDOW",
+           "WeightFactors", "factor_weights", "launch_csr_rows", "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
 #: kernel weight modes (template W of mgg_csr_rows): per-edge array, 1 * row factor, column factor
 WEIGHT_MODES = {"weighted": 0, "one": 1, "column": 2}
@@ -390,9 +390,9 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
-    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (its short items are `sched`'s
-    bundles when it has them, else its short rows) (indptr int64 [n + 1], src int32 [E] rows of `table`), then
-    mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's
+    """Launch mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{mode} over one CSR (indptr int64 [n + 1], src
+    int32 [E] rows of `table`; the short items are `sched`'s bundles when it has them, else its
+    short rows), then mgg_csr_combine{sfx} for its split hub rows, on torch's current stream. `sched`: the CSR's
     RowSchedule for G = 32 / lanes, built from a CUDA indptr (its arrays are contiguous tensors
     on the GPU). `table`: [*, dv] 16-byte vectors in the storage dtype;
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
@@ -499,7 +499,7 @@ class CsrRowsExecutor:
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:
-        """Whether the layout (lanes, vectors per lane) runs the bundle kernels: with "default",
+        """Whether the layout (lanes, vectors per lane) runs its short rows in bundles: with "default",
         where the layout is in BUNDLE_LANES and bundles pay on this CSR (`bundles_pay`)."""
         if vpl != 1 or self.row_mapping == "packed":
             return False
