@@ -88,6 +88,9 @@ def run_mgg(args, path: str, name: str, extra: list[str]) -> dict:
     if args.np > 1:
         launch = ["mpirun", "--bind-to", "none", "-np", str(args.np), "-x", "PYTHONPATH", "-x", "OMPI_MCA_osc",
                   "-x", "NVSHMEM_DISABLE_NVLS", "-x", "NCCL_NVLS_ENABLE", "-x", "PYTHONUNBUFFERED"]
+        for var in ("MGG_KERNEL_CACHE", "OMP_NUM_THREADS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"):
+            if var in os.environ:  # the ranks share the caller's kernel cache and settings
+                launch += ["-x", var]
         if os.geteuid() == 0:
             launch.insert(1, "--allow-run-as-root")
         launch.append(sys.executable)

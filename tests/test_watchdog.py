@@ -60,8 +60,61 @@ def test_nvshmem_finalize_at_exit_is_watched(monkeypatch):
     monkeypatch.setattr(watchdog, "Watchdog", Recording)
     store = object.__new__(nvshmem_store.NvshmemStore)
     store._closed, store._live, store._reduce_bufs = False, 0, {}
-    store.comm = types.SimpleNamespace(rank=1)
+    store.comm = types.SimpleNamespace(rank=1, barrier=lambda: None)
     store.finalize()
     assert len(fired) == 1 and "rank 1" in fired[0] and "NVSHMEM finalize at exit" in fired[0]
     store.finalize()                                  # once only
     assert len(fired) == 1
+
+
+def test_nvshmem_host_collectives_wait_for_quiet_streams(monkeypatch):
+    """Every host-side NVSHMEM collective (an array's malloc and free, the reduction buffers'
+    malloc, finalize) comes after this GPU's streams drained and an MPI barrier: a malloc whose
+    internal barrier overlaps a peer's queued on-stream barrier hung a P = 4 run."""
+    import sys
+    import types
+
+    import torch
+
+    from mgg.runtime import nvshmem_store
+
+    calls = []
+    fake = types.ModuleType("nvshmem.core")
+    fake.tensor = lambda shape, dtype: (calls.append("malloc"), torch.zeros(shape, dtype=dtype))[1]
+    fake.free_tensor = lambda t: calls.append("free")
+    fake.finalize = lambda: calls.append("finalize")
+    fake.reduce = lambda team, dst, src, op, stream=None: calls.append("reduce")
+    fake.Teams = types.SimpleNamespace(TEAM_WORLD=0)
+    monkeypatch.setitem(sys.modules, "nvshmem", types.ModuleType("nvshmem"))
+    monkeypatch.setitem(sys.modules, "nvshmem.core", fake)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda *a: types.SimpleNamespace(synchronize=lambda: calls.append("sync"), cuda_stream=0))
+    monkeypatch.setattr(nvshmem_store, "StreamRef", lambda s: s)
+    store = object.__new__(nvshmem_store.NvshmemStore)
+    store._closed, store._live, store._reduce_bufs = False, 0, {}
+    store.comm = types.SimpleNamespace(rank=0, barrier=lambda: calls.append("barrier"))
+
+    def before(op):  # each `op` call: a drain, then a barrier, since the last on-stream collective
+        for i, c in enumerate(calls):
+            if c == op:
+                last = max([j for j in range(i) if calls[j] == "reduce"], default=-1)
+                window = calls[last + 1:i]
+                assert "sync" in window and "barrier" in window and \
+                    window.index("sync") < len(window) - 1 - window[::-1].index("barrier"), calls
+
+    arr = store.allocate(5, 3)
+    assert calls.count("malloc") == 1
+    before("malloc")
+    calls.clear()
+    arr.free()
+    before("free")
+    calls.clear()
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    assert store.allreduce_sum_(torch.ones(4))
+    assert calls.count("malloc") == 2 and calls.count("reduce") == 1
+    before("malloc")
+    calls.clear()
+    store.finalize()
+    before("free")
+    assert calls[-1] == "finalize"

@@ -60,6 +60,7 @@ class _NvshmemArray(SymmetricArray):
         self.dim_padded = padded_width(dim, dtype)
         #: 16-byte vectors per row (the kernels' D4 / DV)
         self.vecs = self.dim_padded * torch.finfo(dtype).bits // 128
+        store.quiesce()
         self.padded = nvshmem.tensor((max(1, rows_per_pe), self.dim_padded), dtype=dtype)
         self.padded.zero_()
         torch.cuda.current_stream().synchronize()
@@ -108,8 +109,7 @@ class _NvshmemArray(SymmetricArray):
 
         if self.padded is None:
             return
-        torch.cuda.current_stream().synchronize()
-        self.store.comm.barrier()
+        self.store.quiesce()
         nvshmem.free_tensor(self.padded)
         self.padded = None
         self.store._live -= 1
@@ -169,6 +169,15 @@ class NvshmemStore(SymmetricStore):
         self._reduce_bufs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.gather_rows: RowGather | None = None
 
+    def quiesce(self) -> None:
+        """Wait until no PE has NVSHMEM work in flight: every stream of this GPU drained, then an
+        MPI barrier. Call it before a host-side NVSHMEM collective (malloc, free, finalize): their
+        internal barrier must not run while an on-stream barrier or reduction is still queued on
+        some PE, or the two interleave and a PE waits for ever (seen at P = 4: an allocation during
+        the first evaluation, after a training step's on-stream gradient reduction)."""
+        torch.cuda.synchronize()
+        self.comm.barrier()
+
     def allocate(self, rows_per_pe: int, dim: int, dtype: torch.dtype = torch.float32) -> SymmetricArray:
         arr = _NvshmemArray(self, rows_per_pe, dim, dtype)
         self._live += 1
@@ -187,6 +196,7 @@ class NvshmemStore(SymmetricStore):
         if n == 0:
             return True
         if n not in self._reduce_bufs:  # the reduction covers the whole allocation: exact size
+            self.quiesce()  # once per length, in the first step (never inside a CUDA graph capture)
             self._reduce_bufs[n] = (nvshmem.tensor((n,), dtype=torch.float32),
                                     nvshmem.tensor((n,), dtype=torch.float32))
         src, dst = self._reduce_bufs[n]
@@ -209,11 +219,6 @@ class NvshmemStore(SymmetricStore):
             import sys
 
             sys.stderr.write(f"mgg: {self._live} NVSHMEM arrays were not freed before exit\n")
-        torch.cuda.synchronize()
-        for pair in self._reduce_bufs.values():
-            for t in pair:
-                nvshmem.free_tensor(t)
-        self._reduce_bufs.clear()
         # Collective: a rank that cannot finish it (a peer gone, or work NVSHMEM still waits on)
         # aborts the job with a message after FINALIZE_TIMEOUT_S instead of hanging at exit.
         from .watchdog import Watchdog
@@ -221,6 +226,11 @@ class NvshmemStore(SymmetricStore):
         dog = Watchdog(FINALIZE_TIMEOUT_S, rank=self.comm.rank)
         try:
             with dog.phase("NVSHMEM finalize at exit"):
+                self.quiesce()
+                for pair in self._reduce_bufs.values():
+                    for t in pair:
+                        nvshmem.free_tensor(t)
+                self._reduce_bufs.clear()
                 nvshmem.finalize()
         finally:
             dog.close()
