@@ -1,9 +1,11 @@
 """End to end as a user runs it: `python -m mgg.train` in a fresh process on a `.npz` on disk.
 
 For one graph file this runs, side by side in one invocation:
-  * mgg with default flags, with `--dropout 0`, and (asked for by name, GPU only) with
-    `--cuda-graph` (`mgg-graph`: the step replayed from a CUDA graph, dropout seeds on the GPU) and
-    `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`) (P = 1, or `--np P` under mpirun);
+  * mgg with default flags (on a GPU the step is replayed from a CUDA graph: `--cuda-graph` is
+    on by default there), with `--no-cuda-graph` (`mgg-eager`), with `--dropout 0`, and asked for
+    by name: `--dropout 0 --no-cuda-graph` (`mgg-eager-nodrop`), `--cuda-graph` (`mgg-graph`,
+    GPU only) and `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) (P = 1, or `--np P`
+    under mpirun);
   * the plain torch CSR-SpMM GCN with the first Linear before the aggregation (bench/plain_gcn.py);
   * PyG GCNConv (skipped when PyG is not installed; out-of-memory is reported as a result).
 and prints the time from process start to the end of the first epoch, the startup phases mgg
@@ -27,8 +29,12 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = ("mgg", "mgg-nodrop", "mgg-graph", "mgg-graph-nodrop", "torch", "pyg")
-DEFAULT_RUNS = ("mgg", "mgg-nodrop", "torch", "pyg")  # the graph runs need a GPU: asked for by name
+#: mgg's runs: their flags beside the defaults
+MGG_RUNS = {"mgg": [], "mgg-eager": ["--no-cuda-graph"], "mgg-nodrop": ["--dropout", "0"],
+            "mgg-eager-nodrop": ["--dropout", "0", "--no-cuda-graph"], "mgg-graph": ["--cuda-graph"],
+            "mgg-graph-nodrop": ["--dropout", "0", "--cuda-graph"]}
+RUNS = (*MGG_RUNS, "torch", "pyg")
+DEFAULT_RUNS = ("mgg", "mgg-eager", "mgg-nodrop", "torch", "pyg")  # mgg-graph*: GPU only, by name
 
 
 def _env() -> dict:
@@ -137,10 +143,13 @@ def table(rows: dict) -> str:
                      f"{_fmt(r.get('first_epoch_end_s')):>11} {_fmt(r.get('median_epoch_ms'), '.2f'):>9} "
                      f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} {_fmt(r.get('peak_gpu_mb'), '.0f'):>8}  {phs}")
     base = rows.get("torch", {}).get("median_epoch_ms")
-    for name in ("mgg", "mgg-nodrop", "mgg-graph", "mgg-graph-nodrop"):
+    for name in MGG_RUNS:
         ours = rows.get(name, {}).get("median_epoch_ms")
         if ours and base:
             lines.append(f"{name}: {base / ours:.2f}x the plain torch epoch")
+    if rows.get("mgg", {}).get("median_epoch_ms") and rows.get("mgg-eager", {}).get("median_epoch_ms"):
+        lines.append(f"--no-cuda-graph / default flags: "
+                     f"{rows['mgg-eager']['median_epoch_ms'] / rows['mgg']['median_epoch_ms']:.2f}x")
     if rows.get("mgg", {}).get("median_epoch_ms") and rows.get("mgg-nodrop", {}).get("median_epoch_ms"):
         lines.append(f"default flags / --dropout 0: "
                      f"{rows['mgg']['median_epoch_ms'] / rows['mgg-nodrop']['median_epoch_ms']:.2f}x")
@@ -176,14 +185,8 @@ def main(argv=None) -> int:
     path, gen_s = ensure_file(args)
     rows: dict[str, dict] = {}
     for name in runs:
-        if name == "mgg":
-            rows[name] = run_mgg(args, path, name, [])
-        elif name == "mgg-nodrop":
-            rows[name] = run_mgg(args, path, name, ["--dropout", "0"])
-        elif name == "mgg-graph":  # default flags (dropout seeds on the GPU), the step in a CUDA graph
-            rows[name] = run_mgg(args, path, name, ["--cuda-graph"])
-        elif name == "mgg-graph-nodrop":
-            rows[name] = run_mgg(args, path, name, ["--dropout", "0", "--cuda-graph"])
+        if name in MGG_RUNS:
+            rows[name] = run_mgg(args, path, name, MGG_RUNS[name])
         else:
             rows[name] = run_plain(args, path, name)
         print(f"{name}: {rows[name].get('status')} ({rows[name]['wall_s']:.1f} s)", flush=True)

@@ -261,10 +261,10 @@ stage_e2e() {   # one process launches the CLI runs itself (P = 1 unless E2E_ARG
   # shellcheck disable=SC2086  # E2E_ARGS is a list of words
   run_cmd 600 1 e2e.log "." python3 bench/e2e.py "${out[@]}" ${E2E_ARGS:-}
 }
-stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; mgg, --dropout 0 (eager and
-                       # with --cuda-graph), plain torch
+stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; mgg, --dropout 0 (each replayed
+                       # and with --no-cuda-graph), plain torch
   run_cmd 600 1 e2e-papers.log "." python3 bench/e2e.py --out "$RUN/e2e-papers" --graph papers-like \
-    --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-nodrop,mgg-graph,mgg-graph-nodrop,torch
+    --scale "${E2E_PAPERS_SCALE:-0.1}" --prepare-device cuda --runs mgg,mgg-eager,mgg-nodrop,mgg-eager-nodrop,torch
 }
 
 # -- one-gpu --------------------------------------------------------------------------------------

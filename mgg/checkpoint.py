@@ -250,8 +250,8 @@ def restore_state(state: dict, model, optimizer, dropout_gen, path: str = "?") -
         _restore_rng(state["rng"], dropout_gen)
     except (RuntimeError, ValueError, KeyError) as e:  # e.g. a generator's state into DeviceSeeds
         raise CheckpointError(path, f"its random state does not fit this run (with --cuda-graph and dropout the "
-                                    f"dropout seeds live on the GPU: resume with the --cuda-graph setting the "
-                                    f"checkpoint was written with): {e}") from e
+                                    f"dropout seeds live on the GPU: leave --cuda-graph/--no-cuda-graph out, and the "
+                                    f"run follows the checkpoint's setting): {e}") from e
 
 
 def read_newest(path: str, fallback: bool) -> tuple[str, dict, str]:

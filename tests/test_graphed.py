@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mgg.apps.config import TrainConfig, UserError
-from mgg.apps.full import check_cuda_graph
+from mgg.apps.full import check_cuda_graph, resolve_cuda_graph
 from mgg.apps.graphed import CapturedStep
 from mgg.runtime import Communicator
 
@@ -35,6 +35,33 @@ def test_needs_a_gpu_and_the_cli_refuses_it_on_cpu():
     with pytest.raises(SystemExit) as e:
         main(["--cuda-graph", "--mode", "sampled", "--backend", "cpu"])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("changes,device,resumed,want", [
+    ({}, "cuda", None, True),                          # the default on the GPU: replayed
+    ({}, "cpu", None, False),                          # no GPU: eager
+    ({"tune": True}, "cuda", None, False),             # the tuner switches kernels between steps
+    ({"profile_steps": True}, "cuda", None, False),    # host timers between the parts
+    ({}, "cuda", {"cuda_graph": False}, False),        # resumed: as the checkpoint was written
+    ({}, "cuda", {"cuda_graph": True}, True),
+    ({}, "cpu", {"cuda_graph": True}, False),
+    ({"cuda_graph": False}, "cuda", None, False),      # --no-cuda-graph
+    ({"cuda_graph": True}, "cuda", {"cuda_graph": False}, True),
+])
+def test_default_is_on_where_a_graph_applies(changes, device, resumed, want):
+    cfg = resolve_cuda_graph(TrainConfig(dropout=0.5, **changes), device, 2, resumed)
+    assert cfg.cuda_graph is want
+
+
+def test_the_cli_flag_is_on_off_or_default():
+    from mgg.apps.args import parse_args
+
+    assert parse_args([]).cuda_graph is None
+    assert parse_args(["--cuda-graph"]).cuda_graph is True
+    assert parse_args(["--no-cuda-graph"]).cuda_graph is False
+    assert parse_args(["--no-cuda-graph", "--tune"]).tune  # off: combines with everything
+    with pytest.raises(UserError, match="GPU backend"):  # asked for by name on the CPU: refused
+        resolve_cuda_graph(TrainConfig(cuda_graph=True), "cpu")
 
 
 class _FakeGraph:

@@ -137,12 +137,13 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="compute every layer over every row, instead of only the rows the loss or the "
                    "evaluation reads and their in-neighbours (row sets, used while a set holds <= 50%% of "
                    "the nodes; docs/e2e.md); the results are the same")
-    p.add_argument("--cuda-graph", action="store_true",
+    p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="GPU, full-graph mode: capture the training step in a CUDA graph after two "
                    "eager epochs and replay it (the step's kernel launches cost the host as much time "
-                   "as the GPU takes at P > 1; dropout seeds then live on the GPU); not with --tune or "
-                   "--profile-steps; "
-                   "a step that cannot be captured runs eagerly, with the reason in the metrics")
+                   "as the GPU takes at P > 1; dropout seeds then live on the GPU). Default: on where "
+                   "it applies (the GPU backend, full-graph mode, without --tune or --profile-steps, "
+                   "or as the checkpoint resumed from was written); --no-cuda-graph runs every step "
+                   "eagerly. A step that cannot be captured runs eagerly, with the reason in the metrics")
     p.add_argument("--profile-steps", action="store_true",
                    help="time the parts of every training step (forward, backward, aggregations, gradient "
                    "all-reduce, optimizer; CUDA events on the GPU) and put the medians in the metrics JSON "

@@ -96,7 +96,7 @@ class TrainConfig:
     progress: bool = True
     force: bool = False                  # train even when the memory estimate says it does not fit
     profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)
-    cuda_graph: bool = False             # replay the step from a CUDA graph (mgg.apps.graphed)
+    cuda_graph: bool | None = None       # replay the step from a CUDA graph (mgg.apps.graphed); None: where it applies
     input_cache: bool = True             # the first layer's input aggregation computed once (mgg.nn.input_cache)
     row_sets: bool = True                # layers on the rows the loss/evaluation read (mgg.runtime.rowset)
     ps_inter: int | None = None          # ps of remote partitions on other nodes (None: ps)
