@@ -93,6 +93,30 @@ def _host_tensor(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
 
 
+#: the largest global CSR (int64 indices + indptr) that "auto" scans on each rank's GPU: a fraction
+#: of the GPU's memory, at most SCAN_MAX_BYTES (larger graphs use the exchange)
+SCAN_GPU_FRACTION = 0.125
+SCAN_MAX_BYTES = 8 << 30
+
+
+def auto_transpose(indptr: np.ndarray, indices: np.ndarray, world_size: int, backend: str,
+                   local_rank: int = 0) -> str:
+    """How DistGraph's "auto" builds the transposed rows. "scan" (every rank reads the global
+    CSR) unless `indices` is a memory map at P > 1 and the scan would not run on a GPU with room
+    for the whole CSR: then "exchange" (each rank reads its own rows; one all-to-all on the host).
+    On the GPU the scan is a radix sort of every edge, far cheaper than the host exchange: the
+    exchange took 2.2-3.4 s of the CLI's partition phase for reddit-like at P = 2 and 4 on 4x H200
+    against 0.3 s for the scan at P = 1 (bench/results/2026-11-26-h200x4-f14d292/c4)."""
+    if not isinstance(indices, np.memmap) or world_size <= 1:
+        return "scan"
+    if backend != "gpu" or not torch.cuda.is_available():
+        return "exchange"
+    csr_bytes = 8 * (int(indices.shape[0]) + int(indptr.shape[0]))
+    dev = local_rank % max(1, torch.cuda.device_count())
+    room = min(SCAN_MAX_BYTES, SCAN_GPU_FRACTION * torch.cuda.get_device_properties(dev).total_memory)
+    return "scan" if csr_bytes <= room else "exchange"
+
+
 class DistGraph:
     """A graph partitioned over the ranks of `comm`, ready to aggregate node features.
 
@@ -109,15 +133,16 @@ class DistGraph:
         `indices`), "exchange" (each rank reads only its forward rows and the edges are sent to
         their sources' owners: `transposed_rows_exchange`), or "auto": "exchange" when `indices`
         is a memory map (np.memmap, e.g. mgg.data.load_npz(mmap=True)), else "scan". Both give
-        the same plans."""
+        the same plans. "auto" is `auto_transpose`: "exchange" for a memory map at P > 1 unless
+        the ranks have GPUs with room to scan it."""
         t_start = time.perf_counter()
         self.comm = comm
         self.config = config or RuntimeConfig()
         self.backend = resolve_backend(self.config.backend)
         if transpose not in ("auto", "scan", "exchange"):
             raise ValueError(f"transpose must be 'auto', 'scan' or 'exchange', got {transpose!r}")
-        if transpose == "auto":  # one rank reads every row anyway: the plain scan
-            transpose = "exchange" if isinstance(indices, np.memmap) and comm.size > 1 else "scan"
+        if transpose == "auto":
+            transpose = auto_transpose(indptr, indices, comm.size, self.backend, comm.local_rank)
         self.transpose_method = transpose
         indptr = np.asarray(indptr, dtype=np.int64)
         mapped_indices = indices if isinstance(indices, np.memmap) else None  # read by rows, not mapped
