@@ -17,8 +17,8 @@
 #              kernel by kernel (bench/step_kernels.py); the aggregation alone at D = 16, 64 with its
 #              floors (bench/local_csr.py, wpb 4/8/16, packed rows and bundles); GAT against PyG
 #              (products-like@0.5, bench/gat.py)
-#   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has), then bench/scaling.py's
-#              table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
+#   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has; with 3+ GPUs P = 1 runs on
+#              the last GPU beside P = 2 on the first two), then bench/scaling.py's table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
 #              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
 #
 # Every run writes <root>/<date>-<gpu>x<count>-<commit>/ with manifest.json (bench/manifest.py),
@@ -30,7 +30,7 @@
 # list), FULLGRAPH_ARGS, TUNER_RUNS (3), GAT_SCALE_PRODUCTS (0.25), GAT_SCALE_REDDIT (0.1),
 # SAMPLED_DATASET (products-like), SAMPLED_SCALE (0.1), E2E_ARGS, E2E_PAPERS_SCALE (0.1), SCALING_ARGS
 # (fullgraph flags of the scaling suite; default csr_rows, halo, halo_csr, with --cuda-graph rows),
-# SCALING_P ("1 2 4 8": its P values).
+# SCALING_P ("1 2 4 8": its P values), SCALING_SEQUENTIAL (1: P = 1 and P = 2 one after the other).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
@@ -48,7 +48,7 @@ declare -A STAGES=(
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}"; }
 
 ARGV="bench/run.sh $*"
 DRY=0 TAR=0 suites=()
@@ -295,11 +295,31 @@ stage_one-gpu-gat() {  # issue 16 item 8: GAT 2 layers against PyG GATConv where
 # ran past the 600 s limit in earlier runs), eagerly and with the step in a CUDA graph
 SCALING_DEFAULT="--datasets reddit-like:1,products-like:1 --variants csr_rows,halo,halo_csr --cuda-graph --no-pyg --epochs 10"
 stage_scaling() {
-  local rc=0 p
-  for p in ${SCALING_P:-1 2 4 8}; do   # SCALING_P: a subset, e.g. one P per device call
-    ((p <= NGPU)) || continue
-    run_cmd 600 "$p" "scaling-P$p.log" "^(reddit|products|papers)|Error" \
-      python3 bench/fullgraph.py --out "$RUN/scaling" ${SCALING_ARGS:-$SCALING_DEFAULT} || rc=1
+  local rc=0 p ps=() beside="" pid
+  for p in ${SCALING_P:-1 2 4 8}; do ((p <= NGPU)) && ps+=("$p"); done  # SCALING_P: e.g. one P per call
+  local fg=(python3 bench/fullgraph.py --out "$RUN/scaling")
+  # shellcheck disable=SC2206  # SCALING_ARGS is a list of words
+  fg+=(${SCALING_ARGS:-$SCALING_DEFAULT})
+  local pat="^(reddit|products|papers)|Error"
+  # With a third GPU, P = 1 runs on the last GPU beside P = 2 on the first two (SCALING_SEQUENTIAL=1:
+  # one after the other). Disjoint GPUs give the same numbers: on 4x H200 the P = 1 epochs beside
+  # P = 2 were 3.03/29.42/3.43/64.95 ms against 2.99-3.03/29.46/3.45/64.53-64.89 alone or beside
+  # another run (bench/results/2026-11-26-h200x4-f14d292 c1, c3; 2026-11-26-h200x1-064c5d3 c10).
+  if ((NGPU >= 3)) && [[ -z "${SCALING_SEQUENTIAL:-}" && " ${ps[*]} " == *" 1 "* && " ${ps[*]} " == *" 2 "* ]]; then
+    beside=1
+    if ((DRY)); then
+      echo "    (P = 1 on GPU $((NGPU - 1)), beside P = 2 on GPUs 0,1)"
+      run_cmd 600 1 scaling-P1.log "$pat" env CUDA_VISIBLE_DEVICES=$((NGPU - 1)) "${fg[@]}"
+    else
+      run_cmd 600 1 scaling-P1.log "$pat" env CUDA_VISIBLE_DEVICES=$((NGPU - 1)) "${fg[@]}" &
+      pid=$!
+    fi
+    run_cmd 600 2 scaling-P2.log "$pat" env CUDA_VISIBLE_DEVICES=0,1 "${fg[@]}" || rc=1
+    if [[ -n "${pid:-}" ]]; then wait "$pid" || rc=1; fi
+  fi
+  for p in "${ps[@]}"; do
+    if [[ -n "$beside" ]] && ((p <= 2)); then continue; fi
+    run_cmd 600 "$p" "scaling-P$p.log" "$pat" "${fg[@]}" || rc=1
   done
   run_cmd 60 1 scaling-table.txt "." python3 bench/scaling.py --summarize "$RUN/scaling" || rc=1
   return $rc

@@ -101,3 +101,17 @@ def test_begin_and_end_write_the_folder(tmp_path):
     done = json.loads(open(os.path.join(first, "manifest.json")).read())
     assert done["stages"] == [{"name": "gat-threshold", "rc": 0, "seconds": 12}, {"name": "gat", "rc": 1, "seconds": 130}]
     assert done["ended"] >= done["started"] and done["command"] == "bench/run.sh gat"
+
+
+def test_scaling_runs_p1_beside_p2_when_a_third_gpu_is_free():
+    r = dry("scaling", NGPU="4")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "bench/fullgraph.py" in ln]
+    assert len(lines) == 3  # P = 1, 2, 4
+    assert "env CUDA_VISIBLE_DEVICES=3 python3" in lines[0] and "mpirun" not in lines[0]
+    assert "-np 2 env CUDA_VISIBLE_DEVICES=0\\,1 python3" in lines[1]
+    assert "-np 4 python3" in lines[2]
+    seq = dry("scaling", NGPU="4", SCALING_SEQUENTIAL="1")
+    assert "CUDA_VISIBLE_DEVICES" not in seq.stdout and seq.stdout.count("bench/fullgraph.py --out") == 3
+    two = dry("scaling", NGPU="2")
+    assert "CUDA_VISIBLE_DEVICES" not in two.stdout  # no third GPU: one after the other
