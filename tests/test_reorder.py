@@ -191,3 +191,62 @@ def test_bad_perm_is_rejected():
         permute_graph(g, np.arange(g.num_nodes - 1))
     with pytest.raises(ValueError, match=r"\[0, "):
         inverse_permutation(np.array([0, 5, 1]))
+
+
+def _label_propagation_numpy(a, rounds: int, seed: int = 0) -> np.ndarray:
+    """The numpy label propagation "cluster" used until session 27 (on the scipy pattern A + A^T),
+    kept as the oracle of the torch one: the same random draws must give the same labels."""
+    n = a.shape[0]
+    labels = np.arange(n, dtype=np.int64)
+    if n == 0 or a.nnz == 0:
+        return labels
+    rng = np.random.default_rng(seed)
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.indptr))
+    col = a.indices.astype(np.int64)
+    has = np.diff(a.indptr) > 0
+    for _ in range(rounds):
+        prio = rng.permutation(n)
+        label_of_prio = np.empty(n, dtype=np.int64)
+        label_of_prio[prio] = np.arange(n, dtype=np.int64)
+        key = np.sort(row * n + prio[labels[col]])
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.append(starts, len(key)))
+        node, lab = np.divmod(key[starts], n)
+        lab = label_of_prio[lab]
+        group = np.ones(len(node), dtype=bool)
+        group[1:] = node[1:] != node[:-1]
+        gstart = np.flatnonzero(group)
+        best_count = np.maximum.reduceat(counts, gstart)
+        is_best = counts == np.repeat(best_count, np.diff(np.append(gstart, len(node))))
+        cand = np.flatnonzero(is_best)
+        keep = np.ones(len(cand), dtype=bool)
+        keep[1:] = node[cand[1:]] != node[cand[:-1]]
+        cand = cand[keep]
+        new = labels.copy()
+        new[node[cand]] = lab[cand]
+        update = has & (rng.random(n) < 0.5)
+        changed = update & (new != labels)
+        labels = np.where(update, new, labels)
+        if not changed.any():
+            break
+    return labels
+
+
+@pytest.mark.parametrize("name", ["random", "sbm", "powerlaw"])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_torch_label_propagation_equals_the_numpy_one(name, seed):
+    """The pattern (A + A^T, duplicates merged) equals scipy's, and the torch label propagation
+    (which runs on the GPU when asked) gives exactly the numpy oracle's labels."""
+    from mgg.data.reorder import _label_propagation, _pattern, _sym_pattern_coo
+
+    g = GRAPHS[name]()
+    a = _pattern(g, symmetric=True)
+    row, col = _sym_pattern_coo(g, "cpu")
+    want_row = np.repeat(np.arange(g.num_nodes), np.diff(a.indptr))
+    np.testing.assert_array_equal(row.numpy(), want_row)
+    np.testing.assert_array_equal(col.numpy(), a.indices)  # scipy's canonical CSR: columns ascend
+    got = _label_propagation(row, col, g.num_nodes, 10, seed).numpy()
+    np.testing.assert_array_equal(got, _label_propagation_numpy(a, 10, seed))
+    assert len(np.unique(got)) < g.num_nodes  # it did merge nodes

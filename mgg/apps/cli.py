@@ -36,7 +36,13 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         from .phases import PhaseClock
 
         clock = clock or PhaseClock(comm, show=False)
-        device = "cuda" if resolve_backend(cfg.backend) == "gpu" else None
+        device = None
+        if resolve_backend(cfg.backend) == "gpu":  # this rank's GPU, not every rank's GPU 0
+            import torch
+
+            from ..runtime.gpu_assignment import device_index
+
+            device = f"cuda:{device_index(comm.local_rank, torch.cuda.device_count())}"
         reorder = cfg.reorder_nodes != "none"
         with clock.phase("load"):  # a relabelled graph is built whole, so it is not mapped
             graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not reorder)
@@ -46,7 +52,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             from ..data.reorder import reorder_nodes
 
             with clock.phase("reorder"):
-                graph, _ = reorder_nodes(graph, cfg.reorder_nodes)
+                graph, _ = reorder_nodes(graph, cfg.reorder_nodes, device=device or "cpu")
         stage = "prepare"
         with clock.phase("prepare"):
             if prep is None:

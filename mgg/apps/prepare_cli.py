@@ -122,7 +122,7 @@ def _write_reordered(ns: argparse.Namespace) -> tuple[int, int]:
     print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s; relabelling ({ns.reorder_nodes})",
           flush=True)
     t0 = time.perf_counter()
-    g, perm = reorder_nodes(g, ns.reorder_nodes)
+    g, perm = reorder_nodes(g, ns.reorder_nodes, device=ns.device)
     print(f"  relabelled in {time.perf_counter() - t0:.1f} s", flush=True)
     save_npz(g, ns.out)
     atomic_write(ns.out[:-len(".npz")] + ".perm.npy", lambda f: np.save(f, perm))

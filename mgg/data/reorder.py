@@ -101,57 +101,90 @@ def _rcm_order(graph: Graph) -> np.ndarray:
     return np.asarray(reverse_cuthill_mckee(a, symmetric_mode=True), dtype=np.int64)
 
 
-def _label_propagation(a: sp.csr_matrix, rounds: int, seed: int = 0) -> np.ndarray:
-    """int64 [N] community labels: synchronous label propagation on the symmetric pattern `a`.
+def _sorted(t):
+    """`t` (an int64 tensor) sorted ascending: numpy's in-place sort for a CPU tensor (torch's
+    CPU sort also builds the permutation, and ran the whole order 1.6x slower), else torch.sort."""
+    import torch
+
+    if t.device.type == "cpu":
+        a = t.numpy()
+        a.sort()
+        return t
+    return torch.sort(t).values
+
+
+def _sym_pattern_coo(graph: Graph, device) -> tuple:
+    """(row, col) int64 tensors on `device`: the entries of the symmetrised 0/1 pattern A + A^T
+    (duplicates and both directions merged), sorted by row then column."""
+    import torch
+
+    n = graph.num_nodes
+    dev = torch.device(device)
+    indptr = torch.as_tensor(np.asarray(graph.indptr, dtype=np.int64)).to(dev)
+    tgt = torch.repeat_interleave(torch.arange(n, device=dev), indptr[1:] - indptr[:-1])
+    src = torch.as_tensor(np.asarray(graph.indices, dtype=np.int64)).to(dev)
+    key = torch.cat([tgt * n + src, src * n + tgt])
+    del tgt, src
+    key = _sorted(key)
+    first = torch.ones(key.numel(), dtype=torch.bool, device=dev)
+    first[1:] = key[1:] != key[:-1]
+    key = key[first]  # duplicates merged
+    return torch.div(key, n, rounding_mode="floor"), key % n
+
+
+def _label_propagation(row, col, n: int, rounds: int, seed: int = 0):
+    """int64 [N] community labels (a tensor on row's device): synchronous label propagation on
+    the symmetric pattern given as (row, col) int64 tensors, sorted by row.
 
     Each round every node takes the most frequent label among its neighbours (ties: broken by a
-    fresh random priority of the labels each round; isolated nodes keep theirs). Starts from label = node id and updates a random half of
-    the nodes per round (seeded), which avoids the two-colouring oscillation of fully synchronous
-    updates. Vectorised: one sort of the (node, neighbour label priority) pairs per round.
+    fresh random priority of the labels each round; isolated nodes keep theirs). Starts from
+    label = node id and updates a random half of the nodes per round, which avoids the
+    two-colouring oscillation of fully synchronous updates. Vectorised: one sort of the (node,
+    neighbour label priority) pairs per round, on the tensors' device (the GPU when they are
+    there). The random draws come from numpy's generator (`seed`), so every device gives the same
+    labels.
     """
-    n = a.shape[0]
-    labels = np.arange(n, dtype=np.int64)
-    if n == 0 or a.nnz == 0:
+    import torch
+
+    dev = row.device
+    labels = torch.arange(n, dtype=torch.int64, device=dev)
+    if n == 0 or row.numel() == 0:
         return labels
     rng = np.random.default_rng(seed)
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.indptr))
-    col = a.indices.astype(np.int64)
-    has = np.diff(a.indptr) > 0
+    has = torch.bincount(row, minlength=n) > 0
     for _ in range(rounds):
-        prio = rng.permutation(n)  # label -> priority; ties go to the smallest priority
-        label_of_prio = np.empty(n, dtype=np.int64)
-        label_of_prio[prio] = np.arange(n, dtype=np.int64)
-        key = np.sort(row * n + prio[labels[col]])  # (node, label priority) pairs grouped
-        first = np.ones(len(key), dtype=bool)
+        prio = torch.as_tensor(rng.permutation(n)).to(dev)  # label -> priority; ties: smallest
+        label_of_prio = torch.empty_like(prio)
+        label_of_prio[prio] = torch.arange(n, dtype=torch.int64, device=dev)
+        key = _sorted(row * n + prio[labels[col]])  # (node, label priority) pairs grouped
+        first = torch.ones(key.numel(), dtype=torch.bool, device=dev)
         first[1:] = key[1:] != key[:-1]
-        starts = np.flatnonzero(first)
-        counts = np.diff(np.append(starts, len(key)))
-        node, lab = np.divmod(key[starts], n)
-        lab = label_of_prio[lab]
-        # per node: the label with the largest count (ties: smallest priority, first in order)
-        group = np.ones(len(node), dtype=bool)
-        group[1:] = node[1:] != node[:-1]
-        gstart = np.flatnonzero(group)
-        best_count = np.maximum.reduceat(counts, gstart)
-        is_best = counts == np.repeat(best_count, np.diff(np.append(gstart, len(node))))
-        cand = np.flatnonzero(is_best)
-        keep = np.ones(len(cand), dtype=bool)
+        starts = torch.nonzero(first).reshape(-1)
+        counts = torch.diff(starts, append=torch.tensor([key.numel()], device=dev))
+        uniq = key[starts]
+        del key, first, starts
+        node = torch.div(uniq, n, rounding_mode="floor")
+        lab = label_of_prio[uniq % n]
+        # per node: the label with the largest count (ties: smallest priority, the first in order)
+        best = torch.zeros(n, dtype=counts.dtype, device=dev).scatter_reduce(0, node, counts, "amax")
+        cand = torch.nonzero(counts == best[node]).reshape(-1)
+        keep = torch.ones(cand.numel(), dtype=torch.bool, device=dev)
         keep[1:] = node[cand[1:]] != node[cand[:-1]]
         cand = cand[keep]
-        new = labels.copy()
+        new = labels.clone()
         new[node[cand]] = lab[cand]
-        update = has & (rng.random(n) < 0.5)
+        update = has & torch.as_tensor(rng.random(n) < 0.5).to(dev)
         changed = update & (new != labels)
-        labels = np.where(update, new, labels)
-        if not changed.any():
+        labels = torch.where(update, new, labels)
+        if not bool(changed.any()):
             break
     return labels
 
 
-def _cluster_order(graph: Graph) -> np.ndarray:
-    a = _pattern(graph, symmetric=True)
-    labels = _label_propagation(a, _LP_ROUNDS)
-    del a
+def _cluster_order(graph: Graph, device="cpu") -> np.ndarray:
+    row, col = _sym_pattern_coo(graph, device)
+    labels = _label_propagation(row, col, graph.num_nodes, _LP_ROUNDS).cpu().numpy()
+    del row, col
     _, comp, size = np.unique(labels, return_inverse=True, return_counts=True)
     comp = comp.reshape(-1)
     # communities largest first (ties: smallest label), inside one: in-degree descending, then id
@@ -160,8 +193,10 @@ def _cluster_order(graph: Graph) -> np.ndarray:
     return np.lexsort((np.arange(graph.num_nodes), -graph.in_degree(), rank_of_comp[comp])).astype(np.int64)
 
 
-def permutation(graph: Graph, method: str) -> np.ndarray:
-    """int64 [N] ``perm`` (``perm[new] = old``) of `method` for `graph`, without relabelling."""
+def permutation(graph: Graph, method: str, device="cpu") -> np.ndarray:
+    """int64 [N] ``perm`` (``perm[new] = old``) of `method` for `graph`, without relabelling.
+    `device`: where "cluster" runs its label propagation (torch; "cuda" on a GPU machine); the
+    result does not depend on it."""
     _check_method(method)
     if method == "none":
         return np.arange(graph.num_nodes, dtype=np.int64)
@@ -169,7 +204,7 @@ def permutation(graph: Graph, method: str) -> np.ndarray:
         return _degree_order(graph)
     if method == "rcm":
         return _rcm_order(graph)
-    return _cluster_order(graph)
+    return _cluster_order(graph, device)
 
 
 # --------------------------------------------------------------------------- relabelling
@@ -224,8 +259,9 @@ def permute_graph(graph: Graph, perm: np.ndarray, sort_rows: bool = True) -> Gra
                                val_mask=follow(graph.val_mask), test_mask=follow(graph.test_mask))
 
 
-def reorder_nodes(graph: Graph, method: str, sort_rows: bool = True) -> tuple[Graph, np.ndarray]:
-    """Relabel the nodes of `graph` by `method` (one of ``METHODS``).
+def reorder_nodes(graph: Graph, method: str, sort_rows: bool = True, device="cpu") -> tuple[Graph, np.ndarray]:
+    """Relabel the nodes of `graph` by `method` (one of ``METHODS``); `device`: where "cluster"
+    runs (see :func:`permutation`).
 
     Returns:
         ``(reordered Graph, perm)`` with perm int64 [N], ``perm[new] = old``; map results back
@@ -236,7 +272,7 @@ def reorder_nodes(graph: Graph, method: str, sort_rows: bool = True) -> tuple[Gr
         ValueError: unknown method (the message lists the valid ones).
     """
     _check_method(method)
-    perm = permutation(graph, method)
+    perm = permutation(graph, method, device)
     if method == "none":
         return graph, perm
     return permute_graph(graph, perm, sort_rows=sort_rows), perm
