@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.fullgraph import cuda_ms, load_graph, log  # noqa: E402
+from bench.fullgraph import cuda_ms, load_graph, log, parse_dataset  # noqa: E402
 
 
 #: per design: (variant of the halves and of the overlapped run, variant and overlap flag of the serial run)
@@ -128,13 +128,14 @@ def main() -> None:
         sys.exit(2)
     rows, prow = [], []
     for spec in args.datasets.split(","):
-        name, _, sc = spec.partition(":")
-        g = load_graph(name, float(sc or 1), args.cache, comm)
+        name, scale, order = parse_dataset(spec)
+        g = load_graph(name, scale, args.cache, comm, order)
+        name = g.name
         with DistGraph.build(g, comm, RuntimeConfig(backend="gpu")) as dg:
             p = dg.plan(args.kind)
             for dim in (int(d) for d in args.dims.split(",")):
                 for design in args.designs.split(","):
-                    r = {"dataset": name, "scale": float(sc or 1), "dim": dim, "kind": args.kind, "design": design,
+                    r = {"dataset": name, "scale": scale, "dim": dim, "kind": args.kind, "design": design,
                          "halo_rows": int(comm.allreduce_scalar(float(p.halo_size), "max")),
                          **measure(dg, args.kind, dim, args.reps, comm, design)}
                     rows.append(r)

@@ -63,15 +63,15 @@ def main() -> None:
 
     import torch
 
-    from bench.fullgraph import build_bench_model, epoch_fn, load_graph, model_spec
+    from bench.fullgraph import build_bench_model, epoch_fn, load_graph, model_spec, parse_dataset
     from mgg.apps.loop import ROW_SET_MAX_SHARE
     from mgg.nn.optim import Adam
     from mgg.runtime import DistGraph, RuntimeConfig, world
 
     comm = world()
     device = torch.device("cuda", 0)
-    name, _, sc = args.dataset.partition(":")
-    g = load_graph(name, float(sc or 1), args.cache, comm)
+    name, scale, order = parse_dataset(args.dataset)
+    g = load_graph(name, scale, args.cache, comm, order)
     dg = DistGraph.build(g, comm, RuntimeConfig(backend="gpu", storage_dtype=args.storage_dtype))
     if args.variant != "auto":
         dg.set_variant(args.variant)

@@ -1,0 +1,29 @@
+"""bench/fullgraph.py's dataset specs "name[:scale[:order]]": the order relabels the generated
+graph once (mgg.data.reorder) and names the rows, and the cached files of two orders differ."""
+import types
+
+import numpy as np
+import pytest
+
+from bench.fullgraph import load_graph, parse_dataset
+from mgg.data import load_dataset
+from mgg.data.reorder import reorder_nodes
+
+
+@pytest.mark.parametrize("spec,want", [("reddit-like", ("reddit-like", 1.0, "none")),
+                                       ("products-like:0.5", ("products-like", 0.5, "none")),
+                                       ("products-like:1:cluster", ("products-like", 1.0, "cluster"))])
+def test_parse_dataset(spec, want):
+    assert parse_dataset(spec) == want
+
+
+def test_an_order_relabels_once_and_names_the_graph(tmp_path):
+    comm = types.SimpleNamespace(rank=0, barrier=lambda: None)
+    plain = load_graph("sbm", 0.02, str(tmp_path), comm)
+    ordered = load_graph("sbm", 0.02, str(tmp_path), comm, "degree")
+    assert plain.name == "sbm" and ordered.name == "sbm+degree"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sbm-0.02-degree.npz", "sbm-0.02.npz"]
+    want, _ = reorder_nodes(load_dataset("sbm", scale=0.02, seed=0), "degree")
+    np.testing.assert_array_equal(ordered.indptr, want.indptr)
+    np.testing.assert_array_equal(ordered.indices, want.indices)
+    assert not np.array_equal(plain.indices, ordered.indices)
