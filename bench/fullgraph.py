@@ -129,6 +129,7 @@ def load_graph(name: str, scale: float, cache: str, comm, order: str = "none"):
     from mgg.data import load_dataset, load_npz, save_npz
 
     tag = "" if order == "none" else f"-{order}"
+    label = name if order == "none" else f"{name}+{order}"
     path = os.path.join(cache, f"{name}-{scale:g}{tag}.npz")
     if comm.rank == 0 and not os.path.exists(path):
         t = time.perf_counter()
@@ -146,7 +147,7 @@ def load_graph(name: str, scale: float, cache: str, comm, order: str = "none"):
         os.makedirs(cache, exist_ok=True)
         save_npz(g, path)
     comm.barrier()
-    return load_npz(path, name=name + tag.replace("-", "+", 1))
+    return load_npz(path, name=label)
 
 
 def cuda_ms(fn, reps: int, comm, sync_all=True) -> list[float]:

@@ -112,7 +112,9 @@ def auto_transpose(indptr: np.ndarray, indices: np.ndarray, world_size: int, bac
     if backend != "gpu" or not torch.cuda.is_available():
         return "exchange"
     csr_bytes = 8 * (int(indices.shape[0]) + int(indptr.shape[0]))
-    dev = local_rank % max(1, torch.cuda.device_count())
+    from .gpu_assignment import device_index
+
+    dev = device_index(local_rank, torch.cuda.device_count())
     room = min(SCAN_MAX_BYTES, SCAN_GPU_FRACTION * torch.cuda.get_device_properties(dev).total_memory)
     return "scan" if csr_bytes <= room else "exchange"
 

@@ -63,8 +63,7 @@ class _NvshmemArray(SymmetricArray):
         store.quiesce()
         self.padded = nvshmem.tensor((max(1, rows_per_pe), self.dim_padded), dtype=dtype)
         self.padded.zero_()
-        torch.cuda.current_stream().synchronize()
-        store.comm.barrier()
+        store.quiesce()  # every PE's slice zeroed before any PE reads it
 
     @property
     def local(self) -> torch.Tensor:
