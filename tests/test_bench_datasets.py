@@ -27,3 +27,18 @@ def test_an_order_relabels_once_and_names_the_graph(tmp_path):
     np.testing.assert_array_equal(ordered.indptr, want.indptr)
     np.testing.assert_array_equal(ordered.indices, want.indices)
     assert not np.array_equal(plain.indices, ordered.indices)
+
+
+def test_model_specs_name_the_norm_and_the_unfused_form():
+    from bench.fullgraph import build_bench_model, model_spec
+    from mgg.nn.norm import DistBatchNorm
+
+    assert model_spec("gin")["options"] == {"norm": "batch"} and not model_spec("gin")["unfused"]
+    spec = model_spec("gin:none+unfused")
+    assert spec["options"] == {"norm": "none"} and spec["unfused"]
+    g = load_dataset("sbm", scale=0.02, seed=0)
+    for name, fused in (("gin", True), ("gin+unfused", False)):
+        norms = [m for m in build_bench_model(name, g, "cpu").modules() if isinstance(m, DistBatchNorm)]
+        assert norms and all(m.fuse_relu is fused for m in norms)
+    with pytest.raises(SystemExit, match="only gin takes a norm"):
+        model_spec("gcn:batch")

@@ -78,56 +78,80 @@ def combine_rank_stats(means: torch.Tensor, invstds: torch.Tensor, counts: torch
 
 
 class _SyncBatchNormGPU(torch.autograd.Function):
-    """Batch norm over the rows of every rank with torch's SyncBatchNorm kernels.
+    """Batch norm over the rows of every rank with torch's SyncBatchNorm kernels, or with the
+    ReLU after it folded in (`relu`: mgg.kernels.norm_relu).
 
     Forward: each rank's mean and inverse std (torch.batch_norm_stats, float32 [D]) go into its
-    row of a zeroed [P, 2D] buffer summed over ranks (an all-gather); the global mean and biased
-    variance are combined from them in float64 with the host-known row counts (Chan's parallel
-    formula: sum_r n_r (var_r + (mean_r - mean)^2) / N). Backward: torch.batch_norm_backward_reduce
-    gives this rank's sum(dy), sum(dy (x - mean)) and the affine gradients (this rank's rows; the
-    gradient all-reduce sums them); the two [D] sums are summed over ranks, then
-    torch.batch_norm_backward_elemt writes dx. Shapes: x float32 [n_local, D] (contiguous CUDA)."""
+    row of a zeroed [P, 2D] buffer summed over ranks (an all-gather; none at P = 1); the global
+    mean and biased variance are combined from them in float64 with the host-known row counts
+    (Chan's parallel formula: sum_r n_r (var_r + (mean_r - mean)^2) / N). Backward:
+    torch.batch_norm_backward_reduce (or bn_relu_backward_reduce, the gradient masked by the
+    ReLU recomputed from x) gives this rank's sum(dy), sum(dy (x - mean)) and the affine gradients
+    (this rank's rows; the gradient all-reduce sums them); the two [D] sums are summed over ranks,
+    then torch.batch_norm_backward_elemt (or bn_relu_backward_elemt) writes dx. Shapes: x float32
+    [n_local, D] (contiguous CUDA). dg None: one process."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, bn, dg, counts):  # type: ignore[override]
-        d, p, r = x.shape[1], dg.world_size, dg.rank
+    def forward(ctx, x, weight, bias, bn, dg, counts, relu):  # type: ignore[override]
+        d = x.shape[1]
+        p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
         buf = x.new_zeros(p, 2 * d)
         if x.shape[0] > 0:
             mean_r, invstd_r = torch.batch_norm_stats(x, bn.eps)
             buf[r, :d], buf[r, d:] = mean_r, invstd_r
         else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
             buf[r, d:] = 1.0
-        buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d)
+        if p > 1:
+            buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d)
         n_r, count32 = bn._device_counts(counts, x.device)
         n = float(counts.sum())
         mean, var = combine_rank_stats(buf[:, :d], buf[:, d:], n_r, n, bn.eps)
         bn._update_running(mean, var, n)
         mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
-        ctx.save_for_backward(x, weight, mean32, invstd32)
-        ctx.dg, ctx.count = dg, count32
+        ctx.save_for_backward(x, weight, bias, mean32, invstd32)
+        ctx.dg, ctx.count, ctx.n, ctx.relu, ctx.world = dg, count32, n, relu, p
         if x.shape[0] == 0:  # torch's kernel refuses an empty input; this rank still took part above
             return x.new_empty(x.shape)
+        if relu:
+            from ..kernels.norm_relu import bn_relu_forward
+
+            return bn_relu_forward(x, mean32, invstd32, weight, bias)
         return torch.batch_norm_elemt(x, weight, bias, mean32, invstd32, bn.eps)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        x, weight, mean, invstd = ctx.saved_tensors
+        x, weight, bias, mean, invstd = ctx.saved_tensors
         grad = grad.contiguous()
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         d = x.shape[1]
-        if x.shape[0] > 0:
+        gw = gb = None
+        if x.shape[0] == 0:
+            sum_dy = sum_dy_xmu = x.new_zeros(d)
+            gw = gb = None if weight is None else torch.zeros_like(weight)
+        elif ctx.relu:
+            from ..kernels.norm_relu import bn_relu_backward_reduce
+
+            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, x, mean, invstd, weight, bias)
+            if weight is not None:  # what batch_norm_backward_reduce returns for them
+                gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
+        else:
             sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
                 grad, x, mean, invstd, weight, need_x, need_w and weight is not None,
                 need_b and weight is not None)
-        else:
-            sum_dy = sum_dy_xmu = x.new_zeros(d)
-            gw = gb = None if weight is None else torch.zeros_like(weight)
         gx = None
         if need_x:  # every rank reaches this (all need x's gradient), so the sum is collective
-            sums = _sum_over_ranks(torch.cat([sum_dy, sum_dy_xmu]), ctx.dg)
-            gx = (torch.batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
-                  if x.shape[0] > 0 else torch.zeros_like(x))
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None
+            sums = torch.cat([sum_dy, sum_dy_xmu])
+            if ctx.world > 1:
+                sums = _sum_over_ranks(sums, ctx.dg)
+            if x.shape[0] == 0:
+                gx = torch.zeros_like(x)
+            elif ctx.relu:
+                from ..kernels.norm_relu import bn_relu_backward_elemt
+
+                gx = bn_relu_backward_elemt(grad, x, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
+            else:
+                gx = torch.batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None
 
 
 class DistBatchNorm(nn.Module):
@@ -137,18 +161,27 @@ class DistBatchNorm(nn.Module):
     the graph while training; running_mean / running_var (unbiased, N / (N - 1)) are updated with
     `momentum` (None: cumulative average) and used in eval mode.
 
+    `forward(x, dg, relu=True)` returns relu(batch_norm(x)): on a GPU while training (float32
+    rows, D = 4 * 2^k <= 1024) one kernel applies both and the backward recomputes the ReLU's
+    mask from x (mgg.kernels.norm_relu), so the normalised rows are never written and read back
+    (GINConv passes `relu=True` when a ReLU follows this stage); elsewhere it is the two steps.
+
     Args:
         num_features: D. eps, momentum, affine, track_running_stats: as in torch.nn.BatchNorm1d.
+        fuse_relu: allow the fused kernels for `relu=True` (False: always the two steps; for
+            comparisons).
     Shapes:
         forward(x float [n_local, D], dg) -> float [n_local, D]; `dg` is the DistGraph (its `comm`
         is used; dg=None means a single process).
     """
 
     needs_graph = True  # GINConv passes the DistGraph to this stage
+    takes_relu = True   # ... and `relu=True` when a ReLU follows it
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True):
+                 affine: bool = True, track_running_stats: bool = True, fuse_relu: bool = True):
         super().__init__()
+        self.fuse_relu = bool(fuse_relu)
         if num_features < 1:
             raise ValueError(f"DistBatchNorm: num_features must be >= 1, got {num_features}")
         self.num_features, self.eps, self.momentum = num_features, float(eps), momentum
@@ -233,24 +266,32 @@ class DistBatchNorm(nn.Module):
                              f"{counts[dg.rank]}: batch norm runs over every row of every rank")
         return counts
 
-    def forward(self, x: torch.Tensor, dg=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg=None, relu: bool = False) -> torch.Tensor:
+        """x float [n_local, D] -> batch_norm(x), or relu(batch_norm(x)) with `relu`. Collective
+        while training with several ranks."""
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"DistBatchNorm: expected [n, {self.num_features}] input, got {tuple(x.shape)}")
         use_batch = self.training or not self.track_running_stats
         comm = None if dg is None else dg.comm
+        fused = relu and use_batch and self.fuse_relu and self._fusable(x)
         if use_batch and x.is_cuda and (comm is None or comm.size == 1):
             if x.shape[0] < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
+            if fused:  # statistics, then the transform and the ReLU in one kernel
+                return _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, None,
+                                               np.array([x.shape[0]], dtype=np.int64), True)
             track = self.training and self.track_running_stats
             if track:
                 self.num_batches_tracked += 1
-            return F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                                self.weight, self.bias, True, self._momentum() if track else 0.0, self.eps)
+            out = F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+                               self.weight, self.bias, True, self._momentum() if track else 0.0, self.eps)
+            return torch.relu(out) if relu else out
         counts = self._gpu_counts(x, dg) if use_batch and comm is not None else None
         if counts is not None:
             if counts.sum() < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
-            return _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts)
+            out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused)
+            return torch.relu(out) if relu and not fused else out
         if use_batch:
             mean, var, n = self._global_stats(x, dg)
             self._update_running(mean, var, n)
@@ -260,7 +301,17 @@ class DistBatchNorm(nn.Module):
         out = (x - mean) * inv
         if self.affine:
             out = out * self.weight + self.bias
-        return out
+        return torch.relu(out) if relu else out
+
+    @staticmethod
+    def _fusable(x: torch.Tensor) -> bool:
+        """Whether the fused batch-norm + ReLU kernels take x (decided from values every rank
+        shares: dtype, device type, width)."""
+        if not x.is_cuda:
+            return False
+        from ..kernels.norm_relu import supports
+
+        return supports(x)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

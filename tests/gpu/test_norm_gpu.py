@@ -1,6 +1,7 @@
 """DistBatchNorm on the GPU (torch's fused batch-norm kernels: F.batch_norm on one rank, the
-SyncBatchNorm kernels with the store's on-device sums on several) against float64 batch norm
-over every rank's rows: outputs, input / weight / bias gradients and running statistics.
+SyncBatchNorm kernels with the store's on-device sums on several; with `relu=True` the
+batch-norm + ReLU kernels of mgg/kernels/norm_relu.cu) against float64 batch norm over every
+rank's rows: outputs, input / weight / bias gradients and running statistics.
 
 Runs at P = 1 (`python -m pytest tests/gpu`) and under `mpirun -np P ... --with-mpi tests/gpu`
 (then every rank holds a slice of the same rows; one case leaves rank 0 without rows). Needs CUDA;
@@ -48,12 +49,15 @@ def _bounds(comm, empty_first: bool):
     return [int(v) for v in np.linspace(0, N, comm.size + 1)]
 
 
-def _reference(x, g, w, b, eps):
-    """float64 batch norm over all N rows: y, dx, dw, db (torch on the CPU)."""
+def _reference(x, g, w, b, eps, relu=False):
+    """float64 batch norm (then ReLU with `relu`) over all N rows: y, dx, dw, db, mean, unbiased
+    var (torch on the CPU)."""
     x = torch.from_numpy(x).double().requires_grad_()
     w = torch.from_numpy(w).double().requires_grad_()
     b = torch.from_numpy(b).double().requires_grad_()
     y = F.batch_norm(x, None, None, w, b, True, 0.0, eps)
+    if relu:
+        y = torch.relu(y)
     (y * torch.from_numpy(g).double()).sum().backward()
     var = x.detach().var(0, unbiased=True)
     return y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy(), x.detach().mean(0).numpy(), var.numpy()
@@ -66,31 +70,35 @@ def _host_sum(comm, a):
     return a
 
 
+@pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("empty_first", [False, True])
-def test_batch_norm_matches_float64(dist, empty_first):
+def test_batch_norm_matches_float64(dist, empty_first, relu):
     comm, store = dist
     if empty_first and comm.size == 1:
         pytest.skip("needs several ranks")
+    d = 32 if relu else D  # the fused kernels take D = 4 * 2^k; D = 24 is the two-step path
     rng = np.random.default_rng(7)
-    x = (rng.standard_normal((N, D)) * 3.0 + rng.standard_normal(D) * 50.0).astype(np.float32)
-    g = rng.standard_normal((N, D)).astype(np.float32)
-    w = rng.uniform(0.5, 1.5, D).astype(np.float32)
-    b = rng.standard_normal(D).astype(np.float32)
+    x = (rng.standard_normal((N, d)) * 3.0 + rng.standard_normal(d) * 50.0).astype(np.float32)
+    g = rng.standard_normal((N, d)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    b = rng.standard_normal(d).astype(np.float32)
     bounds = _bounds(comm, empty_first)
     lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
-    y_ref, dx_ref, dw_ref, db_ref, mean_ref, var_ref = _reference(x, g, w, b, 1e-5)
+    y_ref, dx_ref, dw_ref, db_ref, mean_ref, var_ref = _reference(x, g, w, b, 1e-5, relu)
 
-    bn = DistBatchNorm(D).cuda()
+    bn = DistBatchNorm(d).cuda()
     with torch.no_grad():
         bn.weight.copy_(torch.from_numpy(w))
         bn.bias.copy_(torch.from_numpy(b))
-    xs = torch.full((hi - lo, D), float("nan"), device="cuda")  # poisoned, then written
+    xs = torch.full((hi - lo, d), float("nan"), device="cuda")  # poisoned, then written
     xs.copy_(torch.from_numpy(x[lo:hi]))
     xs.requires_grad_()
-    y = bn(xs, _dg(comm, store, bounds))
+    y = bn(xs, _dg(comm, store, bounds), relu=relu)
     kind = type(y.grad_fn).__name__
-    assert ("SyncBatchNormGPU" in kind) if comm.size > 1 else ("BatchNorm" in kind), kind
+    assert ("SyncBatchNormGPU" in kind) if (comm.size > 1 or relu) else ("BatchNorm" in kind), kind
     (y * torch.from_numpy(g[lo:hi]).cuda()).sum().backward()
+    if relu:
+        assert (y_ref == 0).mean() > 0.2  # the mask matters
     assert np.allclose(y.detach().cpu().numpy(), y_ref[lo:hi], rtol=1e-4, atol=1e-4)
     assert np.allclose(xs.grad.cpu().numpy(), dx_ref[lo:hi], rtol=1e-3, atol=1e-4)
     # the affine gradients are this rank's rows: their sum over ranks is the whole-graph gradient
@@ -100,6 +108,97 @@ def test_batch_norm_matches_float64(dist, empty_first):
     assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
     assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
     assert int(bn.num_batches_tracked) == 1
+
+
+@pytest.mark.parametrize("d", [4, 64, 1024])
+@pytest.mark.parametrize("affine", [True, False])
+def test_bn_relu_kernels_match_float64(d, affine):
+    """The three kernels alone against their math in float64 (bn_relu_reference), outputs
+    poisoned first; rows that are not a multiple of a block, entries exactly at the ReLU's edge."""
+    from mgg.kernels.norm_relu import (bn_relu_backward_elemt, bn_relu_backward_reduce, bn_relu_forward,
+                                       bn_relu_reference, supports)
+
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    n = 3001
+    x = torch.randn(n, d, device="cuda", generator=gen) * 2 + 1
+    dy = torch.randn(n, d, device="cuda", generator=gen)
+    mean, invstd = x.mean(0), torch.rsqrt(x.var(0, unbiased=False) + 1e-5)
+    w = torch.rand(d, device="cuda", generator=gen) + 0.5 if affine else None
+    b = torch.randn(d, device="cuda", generator=gen) if affine else None
+    x[:7] = mean  # t = b exactly (0 without affine): the ReLU's edge, masked as torch masks it
+    assert supports(x) and not supports(x[:, :d - 1].contiguous() if d > 4 else x.double())
+    args64 = [t.double() if t is not None else None for t in (x, mean, invstd, w, b)]
+    y_ref = bn_relu_reference(*args64)
+    s_dy, s_xmu, _ = bn_relu_reference(*args64, dy=dy.double())
+    sums = (s_dy * 0.5, s_xmu * 2.0)  # as if summed over ranks: not this x's own
+    dx_ref = bn_relu_reference(*args64, dy=dy.double(), count=2 * n, sums=sums)[2]
+    y = bn_relu_forward(x, mean, invstd, w, b)
+    r_dy, r_xmu = bn_relu_backward_reduce(dy, x, mean, invstd, w, b)
+    dx = bn_relu_backward_elemt(dy, x, mean, invstd, w, b, sums[0].float(), sums[1].float(), 2 * n)
+    assert torch.allclose(y.double(), y_ref, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(r_dy.double(), s_dy, rtol=1e-4, atol=1e-3)
+    assert torch.allclose(r_xmu.double(), s_xmu, rtol=1e-4, atol=1e-3)
+    assert torch.allclose(dx.double(), dx_ref, rtol=1e-4, atol=1e-5)
+    if not affine:  # t == 0 exactly: no output, no gradient through the mask
+        assert (y[:7] == 0).all() and (dx[:7] == dx_ref[:7].float()).all()
+
+
+def test_bn_relu_refuses_what_it_cannot_take():
+    from mgg.kernels.norm_relu import bn_relu_forward
+
+    x = torch.randn(10, 24, device="cuda")
+    with pytest.raises(ValueError, match="D = 4"):
+        bn_relu_forward(x, x.mean(0), x.std(0), None, None)
+    x = torch.randn(10, 8, device="cuda")
+    with pytest.raises(ValueError, match="mean must have shape"):
+        bn_relu_forward(x, x.mean(), x.std(0), None, None)
+
+
+def test_gin_with_fused_norm_relu_matches_the_two_steps(monkeypatch):
+    """GIN (batch norm, the default) forward and backward with the fused kernels equal the same
+    model with fuse_relu off, in float32 rounding; the fused path is taken."""
+    from mgg.nn import GIN
+
+    gen = torch.Generator().manual_seed(0)
+    n = 700
+    src = torch.randint(0, n, (6000,), generator=gen)
+    dst = torch.randint(0, n, (6000,), generator=gen)
+    dense = torch.zeros(n, n, dtype=torch.float64)
+    dense.index_put_((dst, src), torch.ones(6000, dtype=torch.float64), accumulate=True)
+    x = torch.randn(n, 12, generator=gen).cuda()
+
+    class DenseGraph:  # the aggregation as a dense float32 matmul: the test is about the MLP
+        comm = None
+        world_size, rank = 1, 0
+        A = (dense + torch.eye(n, dtype=torch.float64)).float().cuda()
+
+    import mgg.nn.conv.gin_conv as gin_mod
+
+    def sum_self(h, dg, kind, rows=None, compact=True):
+        assert kind == "sum_self"
+        return dg.A @ h
+
+    import mgg.kernels.norm_relu as kernels
+
+    monkeypatch.setattr(gin_mod, "aggregate", sum_self)
+    calls = []
+    real = kernels.bn_relu_forward
+    monkeypatch.setattr(kernels, "bn_relu_forward", lambda *a: calls.append(1) or real(*a))
+    outs = []
+    for fuse in (True, False):
+        torch.manual_seed(0)
+        model = GIN(12, 32, 5, layers=3, dropout=0.0).cuda()
+        model.cache_input_aggregation = False
+        for mod in model.modules():
+            if isinstance(mod, DistBatchNorm):
+                mod.fuse_relu = fuse
+        out = model(x, DenseGraph())
+        out.square().sum().backward()
+        outs.append((out.detach(), [p.grad.clone() for p in model.parameters()], len(calls)))
+    assert outs[0][2] == 3 and outs[1][2] == 3  # three layers fused, then none
+    assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-3)
 
 
 def test_batch_norm_in_a_cuda_graph(dist):

@@ -16,9 +16,18 @@ def _modules(mlp: nn.Module) -> list[nn.Module]:
 
 
 def _run(stages: list[nn.Module], h: torch.Tensor, dg) -> torch.Tensor:
-    """Apply `stages` in order; a stage with `needs_graph = True` (DistBatchNorm) also gets `dg`."""
-    for m in stages:
-        h = m(h, dg) if getattr(m, "needs_graph", False) else m(h)
+    """Apply `stages` in order; a stage with `needs_graph = True` (DistBatchNorm) also gets `dg`,
+    and one with `takes_relu = True` followed by an `nn.ReLU` runs that ReLU itself
+    (`stage(h, dg, relu=True)`: one fused kernel on a GPU, mgg.kernels.norm_relu)."""
+    i = 0
+    while i < len(stages):
+        m = stages[i]
+        if not getattr(m, "needs_graph", False):
+            h, i = m(h), i + 1
+        elif getattr(m, "takes_relu", False) and i + 1 < len(stages) and isinstance(stages[i + 1], nn.ReLU):
+            h, i = m(h, dg, relu=True), i + 2
+        else:
+            h, i = m(h, dg), i + 1
     return h
 
 
