@@ -139,8 +139,8 @@ def test_bn_relu_kernels_match_float64(d, affine):
     assert torch.allclose(r_dy.double(), s_dy, rtol=1e-4, atol=1e-3)
     assert torch.allclose(r_xmu.double(), s_xmu, rtol=1e-4, atol=1e-3)
     assert torch.allclose(dx.double(), dx_ref, rtol=1e-4, atol=1e-5)
-    if not affine:  # t == 0 exactly: no output, no gradient through the mask
-        assert (y[:7] == 0).all() and (dx[:7] == dx_ref[:7].float()).all()
+    if not affine:  # t == 0 exactly: no output, and only the mean terms in dx (allclose above)
+        assert (y[:7] == 0).all()
 
 
 def test_bn_relu_refuses_what_it_cannot_take():
