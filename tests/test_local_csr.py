@@ -96,10 +96,10 @@ def test_bundles_cover_every_short_row_once_in_runs(groups, thr, target):
     deg = np.diff(indptr)
     r0, r1 = sched.bundles[:, 0], sched.bundles[:, 1]
     assert np.all(r1 > r0)
-    size = indptr[r1] - indptr[r0]
-    assert np.all(np.diff(size) <= 0)                              # most entries first
+    work = indptr[r1] - indptr[r0] + (r1 - r0)                     # an entry or a row: a unit each
+    assert np.all(np.diff(work) <= 0)                              # most work first
     longest_short = deg[deg <= sched.long_threshold].max()
-    assert size.max() <= target + longest_short                    # a run stops once past a multiple
+    assert work.max() <= target + longest_short + 1                # a run stops once past a multiple
     assert sched.num_warps == len(sched.long_tasks) + -(-len(sched.bundles) // groups)
     with pytest.raises(ValueError, match="skip_empty"):
         row_schedule(indptr, groups, thr, 2048, skip_empty=True, bundle_target=target)
@@ -140,10 +140,27 @@ def test_bundle_window_keeps_row_order_between_windows(window):
     for k in range(0, len(windowed), window):
         part = windowed[k:k + window]
         assert np.array_equal(np.sort(part[:, 0]), rows_order[k:k + window, 0])
-        size = indptr[part[:, 1]] - indptr[part[:, 0]]
-        assert np.all(np.diff(size) <= 0)
+        work = indptr[part[:, 1]] - indptr[part[:, 0]] + (part[:, 1] - part[:, 0])
+        assert np.all(np.diff(work) <= 0)
     with pytest.raises(ValueError, match="window"):
         bundle_rows(ip, is_long, 30, -1)
+
+
+def test_a_run_of_empty_rows_is_cut_like_entries():
+    """Rows without entries count one unit each: a degree-sorted CSR's 10,000 trailing empty rows
+    become runs of at most `target` rows (not one run that one lane group walks alone), and
+    every row is still covered once."""
+    from mgg.kernels.local_csr import bundle_rows
+
+    deg = np.concatenate([np.full(500, 20), np.zeros(10000, np.int64)])
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    ip = torch.from_numpy(indptr)
+    runs = bundle_rows(ip, torch.zeros(len(deg), dtype=torch.bool), 64).numpy()
+    assert (runs[:, 1] - runs[:, 0]).max() <= 64
+    covered = np.concatenate([np.arange(a, b) for a, b in runs])
+    assert np.array_equal(np.sort(covered), np.arange(len(deg)))
+    empty = runs[runs[:, 0] >= 500]
+    assert len(empty) >= 10000 // 64
 
 
 def test_bundles_pay_when_a_bundle_holds_two_short_rows():
