@@ -39,3 +39,51 @@ def test_reference_is_batch_norm_then_relu(affine):
 
 def test_supports_only_cuda_float32_power_of_two_widths():
     assert not supports(torch.zeros(4, 64))  # CPU rows: the two-step path
+
+
+def test_dist_batch_norm_relu_on_the_cpu_is_the_two_steps():
+    """DistBatchNorm(x, relu=True) off the GPU: batch norm, then ReLU (training and eval)."""
+    from mgg.nn.norm import DistBatchNorm
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(50, 8, generator=gen) * 2 + 1
+    bn = DistBatchNorm(8)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5, generator=gen)
+        bn.bias.normal_(generator=gen)
+    for training in (True, False):
+        bn.train(training)
+        a = DistBatchNorm(8)
+        a.load_state_dict(bn.state_dict())
+        a.train(training)
+        assert torch.equal(bn(x, relu=True), torch.relu(a(x)))
+
+
+def test_gin_hands_the_relu_after_a_norm_to_the_norm():
+    """GINConv's MLP runner: a stage with takes_relu followed by nn.ReLU gets relu=True and the
+    ReLU stage is skipped; other stages run as before (needs_graph ones with the graph)."""
+    from torch import nn
+
+    from mgg.nn.conv.gin_conv import _run
+
+    calls = []
+
+    class Norm(nn.Module):
+        needs_graph = True
+        takes_relu = True
+
+        def forward(self, h, dg, relu=False):
+            calls.append(("norm", dg, relu))
+            return h + 1
+
+    class GraphStage(nn.Module):
+        needs_graph = True
+
+        def forward(self, h, dg):
+            calls.append(("graph", dg))
+            return h * 2
+
+    h = torch.zeros(3, 2)
+    out = _run([nn.Identity(), Norm(), nn.ReLU(), GraphStage(), nn.ReLU(), Norm()], h, "G")
+    assert calls == [("norm", "G", True), ("graph", "G"), ("norm", "G", False)]
+    assert torch.equal(out, torch.full((3, 2), 3.0))
