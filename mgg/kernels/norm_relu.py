@@ -68,6 +68,12 @@ def _grid(n4: int, device: torch.device, per_sm: int) -> int:
     return max(1, min(-(-n4 // THREADS), sms * per_sm))
 
 
+def _launch(kernel: str, device: torch.device, grid: int, args: tuple) -> None:
+    """Launch `kernel` (grid blocks of THREADS) on torch's current stream of `device`."""
+    with torch_stream_for_cupy(device):
+        _module().get_function(kernel)((grid,), (THREADS,), args)
+
+
 def _params(x, mean, invstd, weight, bias):
     if not supports(x):
         raise ValueError(f"bn_relu: expected float32 CUDA rows [n, D] with D = 4 * 2^k <= 1024, got "
@@ -92,9 +98,7 @@ def bn_relu_forward(x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
     n4 = x.numel() // 4
     if n4 == 0:
         return y
-    with torch_stream_for_cupy(x.device):
-        _module().get_function("mgg_bn_relu_forward")(
-            (_grid(n4, x.device, BLOCKS_PER_SM),), (THREADS,),
+    _launch("mgg_bn_relu_forward", x.device, _grid(n4, x.device, BLOCKS_PER_SM),
             (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), *ptrs, np.int64(n4), np.int32(x.shape[1] // 4)))
     del keep
     return y
@@ -117,9 +121,7 @@ def bn_relu_backward_reduce(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tenso
         return z, z.clone()
     grid = _grid(n4, x.device, REDUCE_BLOCKS_PER_SM)
     partial = torch.empty(grid, 2, d, device=x.device, dtype=torch.float32)
-    with torch_stream_for_cupy(x.device):
-        _module().get_function("mgg_bn_relu_backward_reduce")(
-            (grid,), (THREADS,),
+    _launch("mgg_bn_relu_backward_reduce", x.device, grid,
             (np.uint64(dy.data_ptr()), np.uint64(x.data_ptr()), *ptrs, np.uint64(partial.data_ptr()),
              np.int64(n4), np.int32(d // 4)))
     del keep
@@ -146,9 +148,7 @@ def bn_relu_backward_elemt(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor
     n4 = x.numel() // 4
     if n4 == 0:
         return dx
-    with torch_stream_for_cupy(x.device):
-        _module().get_function("mgg_bn_relu_backward_elemt")(
-            (_grid(n4, x.device, BLOCKS_PER_SM),), (THREADS,),
+    _launch("mgg_bn_relu_backward_elemt", x.device, _grid(n4, x.device, BLOCKS_PER_SM),
             (np.uint64(dy.data_ptr()), np.uint64(x.data_ptr()), *ptrs, p_dy, p_xmu, np.uint64(dx.data_ptr()),
              np.int64(n4), np.int32(d // 4), np.float32(1.0 / float(count))))
     del keep, k_dy, k_xmu
