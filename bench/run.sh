@@ -128,7 +128,10 @@ stage_nvrtc-probe() {
 stage_gpu-tests() {
   local rc=0 p
   for p in $PS; do
-    run_cmd 300 "$p" "gpu-tests-P$p.log" "$TESTS" python3 -m pytest -q -p no:cacheprovider -rf tests/gpu || rc=1
+    # each failure's report is written the moment it happens (tests/conftest.py), per rank: a run
+    # stopped by its limit before pytest's summary keeps them
+    run_cmd 300 "$p" "gpu-tests-P$p.log" "$TESTS" env MGG_TEST_FAILURE_LOG="$RUN/gpu-tests-P$p.failures" \
+      python3 -m pytest -q -p no:cacheprovider -rf tests/gpu || rc=1
   done
   return $rc
 }

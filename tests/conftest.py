@@ -7,6 +7,9 @@ Test modules import the helpers (`from tests.conftest import ROOT, subprocess_en
 - `MPIRUN`: the `mpirun` prefix (oversubscribed, no binding, no UCX one-sided, root allowed when root).
 - `needs_mpirun`: skip marker for tests that launch `mpirun`.
 - fixture `kernel_cache_dir`: the run's one kernel cache (tests that compile CUDA sources share it).
+- `MGG_TEST_FAILURE_LOG=PATH`: each failing test's report is appended to PATH (PATH.rankR under
+  mpirun) the moment it fails, so a device run stopped by its time limit, before pytest's summary,
+  still keeps every failure's message and traceback.
 
 Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
 for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.
@@ -51,6 +54,25 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         e.pop(hook, None)
     e.update(extra)
     return e
+
+
+def failure_log_path() -> str | None:
+    """Where failures are written (MGG_TEST_FAILURE_LOG, with .rankR under mpirun), or None."""
+    path = os.environ.get("MGG_TEST_FAILURE_LOG")
+    if not path:
+        return None
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK")
+    return f"{path}.rank{rank}" if rank is not None else path
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Append a failed report (setup, call or teardown) to the failure log, flushed at once."""
+    path = failure_log_path()
+    if path is None or not report.failed:
+        return
+    with open(path, "a") as f:
+        f.write(f"=== FAILED {report.nodeid} ({report.when}, {report.duration:.2f} s)\n{report.longreprtext}\n\n")
+        f.flush()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -115,3 +115,34 @@ def test_scaling_runs_p1_beside_p2_when_a_third_gpu_is_free():
     assert "CUDA_VISIBLE_DEVICES" not in seq.stdout and seq.stdout.count("bench/fullgraph.py --out") == 3
     two = dry("scaling", NGPU="2")
     assert "CUDA_VISIBLE_DEVICES" not in two.stdout  # no third GPU: one after the other
+
+
+def test_gpu_tests_keep_each_failure_as_it_happens():
+    """The gpu-tests stage points MGG_TEST_FAILURE_LOG at one file per P in the run folder."""
+    r = dry("gpu-tests")
+    assert r.returncode == 0, r.stderr
+    assert "MGG_TEST_FAILURE_LOG=\\<run-dir\\>/gpu-tests-P1.failures" in r.stdout
+    assert "-np 2 env MGG_TEST_FAILURE_LOG=\\<run-dir\\>/gpu-tests-P2.failures python3 -m pytest" in r.stdout
+
+
+@pytest.mark.slow
+def test_failure_log_is_written_per_rank_at_once(tmp_path):
+    """tests/conftest.py: a failing test's report lands in MGG_TEST_FAILURE_LOG (.rankR under
+    mpirun) before the session ends; passing tests write nothing."""
+    (tmp_path / "conftest.py").write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                                          "from tests.conftest import pytest_runtest_logreport  # noqa: F401\n")
+    (tmp_path / "test_x.py").write_text("def test_ok():\n    pass\n\n"
+                                        "def test_bad():\n    assert 1 == 2, 'the message'\n")
+    log = tmp_path / "fail.log"
+    for rank, name in ((None, "fail.log"), ("3", "fail.log.rank3")):
+        env = {**os.environ, "MGG_TEST_FAILURE_LOG": str(log)}
+        env.pop("OMPI_COMM_WORLD_RANK", None)
+        env.pop("PMI_RANK", None)
+        if rank is not None:
+            env["OMPI_COMM_WORLD_RANK"] = rank
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        text = (tmp_path / name).read_text()
+        assert text.startswith("=== FAILED test_x.py::test_bad (call,") and "the message" in text
+        assert "test_ok" not in text
