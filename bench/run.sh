@@ -11,10 +11,12 @@
 #              `mgg.train --tune` on the GPU
 #   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
 #   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
-#   one-gpu    issue 16's P = 1 table: GCN, GIN (batch norm) and GIN without a norm on reddit-like and
-#              products-like with csr_rows, eager and with the step in a CUDA graph, against plain
-#              torch with the same model, with and without the first layer's input cache; one step
-#              kernel by kernel (bench/step_kernels.py); the aggregation alone at D = 16, 64 with its
+#   one-gpu    issue 16's P = 1 table: GCN, GIN (batch norm; also with batch norm and ReLU as two
+#              steps, gin+unfused) and GIN without a norm on reddit-like, products-like and
+#              products-like in the cluster order, with csr_rows, eager and with the step in a CUDA
+#              graph, against plain torch with the same model, with and without the first layer's
+#              input cache; one step kernel by kernel (bench/step_kernels.py); the aggregation
+#              alone at D = 16, 64 with its
 #              floors (bench/local_csr.py, wpb 4/8/16, packed rows and bundles); GAT against PyG
 #              (products-like@0.5, bench/gat.py)
 #   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has; with 3+ GPUs P = 1 runs on
@@ -273,9 +275,10 @@ stage_e2e-papers() {   # papers-like (E2E_PAPERS_SCALE, 0.1) drawn on the GPU; m
 # -- one-gpu --------------------------------------------------------------------------------------
 stage_one-gpu-epochs() {   # one dataset per run: each fits the 600 s limit with its baselines
   local rc=0 d
-  for d in reddit-like:1 products-like:1; do
-    run_cmd 600 1 "one-gpu-${d%%:*}.log" "best mgg|agg |Error" python3 bench/fullgraph.py --out "$RUN/one-gpu" \
-      --datasets "$d" --models gcn,gin,gin:none --variants csr_rows --cuda-graph --input-cache both --no-pyg --epochs 10 || rc=1
+  for d in reddit-like:1 products-like:1 products-like:1:cluster; do
+    run_cmd 600 1 "one-gpu-${d//:/-}.log" "best mgg|agg |Error" python3 bench/fullgraph.py --out "$RUN/one-gpu" \
+      --datasets "$d" --models gcn,gin,gin+unfused,gin:none --variants csr_rows --cuda-graph --input-cache both \
+      --no-pyg --epochs 10 || rc=1
   done
   return $rc
 }
