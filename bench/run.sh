@@ -16,8 +16,8 @@
 #              products-like in the cluster order, with csr_rows, eager and with the step in a CUDA
 #              graph, against plain torch with the same model, with and without the first layer's
 #              input cache; one step kernel by kernel (bench/step_kernels.py); the aggregation
-#              alone at D = 16, 64 with its
-#              floors (bench/local_csr.py, wpb 4/8/16, packed rows and bundles); GAT against PyG
+#              alone at D = 16, 64 with its floors (bench/local_csr.py, wpb 4/8/16, packed rows
+#              and bundles); GAT against PyG
 #              (products-like@0.5, bench/gat.py)
 #   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has; with 3+ GPUs P = 1 runs on
 #              the last GPU beside P = 2 on the first two), then bench/scaling.py's table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
