@@ -183,9 +183,9 @@ def row_schedule(indptr, groups: int, long_threshold: int | None = None,
     Rows with degree > long_threshold become warp tasks, cut into ceil(deg / chunk) near-equal
     chunks; the others (isolated rows included) are packed G per warp, or, with `bundle_target`
     > 0, cut into runs of consecutive rows of about that much work, an entry or a row each
-    (`bundle_rows`), G runs per warp. Torch ops on indptr's device: a numpy indptr gives numpy arrays (computed on the
-    CPU), a CUDA tensor gives tensors on its GPU (a sort of the short rows by degree, no host
-    round trip). `skip_empty`: rows without entries get no task (a pass that adds to rows
+    (`bundle_rows`), G runs per warp. Torch ops on indptr's device: a numpy indptr gives numpy
+    arrays (computed on the CPU), a CUDA tensor gives tensors on its GPU (a sort of the short
+    rows by degree, no host round trip). `skip_empty`: rows without entries get no task (a pass that adds to rows
     another pass wrote; not with bundles, which write every row they cover).
     """
     t0 = time.perf_counter()
