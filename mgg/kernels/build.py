@@ -26,7 +26,7 @@ from dataclasses import dataclass
 __all__ = ["KernelBuild", "build_cubin", "load_module", "nvshmem_root", "cache_dir", "cuda_arch"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_MODULES: dict[str, object] = {}
+_MODULES: dict[tuple[str, int], object] = {}  # (name, GPU index) -> CuPy RawModule
 
 _LOCK = threading.Lock()
 
@@ -187,24 +187,29 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> Ker
             fcntl.flock(lk, fcntl.LOCK_UN)
 
 
-def load_module(name: str, nvshmem: bool = True):
-    """The CuPy RawModule of mgg/kernels/<name>.cu, built (cached) and NVSHMEM-initialised once
-    (`nvshmem=False`: a plain module, see build_cubin)."""
+def load_module(name: str, nvshmem: bool = True, device: int | None = None):
+    """The CuPy RawModule of mgg/kernels/<name>.cu on GPU `device` (default: the current one),
+    built (cached) and NVSHMEM-initialised once per GPU (`nvshmem=False`: a plain module, see
+    build_cubin). A CUDA module belongs to one GPU's context: a kernel of it launched on another
+    GPU's stream reads that GPU's pointers through the wrong context (an illegal address), so
+    modules are cached by (name, GPU) and loaded with that GPU current. Launch through
+    mgg.kernels.launch, which does the same for function handles and streams."""
+    import cupy
+
+    idx = cupy.cuda.runtime.getDevice() if device is None else int(device)
     with _LOCK:
-        if name not in _MODULES:
-            import cupy
-
-            b = build_cubin(name, nvshmem=nvshmem)
+        mod = _MODULES.get((name, idx))
+        if mod is not None:
+            return mod
+        b = build_cubin(name, nvshmem=nvshmem)
+        with cupy.cuda.Device(idx):
             mod = cupy.RawModule(path=b.path)
-            if not nvshmem:
-                BUILDS[name] = b
-                _MODULES[name] = mod
-                return mod
-            import nvshmem.bindings as nb
+            if nvshmem:
+                import nvshmem.bindings as nb
 
-            status = nb.cumodule_init(int(mod.module.ptr))
-            if status not in (0, None):
-                raise RuntimeError(f"nvshmem cumodule_init({name}) failed with status {status}")
-            BUILDS[name] = b
-            _MODULES[name] = mod
-        return _MODULES[name]
+                status = nb.cumodule_init(int(mod.module.ptr))  # loads the module on this GPU
+                if status not in (0, None):
+                    raise RuntimeError(f"nvshmem cumodule_init({name}) failed with status {status}")
+        BUILDS[name] = b
+        _MODULES[(name, idx)] = mod
+        return mod

@@ -4,23 +4,19 @@
 row0 + i, column c) is `mgg.nn.functional.hash_uniform(row, c, seed) >= p` bit for bit; the
 backward of dropout is the same call on the gradient (same seed, same rows). Built by
 mgg.kernels.build (plain nvcc cubin: the kernel calls no NVSHMEM, so no device link and no
-`cumodule_init`), cached on disk, loaded with cupy.RawModule, launched on torch's current stream.
+`cumodule_init`), cached on disk, loaded per GPU and launched on torch's current stream of x's GPU (mgg.kernels.launch).
 """
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 import torch
 
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, launch
 
 __all__ = ["build", "dropout_hash_cuda", "seed_words", "THREADS", "BLOCKS_PER_SM"]
 
 THREADS = 256
 BLOCKS_PER_SM = 32
-_LOCK = threading.Lock()
-_FN = None
 
 
 def build(arch: str | None = None) -> str:
@@ -28,16 +24,6 @@ def build(arch: str | None = None) -> str:
     from .build import build_cubin
 
     return build_cubin("dropout", arch, nvshmem=False).path
-
-
-def _kernel():
-    global _FN
-    with _LOCK:
-        if _FN is None:
-            import cupy
-
-            _FN = cupy.RawModule(path=build()).get_function("mgg_dropout")
-        return _FN
 
 
 def seed_words(seed) -> tuple[np.uint32, np.uint32, np.uint64]:
@@ -75,11 +61,9 @@ def dropout_hash_cuda(x: torch.Tensor, p: float, seed, row0: int) -> torch.Tenso
     vec4 = int(d % 4 == 0 and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
     p32 = np.float32(p)  # torch compares the float32 uniforms with p cast to float32
     scale = np.float32(1.0) / np.float32(1.0 - p)  # torch CUDA: x * (1 / float32(1 - p))
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    blocks = max(1, min(-(-groups // THREADS), sms * BLOCKS_PER_SM))
+    blocks = blocks_for(groups, THREADS, x.device, BLOCKS_PER_SM)
     s1, s2, seed_ptr = seed_words(seed)
-    with torch_stream_for_cupy(x.device):
-        _kernel()((blocks,), (THREADS,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
-                                          np.int32(d), np.int64(row0), s1, s2, p32, scale, np.int32(vec4),
-                                          seed_ptr))
+    launch(kernel("dropout", "mgg_dropout", x.device), x.device, blocks, THREADS,
+           (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int64(n), np.int32(d), np.int64(row0),
+            s1, s2, p32, scale, np.int32(vec4), seed_ptr))
     return out

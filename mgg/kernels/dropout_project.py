@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, on_device
 
 __all__ = ["supports", "project_forward", "project_weight_grad", "FWD_THREADS", "FWD_BLOCKS_PER_SM", "WPB",
            "WGRAD_BLOCKS_PER_SM"]
@@ -38,10 +38,8 @@ def supports(x: torch.Tensor, out_features: int) -> bool:
     return _ot(out_features) * (-(-f // 128)) <= 32
 
 
-def _fn(name: str):
-    from .build import load_module
-
-    return load_module("dropout_project", nvshmem=False).get_function(name)
+def _fn(name: str, device: torch.device):
+    return kernel("dropout_project", name, device)
 
 
 def _args(p: float, seed) -> tuple:
@@ -59,8 +57,7 @@ def _args(p: float, seed) -> tuple:
 
 
 def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    return max(1, min(sms * per_sm, -(-n // rows_per_block)))
+    return blocks_for(n, rows_per_block, dev, per_sm)
 
 
 def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed, row0: int,
@@ -77,8 +74,8 @@ def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed, row0:
     if keep_mask and p > 0:
         mask = torch.empty((n, -(-f // 32)), dtype=torch.int32, device=x.device)
     if n > 0:
-        with torch_stream_for_cupy(x.device):
-            _fn(f"mgg_dp_fwd_o{_ot(o)}")((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
+        with on_device(x.device):
+            _fn(f"mgg_dp_fwd_o{_ot(o)}", x.device)((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
                 np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()),
                 np.uint64(0 if mask is None else mask.data_ptr()), np.int64(n), np.int32(f), np.int32(o),
                 np.int64(row0), *_args(p, seed)), shared_mem=f * _ot(o) * 4)
@@ -103,8 +100,8 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed, row0: 
     j = -(-f // 128)
     blocks = _blocks(x.device, WGRAD_BLOCKS_PER_SM, n, WGRAD_TILE[j])
     partial = torch.empty((blocks * WPB, f, o), dtype=torch.float32, device=x.device)
-    with torch_stream_for_cupy(x.device):
-        _fn(f"mgg_dp_wgrad_o{_ot(o)}_j{j}")((blocks,), (32 * WPB,), (
+    with on_device(x.device):
+        _fn(f"mgg_dp_wgrad_o{_ot(o)}_j{j}", x.device)((blocks,), (32 * WPB,), (
             np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(0 if mask is None else mask.data_ptr()),
             np.uint64(partial.data_ptr()), np.int64(n),
             np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))

@@ -2,9 +2,9 @@
 
 Built as docs/embedding.md ("GPU path") describes: nvcc -rdc + device link against
 libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per node under
-a file lock; see mgg.kernels.build), loaded with cupy.RawModule, then
-`nvshmem.bindings.cumodule_init` before the first launch. Tensors are passed to cupy zero-copy
-through __cuda_array_interface__ on torch's current stream. Tested against torch in float64 by
+a file lock; see mgg.kernels.build), loaded on the table's GPU with
+`nvshmem.bindings.cumodule_init` before the first launch (mgg.kernels.launch). Tensors are passed
+to cupy zero-copy through __cuda_array_interface__ on torch's current stream of that GPU. Tested against torch in float64 by
 tests/gpu/test_embedding_gpu.py (P = 1 and 2, widths 1-70).
 
 `gather_rows(array, owner, local)` -> [U, D] rows (training path);
@@ -14,18 +14,16 @@ symmetric address of this PE's slice, rows `stride(0)` floats apart (D padded to
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, on_device
 
 __all__ = ["build", "gather_rows", "embedding_bag_fused", "MODES"]
 
 MODES = {"sum": 0, "mean": 1, "max": 2}
-_LOCK = threading.Lock()
-_MOD = None
+THREADS = 256
+BLOCKS_PER_SM = 8  # grid-stride, one warp per row (gather) or per bag (fused)
 
 
 def build() -> str:
@@ -35,15 +33,8 @@ def build() -> str:
     return build_cubin("embedding_bag").path
 
 
-def _module():
-    global _MOD
-    with _LOCK:
-        if _MOD is None:
-            from .build import load_module
-
-            mod = load_module("embedding_bag")
-            _MOD = (mod, mod.get_function("emb_gather_rows"), mod.get_function("emb_bag_fused"))
-        return _MOD
+def _kernel(name: str, device: torch.device):
+    return kernel("embedding_bag", name, device, nvshmem=True)
 
 
 def _cp(t: torch.Tensor):
@@ -52,10 +43,8 @@ def _cp(t: torch.Tensor):
     return cupy.asarray(t)
 
 
-def _grid(n_warps: int, threads: int = 256) -> tuple[tuple[int], tuple[int]]:
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    blocks = max(1, min((n_warps * 32 + threads - 1) // threads, sms * 8))
-    return (blocks,), (threads,)
+def _grid(n_warps: int, device: torch.device) -> tuple[tuple[int], tuple[int]]:
+    return (blocks_for(n_warps * 32, THREADS, device, BLOCKS_PER_SM),), (THREADS,)
 
 
 def _table(array, what: str) -> torch.Tensor:
@@ -78,9 +67,9 @@ def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
         return out
     ow = torch.from_numpy(np.ascontiguousarray(owner, dtype=np.int32)).to(dev, non_blocking=True)
     lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev, non_blocking=True)
-    _, k_gather, _ = _module()
-    grid, block = _grid(n)
-    with torch_stream_for_cupy(dev):
+    k_gather = _kernel("emb_gather_rows", dev)
+    grid, block = _grid(n, dev)
+    with on_device(dev):
         k_gather(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), np.int64(n), np.int32(D),
                                np.int32(table.stride(0))))
     return out
@@ -107,10 +96,10 @@ def embedding_bag_fused(array, owner, local, offsets, per_sample_weights, mode: 
         return out
     ow, lo, off = _on(dev, owner, torch.int32), _on(dev, local, torch.int64), _on(dev, offsets, torch.int64)
     psw = None if per_sample_weights is None else _on(dev, per_sample_weights, torch.float32)
-    _, _, k_bag = _module()
-    grid, block = _grid(B)
+    k_bag = _kernel("emb_bag_fused", dev)
+    grid, block = _grid(B, dev)
     smem = (block[0] // 32) * D * 4
-    with torch_stream_for_cupy(dev):
+    with on_device(dev):
         k_bag(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), _cp(off),
                             _cp(psw) if psw is not None else np.uint64(0), np.int64(B), np.int32(D),
                             np.int32(table.stride(0)), np.int32(MODES[mode])), shared_mem=smem)

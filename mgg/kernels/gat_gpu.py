@@ -1,10 +1,8 @@
 """Launcher of mgg/kernels/gat_fused.cu: fused GAT / mean aggregation on the GPU. Tested in tests/gpu/test_gat_gpu.py.
 
-The kernels compile (nvcc 13.0, sm_90, -rdc, device-linked against libnvshmem_device.a of
-nvidia-nvshmem-cu13 3.4.5) but have not run on a device yet. The build follows the verified
-recipe of /work/shared/notes/gpu-recipe.md through mgg.kernels.build (nvcc -rdc, device link
-against libnvshmem_device.a, cubin cached by source hash + arch, loaded with cupy.RawModule and
-registered with NVSHMEM before the first launch).
+Built by mgg.kernels.build (nvcc -rdc, device link against libnvshmem_device.a, cubin cached by
+source hash + arch), loaded per GPU and registered with NVSHMEM before the first launch
+(mgg.kernels.launch).
 
 `GATGPUExecutor` has the interface of mgg.kernels.adaptive.FusedAggregation's CPU branch:
 forward(feat, src_score, dst, dropout, generator) -> (out, saved) and backward(...) -> local
@@ -23,26 +21,21 @@ mgg.runtime.halo.scatter_halo_add.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 import torch
 
 from ..runtime.layout import padded_dim
 from ..runtime.plan import AggregationPlan
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, launch
 
 __all__ = ["build", "GATGPUExecutor", "KMAX_COLUMNS", "MAX_HEADS", "EDGES_PER_WARP"]
 
-_LOCK = threading.Lock()
-_MOD = None
 KMAX_COLUMNS = 256      # H * C <= 32 lanes * MGG_KMAX
 MAX_HEADS = 16          # MGG_MAXH
 EDGES_PER_WARP = 32     # edge-centric chunk per warp (to be tuned on the GPU)
 THREADS = 128           # 4 warps per block
 _MODES = {"additive": 0, "dot": 1, "mean": 2}
-_KERNELS = ("gat_fwd_node", "gat_bwd_node", "gat_gather_halo", "gat_fwd_edge", "gat_merge_partials",
-            "gat_bwd_edge")
 
 
 def build(arch: str | None = None) -> str:
@@ -50,18 +43,6 @@ def build(arch: str | None = None) -> str:
     from .build import build_cubin
 
     return build_cubin("gat_fused", arch).path
-
-
-def _module() -> dict:
-    """The kernels of gat_fused.cu (built, cached and NVSHMEM-initialised by mgg.kernels.build)."""
-    global _MOD
-    with _LOCK:
-        if _MOD is None:
-            from .build import load_module
-
-            mod = load_module("gat_fused")
-            _MOD = {k: mod.get_function(k) for k in _KERNELS}
-        return _MOD
 
 
 def _cp(t: torch.Tensor | None):
@@ -131,13 +112,12 @@ class GATGPUExecutor:
                 np.float32(1.0 / math.sqrt(C)), np.float32(dropout), np.uint64(seed))
 
     def _grid(self, n_warps: int) -> tuple[tuple[int], tuple[int]]:
-        sms = torch.cuda.get_device_properties(self.dg.device).multi_processor_count
-        return (max(1, min(-(-n_warps * 32 // THREADS), sms * 16)),), (THREADS,)
+        return (blocks_for(n_warps * 32, THREADS, self.dg.device, 16),), (THREADS,)
 
     def _launch(self, name: str, n_warps: int, args: tuple, smem: int = 0, exact: bool = False) -> None:
         grid, block = ((max(1, -(-n_warps * 32 // THREADS)),), (THREADS,)) if exact else self._grid(n_warps)
-        with torch_stream_for_cupy(self.dg.device):
-            _module()[name](grid, block, args, shared_mem=smem)
+        launch(kernel("gat_fused", name, self.dg.device, nvshmem=True), self.dg.device, grid, block, args,
+               shared_mem=smem)
 
     def _publish(self, table: torch.Tensor):
         sym = self.dg.symmetric(int(table.shape[1]), torch.float32)

@@ -13,7 +13,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
-from .streams import torch_stream_for_cupy
+from .launch import kernel, on_device
 from .variants import check_storage_dtype, get_variant, lane_layout, plan_variant_names, shared_memory_problem
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
@@ -78,10 +78,6 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-def _stream():
-    return torch_stream_for_cupy()
-
-
 def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
     """int64 [n + 1]: the partitions of target t are [ptr[t], ptr[t+1]) (parts sorted by target)."""
     ptr = np.zeros(n + 1, dtype=np.int64)
@@ -93,15 +89,13 @@ def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
 def halo_gather(sym, pe: np.ndarray, rows: np.ndarray) -> torch.Tensor:
     """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] in sym's dtype (kernel
     mgg_halo_gather, which copies 16-byte vectors: float32 and 16-bit rows alike)."""
-    from .build import load_module
-
     dev = sym.padded.device
     k, dp = len(rows), sym.dim_padded
     out = torch.empty((k, dp), dtype=sym.dtype, device=dev)
     if k:
-        fn = load_module("aggregate").get_function("mgg_halo_gather")
+        fn = kernel("aggregate", "mgg_halo_gather", dev, nvshmem=True)
         hp, hr = _dev(pe, np.int32, dev), _dev(rows, np.int32, dev)
-        with _stream():
+        with on_device(dev):
             fn((min(-(-k // 8), 65535),), (256,), (np.int64(k), _p(hp), _p(hr), np.uint64(sym.data_ptr),
                                                  np.int32(sym.vecs), _p(out)))
     return out[:, : sym.dim]
@@ -151,7 +145,7 @@ class GPUExecutor:
             self.rptr = _dev(_part_ptr(p.remote_parts, p.n_local), np.int64, dev)
         from .build import load_module
 
-        self.module = load_module("aggregate")
+        self.module = load_module("aggregate", device=dev.index)
         props = torch.cuda.get_device_properties(dev)
         self.num_sms = props.multi_processor_count
         self.smem_limit = int(getattr(props, "shared_memory_per_block_optin", 227 * 1024))
@@ -220,7 +214,7 @@ class GPUExecutor:
         symp = np.uint64(sym.data_ptr)
         sym.write(x)
         sym.publish()
-        with _stream():
+        with on_device(self.device):
             out = self._fill((n, 8 * dv))
             out.zero_()
             if self.poison:
@@ -283,7 +277,7 @@ class GPUExecutor:
         symp = np.uint64(sym.data_ptr)
         sym.write(x)
         sym.publish()
-        with _stream():
+        with on_device(self.device):
             if self.variant == "pipelined_2pass":
                 out = self._fill((n, dp))
             else:
@@ -318,7 +312,7 @@ class GPUExecutor:
                 cur = torch.cuda.current_stream(self.device)
                 halo = self._fill((max(p.halo_size, 1), dp))  # (a NaN fill when poisoned: on cur)
                 self.side.wait_stream(cur)  # the published store and the halo buffer, filled
-                with torch.cuda.stream(self.side), _stream():
+                with torch.cuda.stream(self.side), on_device(self.device):
                     self._gather_halo(symp, d4, halo)
                 gathered = torch.cuda.Event()
                 gathered.record(self.side)

@@ -144,7 +144,7 @@ class HaloCsrExecutor:
         self._schedules: dict[int, RowSchedule] = {}
         from .build import load_module
 
-        self.gather_module = load_module("aggregate")
+        self.gather_module = load_module("aggregate", device=dev.index)
         self.side = torch.cuda.Stream(dev, priority=-1)
         self._gathered = torch.cuda.Event()
         self.num_sms = self.local.num_sms

@@ -499,8 +499,8 @@ class CsrRowsExecutor:
         self.diag_prescaled = self.diag / self.cf if self.prescale and self.diag is not None else None
         from .build import load_module
 
-        self.module = load_module("local_csr", nvshmem=False)
-        self.launch_cache = LaunchCache()
+        self.module = load_module("local_csr", nvshmem=False, device=dev.index)
+        self.launch_cache = LaunchCache(device=dev)
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:

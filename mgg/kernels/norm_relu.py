@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, launch
 
 __all__ = ["supports", "bn_relu_forward", "bn_relu_backward_reduce", "bn_relu_backward_elemt",
            "bn_relu_reference", "THREADS", "BLOCKS_PER_SM", "REDUCE_BLOCKS_PER_SM"]
@@ -41,12 +41,6 @@ def supports(x: torch.Tensor) -> bool:
     return d % 4 == 0 and 1 <= d4 <= THREADS and (d4 & (d4 - 1)) == 0
 
 
-def _module():
-    from .build import load_module
-
-    return load_module("norm_relu", nvshmem=False)
-
-
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """t contiguous with a 16-byte aligned start (float4 loads)."""
     t = t.contiguous()
@@ -64,14 +58,12 @@ def _vec(v: torch.Tensor | None, d: int, name: str) -> tuple[np.uint64, torch.Te
 
 
 def _grid(n4: int, device: torch.device, per_sm: int) -> int:
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(-(-n4 // THREADS), sms * per_sm))
+    return blocks_for(n4, THREADS, device, per_sm)
 
 
-def _launch(kernel: str, device: torch.device, grid: int, args: tuple) -> None:
-    """Launch `kernel` (grid blocks of THREADS) on torch's current stream of `device`."""
-    with torch_stream_for_cupy(device):
-        _module().get_function(kernel)((grid,), (THREADS,), args)
+def _launch(name: str, device: torch.device, grid: int, args: tuple) -> None:
+    """Launch kernel `name` (grid blocks of THREADS) on torch's current stream of `device`."""
+    launch(kernel("norm_relu", name, device), device, grid, THREADS, args)
 
 
 def _params(x, mean, invstd, weight, bias):

@@ -1,20 +1,17 @@
 """Launchers of mgg/kernels/sample.cu: GPU neighbor sampling, Fused-Map and the zero-copy gather.
 
-The kernels are plain CUDA C compiled once per process by CuPy (NVRTC; CuPy caches the binary on
-disk). Tensors are passed as raw pointers, so an argument may live in device memory or in pinned
+The kernels are plain CUDA C, built once into a cubin (mgg.kernels.build, cached on disk) and
+loaded per GPU (mgg.kernels.launch). Tensors are passed as raw pointers, so an argument may live in device memory or in pinned
 host memory registered for device access (`cudaHostRegister` / `pin_memory()`): that is how the
 sampler reads a CSR and the host tier reads features that do not fit the GPU budget.
-All launches go to torch's current CUDA stream.
+All launches go to torch's current CUDA stream of the tensors' GPU.
 """
 from __future__ import annotations
-
-import os
-import threading
 
 import numpy as np
 import torch
 
-from .streams import torch_stream_for_cupy
+from .launch import blocks_for, kernel, launch
 
 __all__ = ["sample_neighbors_cuda", "fused_map_cuda", "gather_host_rows_cuda", "THREADS"]
 
@@ -22,21 +19,6 @@ THREADS = 256
 #: blocks per SM of the zero-copy gather: 8 warps, each lane 4 loads in flight (1-32 blocks/SM
 #: measured the same 38-44 GB/s on H200; one leaves the most of every SM to compute)
 HOST_GATHER_BLOCKS_PER_SM = 1
-_LOCK = threading.Lock()
-_MOD = None
-_KERNELS = ("sample_uniform", "fused_map_insert", "fused_map_lookup", "gather_rows_aligned")
-
-
-def _module() -> dict:
-    global _MOD
-    with _LOCK:
-        if _MOD is None:
-            import cupy
-
-            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample.cu")) as f:
-                mod = cupy.RawModule(code=f.read(), options=("-std=c++17",))
-            _MOD = {k: mod.get_function(k) for k in _KERNELS}
-        return _MOD
 
 
 def _ptr(t: torch.Tensor | None) -> np.uint64:
@@ -44,15 +26,10 @@ def _ptr(t: torch.Tensor | None) -> np.uint64:
 
 
 def _launch(name: str, n_threads: int, args: tuple, device: torch.device, blocks_per_sm: int = 32) -> None:
-    import cupy
-
     if n_threads <= 0:
         return
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    blocks = max(1, min(-(-n_threads // THREADS), sms * blocks_per_sm))
-    with cupy.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()):
-        stream = torch_stream_for_cupy(device)
-        _module()[name]((blocks,), (THREADS,), args, stream=stream)
+    launch(kernel("sample", name, device), device, blocks_for(n_threads, THREADS, device, blocks_per_sm), THREADS,
+           args)
 
 
 def sample_neighbors_cuda(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int,
