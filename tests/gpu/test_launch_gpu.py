@@ -2,7 +2,8 @@
 handles and streams are per GPU, so a kernel first used on one GPU and then called with tensors
 of another runs there and gives the same values. Before, the first GPU's module ran on the other
 GPU's stream with its pointers: an illegal memory access that failed every later test of the
-P = 4 suite (sessions 27, 28). Needs two GPUs; runs alone (not under mpirun)."""
+P = 4 suite (sessions 27, 28). Needs two GPUs; under mpirun every rank runs it and gets its own
+GPU back afterwards (tests/gpu/conftest.py bound it)."""
 import pytest
 import torch
 
@@ -14,6 +15,14 @@ pytest.importorskip("cupy")
 from mgg.kernels.dropout_gpu import dropout_hash_cuda  # noqa: E402
 from mgg.kernels.launch import blocks_for, sm_count  # noqa: E402
 from mgg.kernels.norm_relu import bn_relu_forward, bn_relu_reference  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _keep_current_gpu():
+    """The tests make GPU 0 current; later tests (the rank's store) need the GPU that was."""
+    was = torch.cuda.current_device()
+    yield
+    torch.cuda.set_device(was)
 
 
 def _on_each_gpu(fn):
