@@ -131,9 +131,10 @@ stage_gpu-tests() {
   local rc=0 p
   for p in $PS; do
     # each failure's report is written the moment it happens (tests/conftest.py), per rank: a run
-    # stopped by its limit before pytest's summary keeps them
+    # stopped by its limit before pytest's summary keeps them; at P > 1 the first failure aborts
+    # every rank (the others would wait for it in a collective until the limit)
     run_cmd 300 "$p" "gpu-tests-P$p.log" "$TESTS" env MGG_TEST_FAILURE_LOG="$RUN/gpu-tests-P$p.failures" \
-      python3 -m pytest -q -p no:cacheprovider -rf tests/gpu || rc=1
+      MGG_TEST_ABORT_ON_FAILURE=1 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu || rc=1
   done
   return $rc
 }

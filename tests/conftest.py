@@ -10,6 +10,10 @@ Test modules import the helpers (`from tests.conftest import ROOT, subprocess_en
 - `MGG_TEST_FAILURE_LOG=PATH`: each failing test's report is appended to PATH (PATH.rankR under
   mpirun) the moment it fails, so a device run stopped by its time limit, before pytest's summary,
   still keeps every failure's message and traceback.
+- `MGG_TEST_ABORT_ON_FAILURE=1`: under mpirun with several ranks, the first failing test (after
+  its report is logged) aborts every rank (`MPI.COMM_WORLD.Abort`): the other ranks would
+  otherwise wait for ever in that test's next collective, as the P = 4 GPU suite did until its
+  time limit (session 29, c3). Off by default: a run then reports every failure it reaches.
 
 Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
 for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.
@@ -46,11 +50,12 @@ def kernel_cache_dir(tmp_path_factory) -> Path:
 def subprocess_env(**extra: str) -> dict[str, str]:
     """os.environ with the repository first on PYTHONPATH, Open MPI's UCX one-sided component off,
     no progress bars (CI=true), one OpenMP thread, and no test hooks inherited from the caller
-    (MGG_FAULT_INJECT, MGG_SERVE_TOKEN); `extra` is applied last."""
+    (MGG_FAULT_INJECT, MGG_SERVE_TOKEN, MGG_TEST_ABORT_ON_FAILURE, MGG_TEST_FAILURE_LOG); `extra`
+    is applied last."""
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
-    for hook in ("MGG_FAULT_INJECT", "MGG_SERVE_TOKEN"):
+    for hook in ("MGG_FAULT_INJECT", "MGG_SERVE_TOKEN", "MGG_TEST_ABORT_ON_FAILURE", "MGG_TEST_FAILURE_LOG"):
         e.pop(hook, None)
     e.update(extra)
     return e
@@ -65,14 +70,34 @@ def failure_log_path() -> str | None:
     return f"{path}.rank{rank}" if rank is not None else path
 
 
+def _mpi_world_size() -> int:
+    """Ranks of the mpirun job this process belongs to (1 outside one)."""
+    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    return 1
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Append a failed report (setup, call or teardown) to the failure log, flushed at once."""
-    path = failure_log_path()
-    if path is None or not report.failed:
+    """Append a failed report (setup, call or teardown) to the failure log, flushed at once; with
+    MGG_TEST_ABORT_ON_FAILURE under a multi-rank mpirun, then abort every rank."""
+    if not report.failed:
         return
-    with open(path, "a") as f:
-        f.write(f"=== FAILED {report.nodeid} ({report.when}, {report.duration:.2f} s)\n{report.longreprtext}\n\n")
-        f.flush()
+    path = failure_log_path()
+    if path is not None:
+        with open(path, "a") as f:
+            f.write(f"=== FAILED {report.nodeid} ({report.when}, {report.duration:.2f} s)\n{report.longreprtext}\n\n")
+            f.flush()
+    if os.environ.get("MGG_TEST_ABORT_ON_FAILURE", "0") not in ("", "0") and _mpi_world_size() > 1:
+        import sys
+
+        from mpi4py import MPI
+
+        sys.stdout.flush()
+        sys.stderr.write(f"\nMGG_TEST_ABORT_ON_FAILURE: {report.nodeid} failed ({report.when}) on rank "
+                         f"{MPI.COMM_WORLD.Get_rank()}; aborting every rank\n{report.longreprtext}\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:

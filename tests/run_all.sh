@@ -16,7 +16,11 @@ export OMPI_MCA_osc="^ucx"          # Open MPI 5's UCX one-sided component is no
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export CI="${CI:-true}"             # no progress bars in subprocesses
 
-mpi=(mpirun --oversubscribe --bind-to none --mca osc ^ucx -x PYTHONPATH -x OMPI_MCA_osc -x OMP_NUM_THREADS -x CI)
+# A test that fails on one rank while the others wait for it in a collective would hang the run
+# until `timeout`: MGG_TEST_ABORT_ON_FAILURE (tests/conftest.py) aborts every rank at the first
+# failure instead, after printing it.
+mpi=(mpirun --oversubscribe --bind-to none --mca osc ^ucx -x PYTHONPATH -x OMPI_MCA_osc -x OMP_NUM_THREADS -x CI
+     -x MGG_TEST_ABORT_ON_FAILURE=1)
 if [[ "$(id -u)" == 0 ]]; then
   mpi+=(--allow-run-as-root)
 fi

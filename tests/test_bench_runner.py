@@ -118,11 +118,13 @@ def test_scaling_runs_p1_beside_p2_when_a_third_gpu_is_free():
 
 
 def test_gpu_tests_keep_each_failure_as_it_happens():
-    """The gpu-tests stage points MGG_TEST_FAILURE_LOG at one file per P in the run folder."""
+    """The gpu-tests stage points MGG_TEST_FAILURE_LOG at one file per P in the run folder and
+    turns MGG_TEST_ABORT_ON_FAILURE on (a multi-rank failure ends the run instead of hanging it)."""
     r = dry("gpu-tests")
     assert r.returncode == 0, r.stderr
     assert "MGG_TEST_FAILURE_LOG=\\<run-dir\\>/gpu-tests-P1.failures" in r.stdout
-    assert "-np 2 env MGG_TEST_FAILURE_LOG=\\<run-dir\\>/gpu-tests-P2.failures python3 -m pytest" in r.stdout
+    assert ("-np 2 env MGG_TEST_FAILURE_LOG=\\<run-dir\\>/gpu-tests-P2.failures MGG_TEST_ABORT_ON_FAILURE=1 "
+            "python3 -m pytest") in r.stdout
 
 
 @pytest.mark.slow
@@ -136,8 +138,8 @@ def test_failure_log_is_written_per_rank_at_once(tmp_path):
     log = tmp_path / "fail.log"
     for rank, name in ((None, "fail.log"), ("3", "fail.log.rank3")):
         env = {**os.environ, "MGG_TEST_FAILURE_LOG": str(log)}
-        env.pop("OMPI_COMM_WORLD_RANK", None)
-        env.pop("PMI_RANK", None)
+        for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MGG_TEST_ABORT_ON_FAILURE"):
+            env.pop(k, None)
         if rank is not None:
             env["OMPI_COMM_WORLD_RANK"] = rank
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py"],
