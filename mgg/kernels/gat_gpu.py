@@ -33,7 +33,7 @@ __all__ = ["build", "GATGPUExecutor", "KMAX_COLUMNS", "MAX_HEADS", "EDGES_PER_WA
 
 KMAX_COLUMNS = 256      # H * C <= 32 lanes * MGG_KMAX
 MAX_HEADS = 16          # MGG_MAXH
-EDGES_PER_WARP = 32     # edge-centric chunk per warp (to be tuned on the GPU)
+EDGES_PER_WARP = 32     # edge-centric chunk per warp (fixed; not swept)
 THREADS = 128           # 4 warps per block
 _MODES = {"additive": 0, "dot": 1, "mean": 2}
 
