@@ -23,5 +23,5 @@ def test_no_work_still_launches_one_block(fake_gpu):
     assert launch.blocks_for(0, 256, fake_gpu, 8) == 1
 
 
-def test_device_index_of_an_int_is_itself():
-    assert launch.device_index(3) == 3
+def test_cuda_index_of_an_int_is_itself():
+    assert launch.cuda_index(3) == 3

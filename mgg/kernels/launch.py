@@ -17,9 +17,9 @@ import threading
 
 import torch
 
-from .streams import device_index, on_device
+from .streams import cuda_index, on_device
 
-__all__ = ["device_index", "kernel", "sm_count", "blocks_for", "on_device", "launch"]
+__all__ = ["cuda_index", "kernel", "sm_count", "blocks_for", "on_device", "launch"]
 
 _LOCK = threading.Lock()
 _FUNCTIONS: dict[tuple[str, str, int, bool], object] = {}
@@ -29,7 +29,7 @@ _SMS: dict[int, int] = {}
 def kernel(module: str, function: str, device: torch.device | int | None, nvshmem: bool = False):
     """The CuPy function `function` of mgg/kernels/<module>.cu on `device` (built and loaded once
     per GPU: mgg.kernels.build.load_module)."""
-    idx = device_index(device)
+    idx = cuda_index(device)
     key = (module, function, idx, nvshmem)
     fn = _FUNCTIONS.get(key)
     if fn is None:
@@ -45,7 +45,7 @@ def kernel(module: str, function: str, device: torch.device | int | None, nvshme
 
 def sm_count(device: torch.device | int | None) -> int:
     """Streaming multiprocessors of `device` (cached)."""
-    idx = device_index(device)
+    idx = cuda_index(device)
     n = _SMS.get(idx)
     if n is None:
         n = _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count

@@ -10,7 +10,7 @@ import torch
 
 from ..runtime.stream_ref import StreamRef
 
-__all__ = ["StreamRef", "torch_stream_for_cupy", "device_index", "on_device", "LaunchCache"]
+__all__ = ["StreamRef", "torch_stream_for_cupy", "cuda_index", "on_device", "LaunchCache"]
 
 
 def torch_stream_for_cupy(device: torch.device | int | None = None):
@@ -27,7 +27,7 @@ def torch_stream_for_cupy(device: torch.device | int | None = None):
     return cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index)
 
 
-def device_index(device: torch.device | int | None) -> int:
+def cuda_index(device: torch.device | int | None) -> int:
     """The CUDA index of `device` (None, or "cuda" without an index: the current GPU)."""
     if isinstance(device, int):
         return device
@@ -48,7 +48,7 @@ class on_device:
     def __init__(self, device: torch.device | int | None, stream=None):
         import cupy
 
-        idx = device_index(device)
+        idx = cuda_index(device)
         self._dev = cupy.cuda.Device(idx)
         self._stream = stream if stream is not None else torch_stream_for_cupy(idx)
 
