@@ -164,7 +164,8 @@ def load_graph(name: str, scale: float, cache: str):
 def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     import torch
 
-    from mgg.kernels.local_csr import DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, CsrRowsExecutor
+    from mgg.kernels.local_csr import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
+                                       CsrRowsExecutor)
     from mgg.runtime import DistGraph, RuntimeConfig, world
 
     rows = []
@@ -209,13 +210,17 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                                 res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
                 fast.retune(row_mapping="default", bundle_batches=DEFAULT_BUNDLE_BATCHES,
                             bundle_window=DEFAULT_BUNDLE_WINDOW)
-                if fast.prescale:  # the column mode as the kernel reads it without the scaled table
-                    fast.retune(wpb=8, chunk=4096)
-                    fast.prescale = False
+                fast.retune(wpb=DEFAULT_WPB, chunk=DEFAULT_CHUNK)
+                if fast.factors.mode == "column":  # A/B at the default knobs: cf[src] in the kernel or a scaled table
+                    for prescale in (True, False):
+                        fast.prescale = prescale
+                        ms = event_ms(lambda: fast(x), args.reps)
+                        res["csr_rows default, " + ("table scaled by cf" if prescale else "cf[src] per edge")] = (
+                            ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
+                    fast.prescale = fast.default_prescale
+                else:
                     ms = event_ms(lambda: fast(x), args.reps)
-                    fast.prescale = True
-                    res["csr_rows column (cf[src] per edge)"] = (
-                        ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
+                    res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                 for label, ex in narrow.items():  # default knobs; its row bytes are 2 * round_up(D, 8)
                     ms = event_ms(lambda: ex(x), args.reps)
                     dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats

@@ -134,10 +134,20 @@ __device__ __forceinline__ void load_batch(int base, int n, int lane, int lig, c
     const bool ok = p < n;
     const int j = ok ? __ldcs(src + p) : -1;
     idx[u] = j;
-    if (W == 0) wv[u] = ok ? __ldcs(wt + p) : 0.f;
-    else if (W == 2) wv[u] = ok ? __ldg(cf + j) : 0.f;
-    else wv[u] = 1.f;
+    wv[u] = W == 0 ? (ok ? __ldcs(wt + p) : 0.f) : 1.f;  // W == 2: column_weights, a batch later
   }
+}
+
+// Column mode (W == 2): this lane's weights cf[j] of the batch about to be summed. Loaded here,
+// when its indices have arrived (they were prefetched a batch earlier), not by load_batch right
+// after each index load: that dependent load held the warp on the next batch's indices before it
+// could issue the current batch's rows (a full memory latency per batch). cf is an n-float
+// vector that stays in L2; the row loads issued next overlap its latency.
+template <int W, int U>
+__device__ __forceinline__ void column_weights(const int (&idx)[U], const float* __restrict__ cf, float (&wv)[U]) {
+  if (W != 2) return;
+#pragma unroll
+  for (int u = 0; u < U; ++u) wv[u] = idx[u] >= 0 ? __ldg(cf + idx[u]) : 0.f;
 }
 
 // Rows of a batch a lane keeps in flight (loaded before any is summed).
@@ -160,13 +170,19 @@ __device__ __forceinline__ void load_rows(int k0, const int (&idx)[Geo<L>::U], c
     const int k = k0 + kk;
     const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
     const int j = __shfl_sync(FULL, idx[k / L], owner);
-    w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
     const typename Store<S>::vec* row = x + (long long)j * DV;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int c = lig + v * L;
       r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : Store<S>::zero();
     }
+  }
+  // the weights after every row load is issued: a column weight (W == 2) may still be in flight
+#pragma unroll
+  for (int kk = 0; kk < UNR; ++kk) {
+    const int k = k0 + kk;
+    const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
+    w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
   }
 }
 
@@ -202,6 +218,7 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long
   for (int b = 0; b < nbatch; ++b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
+    column_weights<W, U>(idx, cf, wv);
     if (b + 1 < nbatch) load_batch<L, W, WARP>((b + 1) * STEP, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
@@ -349,6 +366,7 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
     const int base = b * K;
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
+    column_weights<W, U>(idx, cf, wv);
     if (b + 1 < nbatch) load_batch<L, W, false, U>(base + K, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {

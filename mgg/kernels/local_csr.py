@@ -64,6 +64,10 @@ DEFAULT_BUNDLE_BATCHES = 8
 #: time (4.339 against 4.340 ms) and takes D = 16 from 70% to 71-72% of the gather floor; pure
 #: row order was 9% slower at D = 64 (c6, c7)
 DEFAULT_BUNDLE_WINDOW = 8192
+#: column-mode weights (gcn; mean transposed) with float32 storage: True scales the table once
+#: (x' = cf x, mgg_csr_scale_rows) and runs w = 1; False reads cf[src] per edge in the kernel
+#: (column_weights in local_csr.cu, loaded a batch after its index)
+PRESCALE_COLUMN = True
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
@@ -493,15 +497,31 @@ class CsrRowsExecutor:
         # scales the table once, x' = cf * x (an n x D pass), and runs mode "one":
         #     rf[t] sum_j cf[s_j] x[s_j] + diag[t] x[t] = rf[t] sum_j x'[s_j] + (diag[t] / cf[t]) x'[t]
         # (16-bit storage keeps the column mode: x' would round to 16 bits a second time).
-        self.prescale = (f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
-                         and self.cf.shape[0] == plan.n_local
-                         and (self.diag is None or (self.diag.shape[0] == plan.n_local and bool((self.cf > 0).all()))))
-        self.diag_prescaled = self.diag / self.cf if self.prescale and self.diag is not None else None
+        self.can_prescale = (f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
+                             and self.cf.shape[0] == plan.n_local
+                             and (self.diag is None or (self.diag.shape[0] == plan.n_local
+                                                        and bool((self.cf > 0).all()))))
+        self.diag_prescaled = self.diag / self.cf if self.can_prescale and self.diag is not None else None
+        self.default_prescale = self.can_prescale and PRESCALE_COLUMN
+        self._prescale = self.default_prescale
         from .build import load_module
 
         self.module = load_module("local_csr", nvshmem=False, device=dev.index)
         self.launch_cache = LaunchCache(device=dev)
         self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
+
+    @property
+    def prescale(self) -> bool:
+        """Whether a column-mode call scales the table once (x' = cf x, then w = 1) instead of
+        reading cf[src] per edge in the kernel; settable (to compare the two) where `can_prescale`."""
+        return self._prescale
+
+    @prescale.setter
+    def prescale(self, on: bool) -> None:
+        if on and not self.can_prescale:
+            raise ValueError(f"csr_rows: this plan's weights (mode {self.factors.mode}, storage "
+                             f"{self.storage_dtype}) cannot run on a table scaled by a column factor")
+        self._prescale = bool(on)
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:
         """Whether the layout (lanes, vectors per lane) runs its short rows in bundles: with "default",

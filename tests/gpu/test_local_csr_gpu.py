@@ -68,7 +68,7 @@ def test_matches_reference(kind, dim, sched, mapping):
                              bundle_batches=mapping[1])
         assert ex.factors.mode != "weighted", ex.factors.note
         if kind == "gcn":  # w = dinv[row] dinv[col]: the table is scaled once, the kernel runs w = 1
-            assert ex.factors.mode == "column" and ex.prescale
+            assert ex.factors.mode == "column" and ex.can_prescale
         if sched[1] < 1000 and not transposed:  # the forward hubs (degree >= 3000) are split
             groups = 32 // lanes_for_width(-(-dim // 4) * 4)[0]
             assert len(ex.schedule(groups).split) >= 4
@@ -78,13 +78,16 @@ def test_matches_reference(kind, dim, sched, mapping):
         wanted = mapping[0] == "bundles" or (mapping[0] == "default" and lanes in BUNDLE_LANES and pays)
         assert ex.uses_bundles(lanes, vpl) == (wanted and vpl == 1)
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
-        for out in run(ex, x):
-            assert out.shape == (len(indptr) - 1, dim) and out.dtype == np.float32
-            assert not np.isnan(out).any()
-            assert rel_err(out, ref) < 1e-5, (transposed, ex.factors.mode)
-            # the isolated rows carry only the self term (0 without one)
-            iso = np.flatnonzero(np.diff(plan.local_indptr) == 0)
-            np.testing.assert_allclose(out[iso], ref[iso], rtol=1e-6, atol=1e-7)
+        # column mode (gcn; mean transposed): both the scaled table and cf[src] read per edge
+        for prescale in ((True, False) if ex.can_prescale else (ex.prescale,)):
+            ex.prescale = prescale
+            for out in run(ex, x):
+                assert out.shape == (len(indptr) - 1, dim) and out.dtype == np.float32
+                assert not np.isnan(out).any()
+                assert rel_err(out, ref) < 1e-5, (transposed, ex.factors.mode, prescale)
+                # the isolated rows carry only the self term (0 without one)
+                iso = np.flatnonzero(np.diff(plan.local_indptr) == 0)
+                np.testing.assert_allclose(out[iso], ref[iso], rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("dim", (3, 16, 64, 512))
