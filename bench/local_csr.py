@@ -184,6 +184,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
             # --storage-dtype bf16 / fp16: the same kernel reading 16-bit rows (8 per 16-byte load)
             narrow = {f"csr_rows {n}": CsrRowsExecutor(plan, None, kind, storage_dtype=dt)
                       for n, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16))}
+            if narrow["csr_rows bf16"].factors.mode == "column":  # 16-bit rows, the weights as a per-edge stream
+                narrow["csr_rows bf16 weighted"] = CsrRowsExecutor(plan, None, None, storage_dtype=torch.bfloat16)
             uniq = distinct_sources(plan)
             for dim in dims:
                 dp = max(4, (dim + 3) // 4 * 4)
@@ -218,13 +220,19 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                         res["csr_rows default, " + ("table scaled by cf" if prescale else "cf[src] per edge")] = (
                             ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                     fast.prescale = fast.default_prescale
+                    if fast.can_prescale and dp == dim:  # the pre-scale pass alone, beside a copy of its bytes
+                        xs = x.contiguous()
+                        scale_ms = event_ms(lambda: fast._scale_rows(xs, dp // 4), args.reps)
+                        copy_ms = event_ms(lambda: xs.clone(), args.reps)
+                        print(f"  {g.name} D={dim} {kind}: pre-scale pass {scale_ms:.3f} ms, a copy of the same "
+                              f"bytes {copy_ms:.3f} ms", flush=True)
                 else:
                     ms = event_ms(lambda: fast(x), args.reps)
                     res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                 for label, ex in narrow.items():  # default knobs; its row bytes are 2 * round_up(D, 8)
                     ms = event_ms(lambda: ex(x), args.reps)
                     dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats
-                    res[label] = (ms, compulsory_bytes(plan, dp16, False, uniq) / (hbm * 1e6),
+                    res[label] = (ms, compulsory_bytes(plan, dp16, ex.factors.mode == "weighted", uniq) / (hbm * 1e6),
                                   l2_floor * dp16 / dp)  # 16-bit rows: half the gathered bytes
                 dg.set_variant("paper")
                 ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)

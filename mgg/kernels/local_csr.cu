@@ -134,20 +134,10 @@ __device__ __forceinline__ void load_batch(int base, int n, int lane, int lig, c
     const bool ok = p < n;
     const int j = ok ? __ldcs(src + p) : -1;
     idx[u] = j;
-    wv[u] = W == 0 ? (ok ? __ldcs(wt + p) : 0.f) : 1.f;  // W == 2: column_weights, a batch later
+    if (W == 0) wv[u] = ok ? __ldcs(wt + p) : 0.f;
+    else if (W == 2) wv[u] = ok ? __ldg(cf + j) : 0.f;
+    else wv[u] = 1.f;
   }
-}
-
-// Column mode (W == 2): this lane's weights cf[j] of the batch about to be summed. Loaded here,
-// when its indices have arrived (they were prefetched a batch earlier), not by load_batch right
-// after each index load: that dependent load held the warp on the next batch's indices before it
-// could issue the current batch's rows (a full memory latency per batch). cf is an n-float
-// vector that stays in L2; the row loads issued next overlap its latency.
-template <int W, int U>
-__device__ __forceinline__ void column_weights(const int (&idx)[U], const float* __restrict__ cf, float (&wv)[U]) {
-  if (W != 2) return;
-#pragma unroll
-  for (int u = 0; u < U; ++u) wv[u] = idx[u] >= 0 ? __ldg(cf + idx[u]) : 0.f;
 }
 
 // Rows of a batch a lane keeps in flight (loaded before any is summed).
@@ -170,19 +160,13 @@ __device__ __forceinline__ void load_rows(int k0, const int (&idx)[Geo<L>::U], c
     const int k = k0 + kk;
     const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
     const int j = __shfl_sync(FULL, idx[k / L], owner);
+    w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
     const typename Store<S>::vec* row = x + (long long)j * DV;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int c = lig + v * L;
       r[kk][v] = (j >= 0 && c < DV) ? __ldg(row + c) : Store<S>::zero();
     }
-  }
-  // the weights after every row load is issued: a column weight (W == 2) may still be in flight
-#pragma unroll
-  for (int kk = 0; kk < UNR; ++kk) {
-    const int k = k0 + kk;
-    const int owner = WARP ? g + G * (k % L) : g * L + (k % L);
-    w[kk] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k / L], owner);
   }
 }
 
@@ -218,7 +202,6 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long
   for (int b = 0; b < nbatch; ++b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
-    column_weights<W, U>(idx, cf, wv);
     if (b + 1 < nbatch) load_batch<L, W, WARP>((b + 1) * STEP, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
@@ -366,7 +349,6 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
     const int base = b * K;
 #pragma unroll
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
-    column_weights<W, U>(idx, cf, wv);
     if (b + 1 < nbatch) load_batch<L, W, false, U>(base + K, n, lane, lig, src, wt, cf, nidx, nwv);
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += UNR) {
@@ -513,15 +495,30 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 
 // The gcn pre-scale of float32 storage (mgg/kernels/local_csr.py, CsrRowsExecutor): out[i] =
-// cf[i] * x[i] for n rows of DV float4s, one float4 a thread, grid-stride; x is read evict-first.
+// cf[i] * x[i] for n rows of DV float4s, grid-stride, SCALE_UNROLL float4s a thread per step (all
+// loaded before any is stored: more bytes in flight than one a thread); the row of a float4 is
+// i >> shift when DV is a power of two (shift >= 0), else i / DV. x is read evict-first; out is
+// stored normally, so the part of it that stays in L2 serves the gather that follows.
 // (torch's broadcast multiply of [n, D] by [n, 1] took about twice the copy time on one H200.)
-extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, const float* __restrict__ cf,
+#define SCALE_UNROLL 4
+extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, const float* __restrict__ cf,
                                               const float4* __restrict__ x, float4* __restrict__ out) {
   const long long total = n * DV, stride = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const float f = __ldg(cf + i / DV);
-    float4 v = __ldcs(x + i);
-    v.x *= f; v.y *= f; v.z *= f; v.w *= f;
-    out[i] = v;
+  for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < total; i0 += SCALE_UNROLL * stride) {
+    float4 v[SCALE_UNROLL];
+    float f[SCALE_UNROLL];
+#pragma unroll
+    for (int u = 0; u < SCALE_UNROLL; ++u) {
+      const long long i = i0 + u * stride;
+      if (i < total) {
+        f[u] = __ldg(cf + (shift >= 0 ? i >> shift : i / DV));
+        v[u] = __ldcs(x + i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < SCALE_UNROLL; ++u) {
+      const long long i = i0 + u * stride;
+      if (i < total) out[i] = make_float4(v[u].x * f[u], v[u].y * f[u], v[u].z * f[u], v[u].w * f[u]);
+    }
   }
 }

@@ -30,6 +30,7 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS
+from .launch import blocks_for
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -65,9 +66,13 @@ DEFAULT_BUNDLE_BATCHES = 8
 #: row order was 9% slower at D = 64 (c6, c7)
 DEFAULT_BUNDLE_WINDOW = 8192
 #: column-mode weights (gcn; mean transposed) with float32 storage: True scales the table once
-#: (x' = cf x, mgg_csr_scale_rows) and runs w = 1; False reads cf[src] per edge in the kernel
-#: (column_weights in local_csr.cu, loaded a batch after its index)
+#: (x' = cf x, mgg_csr_scale_rows) and runs w = 1; False reads cf[src] per edge in the kernel.
+#: One H200, gcn, default knobs (bench/results/2026-11-26-h200x1-ae8f2a8/c1): products-like D = 16
+#: 1.637 ms scaled against 1.978 per edge, reddit-like D = 16 0.922 against 1.555, even with cf
+#: loaded a batch after its index and shuffled after the row loads (tried there, not kept)
 PRESCALE_COLUMN = True
+#: float4s a thread of mgg_csr_scale_rows loads before it stores them (SCALE_UNROLL in local_csr.cu)
+SCALE_UNROLL = 4
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
@@ -645,10 +650,12 @@ class CsrRowsExecutor:
         current stream: a new float32 [n, 4 * dv] tensor."""
         out = torch.empty_like(table)
         total = table.shape[0] * dv
-        blocks = max(1, min(-(-total // 256), self.num_sms * 16))
+        blocks = blocks_for(-(-total // SCALE_UNROLL), 256, self.device, 8)  # 8 x 256 threads fill an SM
+        shift = dv.bit_length() - 1 if dv & (dv - 1) == 0 else -1
         fn = self.launch_cache.function(self.module, "mgg_csr_scale_rows")
         with self.launch_cache.stream():
-            fn((blocks,), (256,), (np.int64(table.shape[0]), np.int32(dv), _p(self.cf), _p(table), _p(out)))
+            fn((blocks,), (256,), (np.int64(table.shape[0]), np.int32(dv), np.int32(shift), _p(self.cf),
+                                   _p(table), _p(out)))
         return out
 
     def aggregate_local(self, x: torch.Tensor, sym=None) -> torch.Tensor:
