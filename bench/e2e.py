@@ -4,12 +4,13 @@ For one graph file this runs, side by side in one invocation:
   * mgg with default flags (on a GPU the step is replayed from a CUDA graph: `--cuda-graph` is
     on by default there), with `--no-cuda-graph` (`mgg-eager`), with `--dropout 0`, and asked for
     by name: `--dropout 0 --no-cuda-graph` (`mgg-eager-nodrop`), `--cuda-graph` (`mgg-graph`,
-    GPU only) and `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) (P = 1, or `--np P`
-    under mpirun);
+    GPU only), `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) and with 16-bit rows in
+    the store, `--storage-dtype bf16` (`mgg-bf16`, `mgg-nodrop-bf16`) (P = 1, or `--np P` under
+    mpirun);
   * the plain torch CSR-SpMM GCN with the first Linear before the aggregation (bench/plain_gcn.py);
   * PyG GCNConv (skipped when PyG is not installed; out-of-memory is reported as a result).
-and prints the time from process start to the end of the first epoch, the startup phases mgg
-reports (`phases` in its metrics JSON), the median epoch and the peak host RSS / GPU memory.
+and prints the time from process start to the end of the first epoch, the validation accuracy
+after the last epoch, the startup phases mgg reports (`phases` in its metrics JSON), the median epoch and the peak host RSS / GPU memory.
 Every run is a fresh process, so the kernel cache state is whatever the machine has: run twice
 (or pass `--cold-cache DIR` to force a cold first run) to see a cold and a warm start.
 
@@ -32,7 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: mgg's runs: their flags beside the defaults
 MGG_RUNS = {"mgg": [], "mgg-eager": ["--no-cuda-graph"], "mgg-nodrop": ["--dropout", "0"],
             "mgg-eager-nodrop": ["--dropout", "0", "--no-cuda-graph"], "mgg-graph": ["--cuda-graph"],
-            "mgg-graph-nodrop": ["--dropout", "0", "--cuda-graph"]}
+            "mgg-graph-nodrop": ["--dropout", "0", "--cuda-graph"], "mgg-bf16": ["--storage-dtype", "bf16"],
+            "mgg-nodrop-bf16": ["--dropout", "0", "--storage-dtype", "bf16"]}
 RUNS = (*MGG_RUNS, "torch", "pyg")
 DEFAULT_RUNS = ("mgg", "mgg-eager", "mgg-nodrop", "torch", "pyg")  # mgg-graph*: GPU only, by name
 
@@ -133,14 +135,15 @@ def _fmt(v, spec=".1f", none="-") -> str:
 
 
 def table(rows: dict) -> str:
-    lines = [f"{'run':<16} {'status':<8} {'wall s':>8} {'1st epoch s':>11} {'epoch ms':>9} {'RSS MiB':>8} "
-             f"{'GPU MiB':>8}  phases (s)"]
+    lines = [f"{'run':<16} {'status':<8} {'wall s':>8} {'1st epoch s':>11} {'epoch ms':>9} {'val acc':>7} "
+             f"{'RSS MiB':>8} {'GPU MiB':>8}  phases (s)"]
     for name, r in rows.items():
         ph = r.get("phases") or {}
         phs = " ".join(f"{k}={v:.2f}" for k, v in ph.items()) if ph else (
             f"load={r['load_s']:.2f} build={r['build_s']:.2f}" if "load_s" in r else "")
         lines.append(f"{name:<16} {r.get('status', '?'):<8} {_fmt(r.get('wall_s')):>8} "
                      f"{_fmt(r.get('first_epoch_end_s')):>11} {_fmt(r.get('median_epoch_ms'), '.2f'):>9} "
+                     f"{_fmt(r.get('val_acc'), '.4f'):>7} "
                      f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} {_fmt(r.get('peak_gpu_mb'), '.0f'):>8}  {phs}")
     base = rows.get("torch", {}).get("median_epoch_ms")
     for name in MGG_RUNS:

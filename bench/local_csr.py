@@ -184,7 +184,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
             # --storage-dtype bf16 / fp16: the same kernel reading 16-bit rows (8 per 16-byte load)
             narrow = {f"csr_rows {n}": CsrRowsExecutor(plan, None, kind, storage_dtype=dt)
                       for n, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16))}
-            if narrow["csr_rows bf16"].factors.mode == "column":  # 16-bit rows, the weights as a per-edge stream
+            if narrow["csr_rows bf16"].factors.mode == "column" and not narrow["csr_rows bf16"].column_by_weights:
                 narrow["csr_rows bf16 weighted"] = CsrRowsExecutor(plan, None, None, storage_dtype=torch.bfloat16)
             uniq = distinct_sources(plan)
             for dim in dims:
@@ -232,7 +232,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 for label, ex in narrow.items():  # default knobs; its row bytes are 2 * round_up(D, 8)
                     ms = event_ms(lambda: ex(x), args.reps)
                     dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats
-                    res[label] = (ms, compulsory_bytes(plan, dp16, ex.factors.mode == "weighted", uniq) / (hbm * 1e6),
+                    reads_wt = ex.factors.mode == "weighted" or ex.column_by_weights
+                    res[label] = (ms, compulsory_bytes(plan, dp16, reads_wt, uniq) / (hbm * 1e6),
                                   l2_floor * dp16 / dp)  # 16-bit rows: half the gathered bytes
                 dg.set_variant("paper")
                 ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)

@@ -459,6 +459,10 @@ class CsrRowsExecutor:
         poison: when True, the output and partial buffers are NaN-filled before the kernels run.
         factors: the WeightFactors in use; prep_seconds: host preparation time (weights check and
             every row schedule built so far).
+        prescale / can_prescale: whether a column-mode call (gcn; mean transposed) with float32
+            storage scales the table once (x' = cf x) and runs w = 1 (default where possible).
+        column_by_weights: a column-mode plan with 16-bit storage runs on the plan's per-edge
+            weights (mode "weighted") instead of cf[src] per edge.
     """
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
@@ -493,7 +497,13 @@ class CsrRowsExecutor:
         self._schedules: dict[int, RowSchedule] = {}
         self._pays: dict[int, bool] = {}  # groups -> bundles_pay, for the "default" mapping
         f = self.factors
-        self.wt = wt if f.mode == "weighted" else None
+        # 16-bit storage cannot take the pre-scale below (x' would round to 16 bits a second time),
+        # and there cf[src] per edge (a dependent load per entry) lost to the plan's per-edge weight
+        # stream: one H200, gcn, bf16 (bench/results/2026-11-26-h200x1-3f22b5d, c2), products-like
+        # D = 16 1.718 against 1.920 ms, D = 64 2.792 against 3.312; reddit-like D = 16 1.009
+        # against 1.612, D = 64 1.947 against 2.473. So column kinds read the weights there.
+        self.column_by_weights = f.mode == "column" and storage_dtype != torch.float32
+        self.wt = wt if (f.mode == "weighted" or self.column_by_weights) else None
         self.rf = _dev(f.row, np.float32, dev)
         self.cf = _dev(f.col, np.float32, dev)
         self.diag = _dev(plan.self_weight, np.float32, dev) if plan.has_self else None
@@ -671,12 +681,14 @@ class CsrRowsExecutor:
         out = self._buf(n, width)
         sched = self.schedule(groups, self.uses_bundles(lanes, vpl))
         partial = self._buf(max(sched.num_slots, 1), width)
-        mode, diag = WEIGHT_MODES[self.factors.mode], self.diag
+        mode, diag, cf, rf = WEIGHT_MODES[self.factors.mode], self.diag, self.cf, self.rf
         if self.prescale and n:  # x' = cf * x, then w = 1 (see __init__)
             xin = self._scale_rows(xin, dv)
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
+        elif self.column_by_weights:  # w = the plan's weight per edge (rf[t] cf[s] in one number)
+            mode, cf, rf = WEIGHT_MODES["weighted"], None, None
         if n:
             launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
-                            self.num_sms, sched, self.indptr, self.src, self.wt, self.cf, self.rf,
+                            self.num_sms, sched, self.indptr, self.src, self.wt, cf, rf,
                             diag, xin, dv, out, partial, cache=self.launch_cache)
         return out

@@ -57,6 +57,8 @@ def test_csr_rows_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, chunk
             ex = CsrRowsExecutor(plan, None, None if weighted else kind, chunk=chunk,
                                  storage_dtype=storage_torch_dtype(name))
             ex.poison = True
+            # column kinds (gcn; mean transposed) read the plan's per-edge weights in 16 bits
+            assert ex.column_by_weights == (ex.factors.mode == "column") and not ex.can_prescale
             out = ex(torch.from_numpy(x).cuda()).cpu().numpy()
             assert out.shape == x.shape and out.dtype == np.float32
             assert not np.isnan(out).any()
