@@ -50,7 +50,7 @@
 //                                 grid-stride loop (one task per warp).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
-//   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), grid-stride.
+//   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), 4 float4s a thread.
 //   The first two take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
 //   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
 //   pass, and the passes are ordered on one stream, so no atomics).
@@ -495,30 +495,31 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 
 // The gcn pre-scale of float32 storage (mgg/kernels/local_csr.py, CsrRowsExecutor): out[i] =
-// cf[i] * x[i] for n rows of DV float4s, grid-stride, SCALE_UNROLL float4s a thread per step (all
-// loaded before any is stored: more bytes in flight than one a thread); the row of a float4 is
-// i >> shift when DV is a power of two (shift >= 0), else i / DV. x is read evict-first; out is
-// stored normally, so the part of it that stays in L2 serves the gather that follows.
-// (torch's broadcast multiply of [n, D] by [n, 1] took about twice the copy time on one H200.)
+// cf[row] * x[i] for n rows of DV float4s. Block b covers float4s [b * 4 * blockDim, (b + 1) * 4 *
+// blockDim): each thread loads its SCALE_UNROLL float4s (blockDim apart, coalesced) before it
+// stores any; grid = ceil(n * DV / (SCALE_UNROLL * blockDim)), no grid-stride loop. The row of a
+// float4 is i >> shift when DV is a power of two (shift >= 0), else i / DV. Stores are plain, so
+// the part of out that stays in L2 serves the gather that follows. One H200 (bench/results/
+// 2026-11-26-h200x1-ac5feba/c3/scale_probe.py): 0.088 ms for [2.45M, 16] against 0.084 for a
+// copy, where a grid-stride loop took 0.093-0.097 and torch's broadcast multiply 0.128.
 #define SCALE_UNROLL 4
 extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, const float* __restrict__ cf,
                                               const float4* __restrict__ x, float4* __restrict__ out) {
-  const long long total = n * DV, stride = (long long)gridDim.x * blockDim.x;
-  for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < total; i0 += SCALE_UNROLL * stride) {
-    float4 v[SCALE_UNROLL];
-    float f[SCALE_UNROLL];
+  const long long total = n * DV;
+  const long long base = (long long)blockIdx.x * blockDim.x * SCALE_UNROLL + threadIdx.x;
+  float4 v[SCALE_UNROLL];
+  float f[SCALE_UNROLL];
 #pragma unroll
-    for (int u = 0; u < SCALE_UNROLL; ++u) {
-      const long long i = i0 + u * stride;
-      if (i < total) {
-        f[u] = __ldg(cf + (shift >= 0 ? i >> shift : i / DV));
-        v[u] = __ldcs(x + i);
-      }
+  for (int u = 0; u < SCALE_UNROLL; ++u) {
+    const long long i = base + (long long)u * blockDim.x;
+    if (i < total) {
+      f[u] = __ldg(cf + (shift >= 0 ? i >> shift : i / DV));
+      v[u] = __ldg(x + i);
     }
+  }
 #pragma unroll
-    for (int u = 0; u < SCALE_UNROLL; ++u) {
-      const long long i = i0 + u * stride;
-      if (i < total) out[i] = make_float4(v[u].x * f[u], v[u].y * f[u], v[u].z * f[u], v[u].w * f[u]);
-    }
+  for (int u = 0; u < SCALE_UNROLL; ++u) {
+    const long long i = base + (long long)u * blockDim.x;
+    if (i < total) out[i] = make_float4(v[u].x * f[u], v[u].y * f[u], v[u].z * f[u], v[u].w * f[u]);
   }
 }

@@ -30,7 +30,6 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS
-from .launch import blocks_for
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -660,7 +659,7 @@ class CsrRowsExecutor:
         current stream: a new float32 [n, 4 * dv] tensor."""
         out = torch.empty_like(table)
         total = table.shape[0] * dv
-        blocks = blocks_for(-(-total // SCALE_UNROLL), 256, self.device, 8)  # 8 x 256 threads fill an SM
+        blocks = max(1, -(-total // (SCALE_UNROLL * 256)))  # one block per 1024 float4s (see the kernel)
         shift = dv.bit_length() - 1 if dv & (dv - 1) == 0 else -1
         fn = self.launch_cache.function(self.module, "mgg_csr_scale_rows")
         with self.launch_cache.stream():
