@@ -229,7 +229,13 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 else:
                     ms = event_ms(lambda: fast(x), args.reps)
                     res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
-                for label, ex in narrow.items():  # default knobs; its row bytes are 2 * round_up(D, 8)
+                timed = []
+                for label, ex in narrow.items():  # default knobs, then bundles forced (the 16-bit layouts
+                    timed.append((label, ex, None))  # have 2, 4 or 8 lanes: not all in BUNDLE_LANES)
+                    if not ex.uses_bundles(*ex._layout(dim)[2:]):
+                        timed.append((label + " bundles", ex, "bundles"))
+                for label, ex, mapping in timed:  # its row bytes are 2 * round_up(D, 8)
+                    ex.retune(row_mapping=mapping or "default")
                     ms = event_ms(lambda: ex(x), args.reps)
                     dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats
                     reads_wt = ex.factors.mode == "weighted" or ex.column_by_weights
