@@ -231,7 +231,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                     res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                 timed = []
                 for label, ex in narrow.items():  # default knobs, then bundles forced (the 16-bit layouts
-                    timed.append((label, ex, None))  # have 2, 4 or 8 lanes: not all in BUNDLE_LANES)
+                    ex.retune(row_mapping="default")  # have 2, 4 or 8 lanes: not all in BUNDLE_LANES)
+                    timed.append((label, ex, None))
                     if not ex.uses_bundles(*ex._layout(dim)[2:]):
                         timed.append((label + " bundles", ex, "bundles"))
                 for label, ex, mapping in timed:  # its row bytes are 2 * round_up(D, 8)
