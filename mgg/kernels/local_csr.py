@@ -50,8 +50,12 @@ DEFAULT_CHUNK = 2048
 #: one-vector layout runs them when asked: row_mapping="bundles"). One H200, products-like
 #: (bench/results/2026-11-26-h200x1-064c5d3, c6/c7): D = 64 (16 lanes) 4.34 ms against 4.60
 #: packed (gcn); D = 16 (4 lanes) 1.79 against 1.92. Reddit-like D = 16 loses 2% (0.944 against
-#: 0.927); D = 1..8 and 17..32 are not measured and stay packed.
-BUNDLE_LANES = (4, 16)
+#: 0.927). The 16-bit layouts (bench/results/2026-11-26-h200x1-555af30, c6): bf16 D = 64 (8
+#: lanes) products-like gcn 2.690 against 2.890 packed, sum 2.354 against 2.498, reddit-like
+#: 1-3% faster; bf16 D = 16 (2 lanes) products-like gcn 1.696 against 1.863, sum 1.417 against
+#: 1.480; reddit-like loses 1-2% there, where `bundles_pay` keeps its rows packed. float32 at
+#: D = 5..8 (2 lanes) and 17..32 (8 lanes) takes the same rule without its own timing.
+BUNDLE_LANES = (2, 4, 8, 16)
 #: short-row mappings: "packed" (one row per lane group, rows by degree), "bundles" (runs of
 #: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane)
 #: or "default" (bundles for the one-vector layouts of BUNDLE_LANES lanes where they pay on the
