@@ -514,7 +514,7 @@ class CsrRowsExecutor:
         # gcn, one H100) 1.92 ms against 1.14 ms for w = 1. With float32 storage the call instead
         # scales the table once, x' = cf * x (an n x D pass), and runs mode "one":
         #     rf[t] sum_j cf[s_j] x[s_j] + diag[t] x[t] = rf[t] sum_j x'[s_j] + (diag[t] / cf[t]) x'[t]
-        # (16-bit storage keeps the column mode: x' would round to 16 bits a second time).
+        # (16-bit storage cannot: x' would round to 16 bits a second time; see column_by_weights.)
         self.can_prescale = (f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
                              and self.cf.shape[0] == plan.n_local
                              and (self.diag is None or (self.diag.shape[0] == plan.n_local
