@@ -148,7 +148,9 @@ def check_fits(cfg: TrainConfig, comm) -> None:
     if gpu:
         import torch
 
-        gpu_free = int(torch.cuda.mem_get_info(comm.local_rank % max(1, torch.cuda.device_count()))[0])
+        from ..runtime.gpu_assignment import device_index
+
+        gpu_free = int(torch.cuda.mem_get_info(device_index(comm.local_rank, torch.cuda.device_count()))[0])
     nodes = comm.node_of_ranks()
     why = check_memory(cfg.dataset, cfg.scale, r.hidden, r.layers, comm.size,
                        int((nodes == nodes[comm.rank]).sum()), gpu, gpu_free, cfg.mode)

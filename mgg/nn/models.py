@@ -20,7 +20,9 @@ __all__ = ["GNN", "GCN", "GIN", "SAGE", "GAT", "ModelDefaults", "MODEL_DEFAULTS"
 
 
 class GNN(nn.Module):
-    """A stack of convolutions: dropout -> conv -> activation, none after the last conv.
+    """A stack of convolutions: dropout -> conv -> activation, none after the last conv. A conv
+    with `takes_relu_out = True` (GINConv) applies a ReLU activation itself (`relu_out=True`:
+    in its last GEMM's epilogue).
 
     Attributes:
         cache_input_aggregation: when True (default), a first conv that offers
@@ -66,6 +68,10 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             r = per_layer[i] if (i == last or i >= restrictable) else None
             kw = {} if r is None else {"rows": r, "compact": i == last}
+            # the activation inside the conv where it can run it in a GEMM's epilogue
+            act_inside = i < last and self.activation is torch.relu and getattr(conv, "takes_relu_out", False)
+            if act_inside:
+                kw["relu_out"] = True
             cached = self._cached_input(conv, x, dg) if i == 0 else None
             if cached is not None:  # the first layer from its input's aggregation, computed once
                 if i == last and r is not None and i < restrictable:
@@ -80,7 +86,7 @@ class GNN(nn.Module):
                 x = conv.forward_projected(h, dg, **kw)
             else:
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg, **kw)
-            if i < last:
+            if i < last and not act_inside:
                 x = self.activation(x)
         return x
 

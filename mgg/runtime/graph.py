@@ -28,6 +28,7 @@ from ..kernels.factory import plan_executor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
 from .comm import Communicator
+from .gpu_assignment import device_index
 from .partition import partition_ranges
 from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
@@ -112,8 +113,6 @@ def auto_transpose(indptr: np.ndarray, indices: np.ndarray, world_size: int, bac
     if backend != "gpu" or not torch.cuda.is_available():
         return "exchange"
     csr_bytes = 8 * (int(indices.shape[0]) + int(indptr.shape[0]))
-    from .gpu_assignment import device_index
-
     dev = device_index(local_rank, torch.cuda.device_count())
     room = min(SCAN_MAX_BYTES, SCAN_GPU_FRACTION * torch.cuda.get_device_properties(dev).total_memory)
     return "scan" if csr_bytes <= room else "exchange"
@@ -159,7 +158,7 @@ class DistGraph:
         self.node_of_pe = comm.node_of_ranks()
         self.device = torch.device("cpu")
         if self.backend == "gpu":
-            self.device = torch.device("cuda", comm.local_rank % max(1, torch.cuda.device_count()))
+            self.device = torch.device("cuda", device_index(comm.local_rank, torch.cuda.device_count()))
         self.plan_device = self.device  # rows, weights and plans are built here (torch ops)
         self._deg_t = torch.from_numpy(self.deg_in).to(self.plan_device)
         if transpose == "exchange":  # only this rank's forward rows of `indices` are read

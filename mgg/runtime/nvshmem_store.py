@@ -25,6 +25,7 @@ import torch
 
 
 from .comm import Communicator
+from .gpu_assignment import device_index
 from .layout import padded_dim
 from .store import SymmetricArray, SymmetricStore
 from .stream_ref import StreamRef
@@ -155,7 +156,7 @@ class NvshmemStore(SymmetricStore):
         ngpu = torch.cuda.device_count()
         if ngpu == 0:
             raise RuntimeError("NvshmemStore: no CUDA device visible")
-        self.device_index = comm.local_rank % ngpu
+        self.device_index = device_index(comm.local_rank, ngpu)
         torch.cuda.set_device(self.device_index)
         dev = Device(self.device_index)
         dev.set_current()

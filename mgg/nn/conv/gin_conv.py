@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..dense import project
+from ..dense import linear_relu, project
 from ..functional import aggregate
 
 __all__ = ["GINConv"]
@@ -15,20 +15,28 @@ def _modules(mlp: nn.Module) -> list[nn.Module]:
     return list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
 
 
-def _run(stages: list[nn.Module], h: torch.Tensor, dg) -> torch.Tensor:
-    """Apply `stages` in order; a stage with `needs_graph = True` (DistBatchNorm) also gets `dg`,
-    and one with `takes_relu = True` followed by an `nn.ReLU` runs that ReLU itself
-    (`stage(h, dg, relu=True)`: one fused kernel on a GPU, mgg.kernels.norm_relu)."""
+def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, fuse: bool = True) -> torch.Tensor:
+    """Apply `stages` in order, then a ReLU when `relu_out`. A stage with `needs_graph = True`
+    (DistBatchNorm) also gets `dg`, and one with `takes_relu = True` followed by an `nn.ReLU`
+    runs that ReLU itself (`stage(h, dg, relu=True)`: one fused kernel on a GPU,
+    mgg.kernels.norm_relu). With `fuse`, an `nn.Linear` followed by an `nn.ReLU` (or last, with
+    `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own."""
     i = 0
     while i < len(stages):
         m = stages[i]
-        if not getattr(m, "needs_graph", False):
+        nxt = stages[i + 1] if i + 1 < len(stages) else None
+        if fuse and type(m) is nn.Linear and (isinstance(nxt, nn.ReLU) or (nxt is None and relu_out)):
+            h = linear_relu(h, m.weight, m.bias)
+            if nxt is None:
+                relu_out = False  # done in the epilogue
+            i += 2 if nxt is not None else 1
+        elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
-        elif getattr(m, "takes_relu", False) and i + 1 < len(stages) and isinstance(stages[i + 1], nn.ReLU):
+        elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
             h, i = m(h, dg, relu=True), i + 2
         else:
             h, i = m(h, dg), i + 1
-    return h
+    return torch.relu(h) if relu_out else h
 
 
 class GINConv(nn.Module):
@@ -43,17 +51,28 @@ class GINConv(nn.Module):
     the same result up to float rounding. Stages of the MLP with `needs_graph = True`
     (mgg.nn.norm.DistBatchNorm) are called as `stage(h, dg)`.
 
+    Every forward takes `relu_out=True` to return relu(mlp(...)) (the activation a model applies
+    after this conv): when the MLP ends with an `nn.Linear`, the ReLU runs in that GEMM's
+    epilogue (`takes_relu_out`; mgg.nn.dense.linear_relu), as does a ReLU inside the MLP that
+    follows a Linear.
+
     Args:
         mlp: the module applied after the aggregation (e.g. Linear-ReLU-Linear).
         eps: initial epsilon. train_eps: make epsilon a learnable parameter.
+    Attributes:
+        fuse_relu: False runs every Linear and ReLU as separate steps (benchmarks, A/B).
     Shapes:
         input float32 [n_local, F] -> mlp(float32 [n_local, F]).
     """
+
+    #: forwards take `relu_out` (mgg.nn.models.GNN passes it instead of applying its ReLU)
+    takes_relu_out = True
 
     def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = False):
         super().__init__()
         self.nn = mlp
         self.initial_eps = eps
+        self.fuse_relu = True
         if train_eps:
             self.eps = nn.Parameter(torch.tensor([float(eps)]))
         else:
@@ -86,15 +105,16 @@ class GINConv(nn.Module):
         first = _modules(self.nn)[0]
         return isinstance(first, nn.Linear) and first.out_features < first.in_features
 
-    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True, relu_out: bool = False) -> torch.Tensor:
         """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
-        only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`)."""
+        only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`);
+        relu of it with `relu_out`."""
         if rows is not None and not self.supports_rows:
             raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
         stages = _modules(self.nn)
         if self.projects_first:
-            return self.forward_projected(project(x, stages[0].weight), dg, rows, compact)
-        return _run(stages, self._sum(x, dg, rows, compact), dg)
+            return self.forward_projected(project(x, stages[0].weight), dg, rows, compact, relu_out)
+        return _run(stages, self._sum(x, dg, rows, compact), dg, relu_out, self.fuse_relu)
 
     def input_aggregation(self) -> tuple[str, int | None]:
         """(kind, column block) of the aggregation `forward_aggregated` starts from: "sum_self",
@@ -103,7 +123,7 @@ class GINConv(nn.Module):
         return "sum_self", (_modules(self.nn)[0].out_features if self.projects_first else None)
 
     def forward_aggregated(self, agg: torch.Tensor, x: torch.Tensor, dg, rows=None,
-                           compact: bool = True) -> torch.Tensor:
+                           compact: bool = True, relu_out: bool = False) -> torch.Tensor:
         """forward given agg = (A + I) x, float32 [n_local, F]: the whole MLP on
         agg + eps x (eps x only when eps is learnt or nonzero), as W (A + I) x == (A + I) x W."""
         if rows is not None and not self.supports_rows:
@@ -113,7 +133,7 @@ class GINConv(nn.Module):
             agg, own = agg[rows.index], x[rows.index]
         if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
             agg = agg + self.eps * own
-        return _run(_modules(self.nn), agg, dg)
+        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu)
 
     def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
         """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
@@ -129,7 +149,8 @@ class GINConv(nn.Module):
         """The MLP's first Linear weight when it runs before the sum (`projects_first`), or None."""
         return _modules(self.nn)[0].weight if self.projects_first else None
 
-    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True,
+                          relu_out: bool = False) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
         if rows is not None and not self.supports_rows:
             raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
@@ -137,7 +158,7 @@ class GINConv(nn.Module):
         out = self._sum(h, dg, rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
-        return _run(rest, out, dg)
+        return _run(rest, out, dg, relu_out, self.fuse_relu)
 
     def extra_repr(self) -> str:
         return f"train_eps={isinstance(self.eps, nn.Parameter)}, projects_first={self.projects_first}"

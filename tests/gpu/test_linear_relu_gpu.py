@@ -1,0 +1,87 @@
+"""linear_relu on the GPU (relu(x W^T + b) with the ReLU in cuBLASLt's epilogue,
+torch._addmm_activation) against float64, and GIN with its ReLUs in GEMM epilogues against the
+same model with every ReLU a step of its own. Needs CUDA."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from mgg.nn import GIN, GINConv  # noqa: E402
+from mgg.nn.dense import linear_relu  # noqa: E402
+
+
+def rel(a, b):
+    return float((a.double() - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_relu_cuda_matches_float64(bias):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(50_000, 64, generator=gen)
+    w = torch.randn(64, 64, generator=gen) / 8
+    b = torch.randn(64, generator=gen) if bias else None
+    g = torch.randn(50_000, 64, generator=gen)
+    xc, wc = x.cuda().requires_grad_(), w.cuda().requires_grad_()
+    bc = b.cuda().requires_grad_() if bias else None
+    out = linear_relu(xc, wc, bc)
+    out.backward(g.cuda())
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    br = b.double().requires_grad_() if bias else None
+    pre = xr @ wr.T + (br if bias else 0)
+    ref = torch.relu(pre)
+    ref.backward(g.double())
+    o = out.detach().cpu()
+    assert rel(o, ref.detach()) < 1e-6
+    assert (o[pre.detach() < -1e-3] == 0).all() and (o[pre.detach() > 1e-3] > 0).all()
+    assert rel(xc.grad.cpu(), xr.grad) < 1e-5 and rel(wc.grad.cpu(), wr.grad) < 1e-5
+    if bias:
+        assert rel(bc.grad.cpu(), br.grad) < 1e-5
+
+
+@pytest.mark.parametrize("norm", ["none", "batch"])
+def test_gin_relus_in_epilogues_match_separate_steps(monkeypatch, norm):
+    """GIN forward and backward with the ReLUs in GEMM epilogues equal the same model with
+    fuse_relu off (every ReLU its own step), in float32 rounding; the epilogue path is taken."""
+    gen = torch.Generator().manual_seed(0)
+    n = 700
+    src = torch.randint(0, n, (6000,), generator=gen)
+    dst = torch.randint(0, n, (6000,), generator=gen)
+    dense = torch.zeros(n, n, dtype=torch.float64)
+    dense.index_put_((dst, src), torch.ones(6000, dtype=torch.float64), accumulate=True)
+    x = torch.randn(n, 12, generator=gen).cuda()
+
+    class DenseGraph:  # the aggregation as a dense float32 matmul: the test is about the MLP
+        comm = None
+        world_size, rank = 1, 0
+        A = (dense + torch.eye(n, dtype=torch.float64)).float().cuda()
+
+    import mgg.nn.conv.gin_conv as gin_mod
+
+    def sum_self(h, dg, kind, rows=None, compact=True):
+        assert kind == "sum_self"
+        return dg.A @ h
+
+    monkeypatch.setattr(gin_mod, "aggregate", sum_self)
+    calls = []
+    real = torch._addmm_activation
+    monkeypatch.setattr(torch, "_addmm_activation", lambda *a, **k: calls.append(1) or real(*a, **k))
+    outs = []
+    for fuse in (True, False):
+        torch.manual_seed(0)
+        model = GIN(12, 32, 5, layers=3, dropout=0.0, norm=norm).cuda()
+        model.cache_input_aggregation = False
+        for mod in model.modules():
+            if isinstance(mod, GINConv):
+                mod.fuse_relu = fuse
+        before = len(calls)
+        out = model(x, DenseGraph())
+        out.square().sum().backward()
+        outs.append((out.detach(), [p.grad.clone() for p in model.parameters()], len(calls) - before))
+    # 3 layers: the activation after layers 1 and 2 (their last Linear), plus each MLP's inner
+    # Linear -> ReLU without a norm (with batch norm that ReLU is fused into the norm instead)
+    assert outs[0][2] == (5 if norm == "none" else 2) and outs[1][2] == 0
+    assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-3)
