@@ -1,6 +1,7 @@
 """linear_relu on the GPU (relu(x W^T + b) with the ReLU in cuBLASLt's epilogue,
-torch._addmm_activation) against float64, and GIN with its ReLUs in GEMM epilogues against the
-same model with every ReLU a step of its own. Needs CUDA."""
+torch._addmm_activation; its backward's mask and bias gradient in one kernel,
+mgg/kernels/relu_grad.cu) against float64, and GIN with its ReLUs in GEMM epilogues against the
+same model with every ReLU a step of its own. Needs CUDA and cupy."""
 import pytest
 import torch
 
@@ -11,13 +12,44 @@ if not torch.cuda.is_available():
 from mgg.nn import GIN, GINConv  # noqa: E402
 from mgg.nn.dense import linear_relu  # noqa: E402
 
+pytest.importorskip("cupy")
+
 
 def rel(a, b):
     return float((a.double() - b).norm() / b.norm())
 
 
+@pytest.mark.parametrize("n,d", [(0, 64), (1, 4), (1000, 8), (100_003, 64), (3000, 1024)])
+def test_relu_backward_colsum_is_the_mask_and_its_column_sums(n, d):
+    from mgg.kernels.relu_grad import relu_backward_colsum
+
+    gen = torch.Generator().manual_seed(n + d)
+    y = torch.relu(torch.randn(n, d, generator=gen))
+    y[::7] = 0.0  # exact zeros: masked, as threshold_backward masks them
+    g = torch.randn(n, d, generator=gen)
+    gout, db = relu_backward_colsum(g.cuda(), y.cuda())
+    want = torch.where(y > 0, g, torch.zeros_like(g))
+    assert torch.equal(gout.cpu(), want)  # a select, bit for bit
+    ref = want.double().sum(0)
+    assert db.shape == (d,) and torch.allclose(db.cpu().double(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_relu_backward_colsum_refuses_what_it_cannot_take():
+    from mgg.kernels.relu_grad import relu_backward_colsum
+
+    with pytest.raises(ValueError, match="D = 4"):
+        relu_backward_colsum(torch.zeros(5, 12, device="cuda"), torch.zeros(5, 12, device="cuda"))
+    with pytest.raises(ValueError, match="one shape"):
+        relu_backward_colsum(torch.zeros(5, 8, device="cuda"), torch.zeros(6, 8, device="cuda"))
+
+
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_relu_cuda_matches_float64(bias):
+def test_linear_relu_cuda_matches_float64(bias, monkeypatch):
+    import mgg.kernels.relu_grad as relu_grad
+
+    used = []
+    real = relu_grad.relu_backward_colsum
+    monkeypatch.setattr(relu_grad, "relu_backward_colsum", lambda *a: used.append(1) or real(*a))
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(50_000, 64, generator=gen)
     w = torch.randn(64, 64, generator=gen) / 8
@@ -38,6 +70,7 @@ def test_linear_relu_cuda_matches_float64(bias):
     assert rel(xc.grad.cpu(), xr.grad) < 1e-5 and rel(wc.grad.cpu(), wr.grad) < 1e-5
     if bias:
         assert rel(bc.grad.cpu(), br.grad) < 1e-5
+    assert len(used) == (1 if bias else 0)  # the one-pass kernel where there is a bias gradient
 
 
 @pytest.mark.parametrize("norm", ["none", "batch"])
