@@ -11,6 +11,7 @@ if not torch.cuda.is_available():
 
 from mgg.nn import GIN, GINConv  # noqa: E402
 from mgg.nn.dense import linear_relu  # noqa: E402
+from tests.gpu.dense_gin import dense_gin_input  # noqa: E402
 
 pytest.importorskip("cupy")
 
@@ -77,26 +78,7 @@ def test_linear_relu_cuda_matches_float64(bias, monkeypatch):
 def test_gin_relus_in_epilogues_match_separate_steps(monkeypatch, norm):
     """GIN forward and backward with the ReLUs in GEMM epilogues equal the same model with
     fuse_relu off (every ReLU its own step), in float32 rounding; the epilogue path is taken."""
-    gen = torch.Generator().manual_seed(0)
-    n = 700
-    src = torch.randint(0, n, (6000,), generator=gen)
-    dst = torch.randint(0, n, (6000,), generator=gen)
-    dense = torch.zeros(n, n, dtype=torch.float64)
-    dense.index_put_((dst, src), torch.ones(6000, dtype=torch.float64), accumulate=True)
-    x = torch.randn(n, 12, generator=gen).cuda()
-
-    class DenseGraph:  # the aggregation as a dense float32 matmul: the test is about the MLP
-        comm = None
-        world_size, rank = 1, 0
-        A = (dense + torch.eye(n, dtype=torch.float64)).float().cuda()
-
-    import mgg.nn.conv.gin_conv as gin_mod
-
-    def sum_self(h, dg, kind, rows=None, compact=True):
-        assert kind == "sum_self"
-        return dg.A @ h
-
-    monkeypatch.setattr(gin_mod, "aggregate", sum_self)
+    x, graph = dense_gin_input(monkeypatch)
     calls = []
     real = torch._addmm_activation
     monkeypatch.setattr(torch, "_addmm_activation", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -109,7 +91,7 @@ def test_gin_relus_in_epilogues_match_separate_steps(monkeypatch, norm):
             if isinstance(mod, GINConv):
                 mod.fuse_relu = fuse
         before = len(calls)
-        out = model(x, DenseGraph())
+        out = model(x, graph)
         out.square().sum().backward()
         outs.append((out.detach(), [p.grad.clone() for p in model.parameters()], len(calls) - before))
     # 3 layers: the activation after layers 1 and 2 (their last Linear), plus each MLP's inner

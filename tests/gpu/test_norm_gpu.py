@@ -20,6 +20,7 @@ if not torch.cuda.is_available():
 
 from mgg.nn.norm import DistBatchNorm  # noqa: E402
 from mgg.runtime import world  # noqa: E402
+from tests.gpu.dense_gin import dense_gin_input  # noqa: E402
 
 N, D = 5003, 24
 
@@ -159,28 +160,10 @@ def test_gin_with_fused_norm_relu_matches_the_two_steps(monkeypatch):
     model with fuse_relu off, in float32 rounding; the fused path is taken."""
     from mgg.nn import GIN
 
-    gen = torch.Generator().manual_seed(0)
-    n = 700
-    src = torch.randint(0, n, (6000,), generator=gen)
-    dst = torch.randint(0, n, (6000,), generator=gen)
-    dense = torch.zeros(n, n, dtype=torch.float64)
-    dense.index_put_((dst, src), torch.ones(6000, dtype=torch.float64), accumulate=True)
-    x = torch.randn(n, 12, generator=gen).cuda()
-
-    class DenseGraph:  # the aggregation as a dense float32 matmul: the test is about the MLP
-        comm = None
-        world_size, rank = 1, 0
-        A = (dense + torch.eye(n, dtype=torch.float64)).float().cuda()
-
-    import mgg.nn.conv.gin_conv as gin_mod
-
-    def sum_self(h, dg, kind, rows=None, compact=True):
-        assert kind == "sum_self"
-        return dg.A @ h
+    x, graph = dense_gin_input(monkeypatch)
 
     import mgg.kernels.norm_relu as kernels
 
-    monkeypatch.setattr(gin_mod, "aggregate", sum_self)
     calls = []
     real = kernels.bn_relu_forward
     monkeypatch.setattr(kernels, "bn_relu_forward", lambda *a: calls.append(1) or real(*a))
@@ -192,7 +175,7 @@ def test_gin_with_fused_norm_relu_matches_the_two_steps(monkeypatch):
         for mod in model.modules():
             if isinstance(mod, DistBatchNorm):
                 mod.fuse_relu = fuse
-        out = model(x, DenseGraph())
+        out = model(x, graph)
         out.square().sum().backward()
         outs.append((out.detach(), [p.grad.clone() for p in model.parameters()], len(calls)))
     assert outs[0][2] == 3 and outs[1][2] == 3  # three layers fused, then none
