@@ -847,6 +847,9 @@ def main() -> None:
                     help="mgg's models (and the baselines running mgg's model) start the first layer from "
                     "its input's aggregation computed once (on, the model default), aggregate every step "
                     "(off), or both: each mgg variant also timed without it (mgg-V-nocache)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="float32 matmuls on TF32 tensor cores for every system of the run (torch's "
+                    "'high' precision, as mgg.train --tf32); default IEEE float32")
     ap.add_argument("--no-nccl", dest="nccl", action="store_false")
     ap.add_argument("--no-pyg", dest="pyg", action="store_false")
     ap.add_argument("--cache", default=os.environ.get("MGG_BENCH_CACHE", "/tmp/mgg-graphs"))
@@ -857,6 +860,11 @@ def main() -> None:
         files = [f for pat in (args.summarize or [os.path.join(args.out, "fullgraph-*.json")]) for f in glob.glob(pat)]
         print_table([json.load(open(f)) for f in sorted(files)])
         return
+    if args.tf32:
+        import torch
+
+        torch.set_float32_matmul_precision("high")
+        print("float32 matmuls on TF32 tensor cores (--tf32), for every system", flush=True)
     run(args)
 
 

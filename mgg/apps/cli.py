@@ -7,6 +7,7 @@ signal stop).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -88,16 +89,36 @@ def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:
 def train(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False, stop=None,
           clock=None) -> TrainResult:
     """Train as `cfg.mode` asks (full-graph or sampled); collective, the same metrics on all ranks.
-    See mgg.apps.full.train_full and mgg.apps.sampled.train_sampled."""
-    if cfg.mode == "sampled":
-        from .sampled import train_sampled
-
-        return train_sampled(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
-    if cfg.mode != "full":
+    See mgg.apps.full.train_full and mgg.apps.sampled.train_sampled. With `cfg.tf32`, float32
+    matrix products run on TF32 tensor cores while it trains (torch's "high" matmul precision,
+    restored after)."""
+    if cfg.mode not in MODES:
         raise UserError(f"mode must be one of {MODES}, got {cfg.mode!r}")
-    from .full import train_full
+    with matmul_precision(cfg.tf32):
+        if cfg.mode == "sampled":
+            from .sampled import train_sampled
 
-    return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
+            return train_sampled(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
+        from .full import train_full
+
+        return train_full(cfg, comm, graph, prepared, verbose=verbose, stop=stop, clock=clock)
+
+
+@contextlib.contextmanager
+def matmul_precision(tf32: bool):
+    """float32 matmuls on TF32 tensor cores inside the block when `tf32` (torch's "high"
+    precision: inputs rounded to 10 mantissa bits, float32 sums), the previous setting after."""
+    if not tf32:
+        yield
+        return
+    import torch
+
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
 
 
 def check_backend(backend: str, comm=None) -> None:

@@ -88,6 +88,7 @@ class TrainConfig:
     backend: str = "auto"
     variant: str = "auto"                # GPU kernel variant (the CPU ignores it)
     storage_dtype: str = "fp32"          # embeddings in the store: fp32 | bf16 | fp16 (docs/storage-dtype.md)
+    tf32: bool = False                   # float32 matmuls on TF32 tensor cores (torch "high" precision)
     tune: bool = False                   # runtime tuner (docs/tuner.md)
     tune_cache: str | None = None        # None: DEFAULT_TUNE_CACHE; "" or "none": no cache
     tune_log: str | None = None          # tuning log for `python -m mgg.tune --report`

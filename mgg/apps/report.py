@@ -43,6 +43,7 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         "world_size": res.world_size,
         "backend": res.backend,
         "storage_dtype": cfg.storage_dtype,
+        "tf32": cfg.tf32,
         "num_nodes": int(len(graph.indptr) - 1),
         "num_edges": int(graph.indptr[-1]),
         "train_acc": res.train_acc,
