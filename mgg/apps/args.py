@@ -131,7 +131,7 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tf32", action="store_true",
                    help="float32 matrix products (the models' Linear layers) on the GPU's TF32 tensor cores: "
                    "inputs rounded to 10 mantissa bits, sums in float32; about 2x faster GEMMs at GIN's "
-                   "sizes (docs/storage-dtype.md). Default off: IEEE float32, as torch")
+                   "sizes (docs/storage-dtype.md, 'TF32 matrix products'). Default off: IEEE float32, as torch")
     p.add_argument("--no-input-cache", dest="input_cache", action="store_false",
                    help="aggregate the input in the first layer every step, instead of once (its "
                    "aggregation of the features is kept, float32 [nodes, F] per rank, and reused by every "
