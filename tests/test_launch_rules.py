@@ -1,5 +1,6 @@
 """The one grid rule of the grid-stride kernels (mgg.kernels.launch.blocks_for), without a GPU:
-the SM count is taken from the per-GPU cache."""
+the SM count is taken from the per-GPU cache; and float4_rows, the launchers' one way to rows a
+kernel reads as float4s."""
 import pytest
 
 from mgg.kernels import launch
@@ -25,3 +26,18 @@ def test_no_work_still_launches_one_block(fake_gpu):
 
 def test_cuda_index_of_an_int_is_itself():
     assert launch.cuda_index(3) == 3
+
+
+def test_float4_rows_copies_only_what_a_float4_read_cannot_take():
+    import torch
+
+    from mgg.kernels.launch import float4_rows
+
+    base = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    assert float4_rows(base) is base  # contiguous, 16-byte aligned: as is
+    odd = base.flatten()[1:57].reshape(7, 8)  # starts 4 bytes in: misaligned
+    out = float4_rows(odd)
+    assert out.data_ptr() % 16 == 0 and out.is_contiguous() and torch.equal(out, odd)
+    cols = base[:, ::2]  # not contiguous
+    out = float4_rows(cols)
+    assert out.is_contiguous() and out.data_ptr() % 16 == 0 and torch.equal(out, cols)

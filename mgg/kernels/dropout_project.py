@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .launch import blocks_for, kernel, on_device
+from .launch import blocks_for, float4_rows, kernel, on_device
 
 __all__ = ["supports", "project_forward", "project_weight_grad", "FWD_THREADS", "FWD_BLOCKS_PER_SM", "WPB",
            "WGRAD_BLOCKS_PER_SM"]
@@ -88,9 +88,8 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed, row0: 
     mask: project_forward's keep bits for this x, p and seed (read instead of hashing again)."""
     n, f = x.shape
     o = int(g.shape[1])
-    g = g.to(torch.float32).contiguous()
-    if o % 4 == 0 and g.data_ptr() % 16:  # the kernel reads rows of G as float4s
-        g = g.clone()
+    g = g.to(torch.float32)
+    g = float4_rows(g) if o % 4 == 0 else g.contiguous()  # the kernel reads rows of G as float4s
     if n == 0:
         return torch.zeros((o, f), dtype=torch.float32, device=x.device)
     if mask is not None and (p <= 0 or tuple(mask.shape) != (n, -(-f // 32)) or mask.dtype != torch.int32

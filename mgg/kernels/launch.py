@@ -19,7 +19,7 @@ import torch
 
 from .streams import cuda_index, on_device
 
-__all__ = ["cuda_index", "kernel", "sm_count", "blocks_for", "on_device", "launch"]
+__all__ = ["cuda_index", "kernel", "sm_count", "blocks_for", "on_device", "launch", "float4_rows"]
 
 _LOCK = threading.Lock()
 _FUNCTIONS: dict[tuple[str, str, int, bool], object] = {}
@@ -65,3 +65,11 @@ def launch(fn, device: torch.device | int | None, grid, block, args: tuple, shar
     block = block if isinstance(block, tuple) else (int(block),)
     with on_device(device):
         fn(grid, block, args, shared_mem=shared_mem)
+
+
+def float4_rows(t: torch.Tensor) -> torch.Tensor:
+    """t contiguous with a 16-byte aligned start, for kernels that read its rows as float4s (a
+    copy only when t is not already so)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .launch import blocks_for, kernel, launch
+from .launch import blocks_for, float4_rows, kernel, launch
 
 __all__ = ["supports", "bn_relu_forward", "bn_relu_backward_reduce", "bn_relu_backward_elemt",
            "bn_relu_reference", "THREADS", "BLOCKS_PER_SM", "REDUCE_BLOCKS_PER_SM"]
@@ -39,12 +39,6 @@ def supports(x: torch.Tensor) -> bool:
     d = int(x.shape[1])
     d4 = d // 4
     return d % 4 == 0 and 1 <= d4 <= THREADS and (d4 & (d4 - 1)) == 0
-
-
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """t contiguous with a 16-byte aligned start (float4 loads)."""
-    t = t.contiguous()
-    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 def _vec(v: torch.Tensor | None, d: int, name: str) -> tuple[np.uint64, torch.Tensor | None]:
@@ -85,7 +79,7 @@ def bn_relu_forward(x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
                     weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
     """relu(weight (x - mean) invstd + bias): x float32 CUDA [n, D] -> float32 [n, D]."""
     ptrs, keep = _params(x, mean, invstd, weight, bias)
-    x = _aligned(x)
+    x = float4_rows(x)
     y = torch.empty_like(x)
     n4 = x.numel() // 4
     if n4 == 0:
@@ -105,7 +99,7 @@ def bn_relu_backward_reduce(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tenso
     ptrs, keep = _params(x, mean, invstd, weight, bias)
     if dy.shape != x.shape:
         raise ValueError(f"bn_relu: dy {tuple(dy.shape)} and x {tuple(x.shape)} differ")
-    x, dy = _aligned(x), _aligned(dy.to(torch.float32))
+    x, dy = float4_rows(x), float4_rows(dy.to(torch.float32))
     d = int(x.shape[1])
     n4 = x.numel() // 4
     if n4 == 0:
@@ -135,7 +129,7 @@ def bn_relu_backward_elemt(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor
     d = int(x.shape[1])
     p_dy, k_dy = _vec(sum_dy, d, "sum_dy")
     p_xmu, k_xmu = _vec(sum_dy_xmu, d, "sum_dy_xmu")
-    x, dy = _aligned(x), _aligned(dy.to(torch.float32))
+    x, dy = float4_rows(x), float4_rows(dy.to(torch.float32))
     dx = torch.empty_like(x)
     n4 = x.numel() // 4
     if n4 == 0:

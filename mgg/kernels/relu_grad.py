@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .launch import blocks_for, kernel, launch
+from .launch import blocks_for, float4_rows, kernel, launch
 from .norm_relu import supports
 
 __all__ = ["supports", "relu_backward_colsum", "THREADS", "BLOCKS_PER_SM"]
@@ -30,9 +30,7 @@ def relu_backward_colsum(g: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor
         raise ValueError(f"relu_backward_colsum: expected float32 CUDA g and y of one shape [n, D] with "
                          f"D = 4 * 2^k <= 1024 on one GPU, got g {g.dtype} {tuple(g.shape)} on {g.device}, "
                          f"y {y.dtype} {tuple(y.shape)} on {y.device}")
-    g, y = g.contiguous(), y.contiguous()
-    if g.data_ptr() % 16 or y.data_ptr() % 16:
-        g, y = g.clone(), y.clone()
+    g, y = float4_rows(g), float4_rows(y)
     d = int(g.shape[1])
     out = torch.empty_like(g)
     n4 = g.numel() // 4

@@ -31,6 +31,14 @@ __all__ = ["project", "dropout_project", "fused_input_projection", "linear_relu"
 TALL_ROWS = 1 << 20
 
 
+def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
+    """(grad x = G W, grad W = G^T x) of y = x W^T, each None where autograd does not need it
+    (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above)."""
+    gx = g @ weight if ctx.needs_input_grad[0] else None
+    gw = g.t() @ x if ctx.needs_input_grad[1] else None
+    return gx, gw
+
+
 class _Project(torch.autograd.Function):
     """y = x W^T; backward: grad x = G W, grad W = G^T x."""
 
@@ -42,10 +50,7 @@ class _Project(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
-        g = g.contiguous()
-        gx = g @ weight if ctx.needs_input_grad[0] else None
-        gw = g.t() @ x if ctx.needs_input_grad[1] else None
-        return gx, gw
+        return _linear_grads(ctx, g.contiguous(), x, weight)
 
 
 def project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -111,16 +116,20 @@ def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int |
                                  int(row0))
 
 
+def _relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """relu(x W^T + b): the ReLU in the GEMM's epilogue where there is a bias."""
+    if bias is None:
+        return torch.relu(x @ weight.t())
+    return torch._addmm_activation(bias, x, weight.t())
+
+
 class _LinearReLU(torch.autograd.Function):
     """y = relu(x W^T + b), the ReLU in the GEMM's epilogue; backward: G' = G where y > 0 (else
     0), grad x = G' W, grad W = G'^T x, grad b = sum of G' over rows."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):  # type: ignore[override]
-        if bias is None:
-            y = torch.relu(x @ weight.t())
-        else:
-            y = torch._addmm_activation(bias, x, weight.t())
+        y = _relu_linear(x, weight, bias)
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight, y)
         return y
@@ -138,9 +147,7 @@ class _LinearReLU(torch.autograd.Function):
         if gb is None:
             g = torch.ops.aten.threshold_backward(g, y, 0.0)  # relu's own backward
             gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        gx = g @ weight if ctx.needs_input_grad[0] else None
-        gw = g.t() @ x if ctx.needs_input_grad[1] else None
-        return gx, gw, gb
+        return (*_linear_grads(ctx, g, x, weight), gb)
 
 
 def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -152,5 +159,5 @@ def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         raise ValueError(f"linear_relu: x must be 2-D [N, F], got shape {tuple(x.shape)}")
     if not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad
                                            or (bias is not None and bias.requires_grad)):
-        return torch._addmm_activation(bias, x, weight.t()) if bias is not None else torch.relu(x @ weight.t())
+        return _relu_linear(x, weight, bias)
     return _LinearReLU.apply(x, weight, bias)
