@@ -21,8 +21,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def kernel_table(step, steps: int) -> tuple[list[tuple[str, float, int]], float]:
-    """([(kernel name, ms per step, launches per step)] by time, step ms) of `steps` profiled steps."""
+def kernel_table(step, steps: int, detail: str = "") -> tuple[list[tuple[str, float, int]], float, list[float]]:
+    """([(kernel name, ms per step, launches per step)] by time, step ms, [ms of each launch of
+    the last profiled step whose kernel name contains `detail`, in launch order]) of `steps`
+    profiled steps."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -40,12 +42,17 @@ def kernel_table(step, steps: int) -> tuple[list[tuple[str, float, int]], float]
             walls.append(a.elapsed_time(b))
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
+    launches = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             total[ev.name] += ev.device_time_total / 1e3
             count[ev.name] += 1
+            if detail and detail in ev.name:
+                launches.append((ev.time_range.start, ev.device_time_total / 1e3))
     rows = sorted(((k, v / steps, count[k] // steps) for k, v in total.items()), key=lambda r: -r[1])
-    return rows, statistics.median(walls)
+    launches.sort()
+    per_step = len(launches) // steps if steps else 0
+    return rows, statistics.median(walls), [ms for _, ms in launches[len(launches) - per_step:]]
 
 
 def main() -> None:
@@ -58,6 +65,8 @@ def main() -> None:
                     help="the first layer aggregates its input every step (mgg.nn.input_cache off)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--detail", default="", help="also print each launch (ms, in order) of the kernels "
+                    "whose name contains this, e.g. csr_rows")
     ap.add_argument("--cache", default=os.environ.get("MGG_BENCH_CACHE", "/tmp/mgg-graphs"))
     args = ap.parse_args()
 
@@ -86,12 +95,15 @@ def main() -> None:
         torch.manual_seed(0)
         model = build_bench_model(mname, g, device, args.input_cache)
         opt = Adam(model.parameters(), lr=0.01)
-        rows, wall = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm), args.steps)
+        rows, wall, launches = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm),
+                                            args.steps, args.detail)
         busy = sum(r[1] for r in rows)
         print(f"== {name} {mname} ({args.storage_dtype}, variant {args.variant}): step {wall:.2f} ms, "
               f"kernels {busy:.2f} ms, {sum(r[2] for r in rows)} launches")
         for k, ms, n in rows[: args.top]:
             print(f"  {ms:8.3f} ms {100 * ms / busy:5.1f}%  x{n:<4d} {k[:110]}")
+        if args.detail:
+            print(f"  launches of *{args.detail}* in one step (ms): " + " ".join(f"{ms:.3f}" for ms in launches))
         del model, opt
         torch.cuda.empty_cache()
 

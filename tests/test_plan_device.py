@@ -47,6 +47,7 @@ def _reference_plan(indptr, indices, b, r, kind, transposed, nop, params):
         a, e = indptr[lo], indptr[hi]
         ip, other = indptr[lo: hi + 1] - a, indices[a:e]
         row = lo + np.repeat(np.arange(hi - lo), np.diff(ip))
+        other = other[np.lexsort((other, row))]  # DistGraph sorts every forward row's entries
         w = _np_pair(kind, deg, row, other)
     ref = _reference_split(ip, other, w, b, r, nop)
     ref["local_parts"] = cut_partitions(ref["local_indptr"], params.ps)

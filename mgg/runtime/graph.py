@@ -34,7 +34,7 @@ from .plan import AggregationPlan, PlanParams, build_plan
 from .plancache import PlanCache
 from .rowset import RowSet, global_row_mask, keep_entries, keep_rows, with_in_neighbours
 from .store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
-from .transpose import transposed_rows_exchange, transposed_rows_t
+from .transpose import sort_within_rows, transposed_rows_exchange, transposed_rows_t
 from .weights import check_kind, diag_weights, pair_weights_by_row
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
@@ -163,8 +163,9 @@ class DistGraph:
         self._deg_t = torch.from_numpy(self.deg_in).to(self.plan_device)
         if transpose == "exchange":  # only this rank's forward rows of `indices` are read
             a, b = int(indptr[self.lo]), int(indptr[self.hi])
-            self._fwd = _RankRows(torch.from_numpy(indptr[self.lo: self.hi + 1] - a).to(self.plan_device),
-                                  torch.from_numpy(read_rows(mapped_indices if mapped_indices is not None else indices, a, b)).to(self.plan_device), self.lo)
+            rip = torch.from_numpy(indptr[self.lo: self.hi + 1] - a).to(self.plan_device)
+            rows = torch.from_numpy(read_rows(mapped_indices if mapped_indices is not None else indices, a, b))
+            self._fwd = _RankRows(rip, sort_within_rows(rip, rows.to(self.plan_device)), self.lo)
             self._bwd = self._exchanged_rows()
         elif self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
             indptr_d, indices_d = (_host_tensor(a).to(self.plan_device) for a in (indptr, indices))
@@ -207,7 +208,7 @@ class DistGraph:
         idx = indices[a:b]
         if idx.device.type != "cpu" and idx.numel() != indices.numel():
             idx = idx.clone()  # a device slice would keep the whole global array alive
-        return _RankRows(rip, idx.to(dev), self.lo)
+        return _RankRows(rip, sort_within_rows(rip, idx.to(dev)), self.lo)
 
     def _exchanged_rows(self) -> _RankRows:
         """This rank's transposed rows from every rank's forward rows (one all-to-all; collective)."""
