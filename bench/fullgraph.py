@@ -510,6 +510,61 @@ __global__ void gather_sum_shfl(const float4* __restrict__ table, const int* __r
     out[blockIdx.x * (long long)blockDim.x + threadIdx.x] = acc;
 }
 """
+_GATHER_ROWS_SRC = r"""
+template <int D4, bool GROUP>
+__global__ void gather_rows(const float4* __restrict__ table, const int* __restrict__ idx,
+                            const long long* __restrict__ indptr, long long n_rows, float4* __restrict__ out) {
+    // The bare gather over the CSR's rows, as a row kernel walks them: one row per warp (GROUP =
+    // false; its G = 32 / D4 lane groups take entries g, g + G, ... of each 32-entry step, every
+    // index loaded once by a lane and broadcast by a shuffle, 32 / G rows in flight a group) or
+    // one row per lane group (GROUP = true: G rows a warp, D4 entries a step a group, indices
+    // shuffled inside the group). Warps take rows in CSR order, one warp (or G rows) each, no
+    // loop over tasks: the warps in flight work on neighbouring rows, each walking its list in
+    // order -- the locality a row kernel gets from neighbour lists that ascend. No weights, no
+    // row writes: one conditional store a thread (never taken) keeps the loads alive.
+    constexpr int G = 32 / D4;
+    const int lane = threadIdx.x & 31, g = lane / D4, c = lane % D4;
+    const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!GROUP) {
+        if (warp >= n_rows) return;
+        const long long s = indptr[warp], e = indptr[warp + 1];
+        for (long long base = s; base < e; base += 32) {
+            const long long k = base + lane;
+            const int my = k < e ? __ldcs(idx + k) : -1;
+            float4 r[32 / G];
+            #pragma unroll
+            for (int u = 0; u < 32 / G; ++u) {
+                const int j = __shfl_sync(0xffffffffu, my, u * G + g);
+                r[u] = j >= 0 ? __ldg(table + (long long)j * D4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            #pragma unroll
+            for (int u = 0; u < 32 / G; ++u) { acc.x += r[u].x; acc.y += r[u].y; acc.z += r[u].z; acc.w += r[u].w; }
+        }
+    } else {
+        const long long row = warp * G + g;
+        if (warp * G >= n_rows) return;
+        const long long s = row < n_rows ? indptr[row] : 0, e = row < n_rows ? indptr[row + 1] : 0;
+        const int mine = (int)((e - s + D4 - 1) / D4);
+        const int steps = (int)__reduce_max_sync(0xffffffffu, (unsigned)mine);
+        for (int t = 0; t < steps; ++t) {
+            const long long k = s + (long long)t * D4 + c;
+            const int my = k < e ? __ldcs(idx + k) : -1;
+            float4 r[D4];
+            #pragma unroll
+            for (int u = 0; u < D4; ++u) {
+                const int j = __shfl_sync(0xffffffffu, my, g * D4 + u);
+                r[u] = j >= 0 ? __ldg(table + (long long)j * D4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            #pragma unroll
+            for (int u = 0; u < D4; ++u) { acc.x += r[u].x; acc.y += r[u].y; acc.z += r[u].z; acc.w += r[u].w; }
+        }
+    }
+    if (acc.x == -1.2345e30f) out[threadIdx.x] = acc;
+}
+"""
+
+
 def _shfl_rows_in_flight(d4: int) -> list[int]:
     """The U (rows in flight a lane group) gather_sum_shfl is built for at d4 lanes a row: 2, 4, 8
     and 16 wherever U * (32 / d4) divides or is a multiple of 32 (every power-of-two d4)."""
@@ -533,7 +588,7 @@ def _launch_ms(fn, grid: int, block: int, args: tuple, comm) -> float:
 
 
 def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None, table_mb: float = 8.0,
-                     gathered_gb: float = 1.0, orders=(), rates: list | None = None) -> float:
+                     gathered_gb: float = 1.0, orders=(), rates: list | None = None, indptr=None) -> float:
     """GB/s of gathered rows of width `dim` delivered by the memory system to a bare gather-sum
     kernel (16 B loads, lane groups per row, 4, 8 or 16 rows in flight per group, 2048 threads
     per SM in blocks of 64, 128 or 256, each warp on a balanced slice of the stream or on chunks
@@ -551,7 +606,13 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
     better locality. `rates`: a list that gets each stream's best GB/s (the plan's order first,
     then `orders`; or random, sequential). Without `indices`, it is the best of uniformly random
     and sequential rows of an L2-resident `table_mb` table (a random-row rate is no floor for a
-    graph whose hubs repeat in L1)."""
+    graph whose hubs repeat in L1).
+
+    `indptr` (int64 [rows + 1], the CSR whose entries `indices` lists, in that order): the plan's
+    stream is also timed with gather_rows, the bare gather that walks the CSR's rows (one warp or
+    one lane group a row, rows in CSR order, 128-thread blocks): with ascending neighbour lists a
+    row kernel's warps in flight read neighbouring source rows, a locality the flat-stream shapes
+    do not have (csr_rows beat them on reddit-like D = 64 once rows were sorted)."""
     import cupy as cp
     import torch
 
@@ -586,6 +647,16 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
                       for (u, per_sm, block), w in itertools.product(_GATHER_SHAPES, ("false", "true"))]
         candidates += [(shfl.get_function(name), sms * per_sm, block, args[:3] + args[4:])  # d4: a template argument
                        for name, (per_sm, block) in itertools.product(shfl_names, ((8, 256), (16, 128), (32, 64)))]
+        if indptr is not None and ids is streams[0]:  # the rows kernels: the stream in CSR order only
+            ip = torch.from_numpy(np.asarray(indptr, dtype=np.int64)).to("cuda")
+            n_rows = ip.numel() - 1
+            rmod = cp.RawModule(code=_GATHER_ROWS_SRC, options=("-std=c++17",),
+                                name_expressions=[f"gather_rows<{d4}, {w}>" for w in ("false", "true")])
+            rargs = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.uint64(ip.data_ptr()),
+                     np.int64(n_rows), np.uint64(out.data_ptr()))
+            for w, per_warp in (("false", 1), ("true", 32 // d4)):
+                warps = -(-n_rows // per_warp)
+                candidates.append((rmod.get_function(f"gather_rows<{d4}, {w}>"), max(1, -(-warps // 4)), 128, rargs))
         stream_best = max(n_idx * 16 * d4 / (_launch_ms(fn, grid, block, a, comm) * 1e6)
                           for fn, grid, block, a in candidates)
         best = max(best, stream_best)
@@ -635,7 +706,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
     p = dg.plan(kind)
     dp = padded_dim(dim)
     gbw = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local,
-                           orders=csr_rows_orders(p, kind, dim))
+                           orders=csr_rows_orders(p, kind, dim), indptr=p.local_indptr)
     x = torch.randn(dg.n_local, dim, device=dg.device, generator=_cuda_gen())
     rows = []
     for v in variants_for(dg, wanted):

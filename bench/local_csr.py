@@ -194,7 +194,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 from bench.fullgraph import csr_rows_orders, gather_bandwidth
                 rates: list = []
                 own = gather_bandwidth(dim, comm, indices=plan.local_indices, table_rows=plan.n_local,
-                                       orders=csr_rows_orders(plan, kind, dim), rates=rates)
+                                       orders=csr_rows_orders(plan, kind, dim), rates=rates,
+                                       indptr=plan.local_indptr)
                 l2["graph-stream"] = own
                 gathered = plan.num_local_edges * dp * 4
                 l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
