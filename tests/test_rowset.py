@@ -81,6 +81,34 @@ def test_models_on_rows_equal_the_full_forward_and_backward(name, opts):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_gin_with_batch_norm_writes_only_the_rows_after_the_last_norm(monkeypatch):
+    """The last GIN layer with batch norm aggregates and normalises every row (all-row
+    statistics) but its norm writes only the rows read (`rows=`), and the Linear after it runs
+    on them alone; the inner layers still run on every row. Equal to the full model (above)."""
+    from mgg.nn.norm import DistBatchNorm
+
+    seen = []
+    orig = DistBatchNorm.forward
+
+    def spy(self, x, dg=None, relu=False, rows=None):
+        seen.append((x.shape[0], None if rows is None else len(rows)))
+        return orig(self, x, dg, relu, rows)
+
+    monkeypatch.setattr(DistBatchNorm, "forward", spy)
+    indptr, indices, rows = _graph()
+    n = len(indptr) - 1
+    torch.manual_seed(0)
+    x, y = torch.randn(n, 12), torch.randint(0, 5, (n,))
+    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
+        rs = dg.register_rows("train", torch.from_numpy(rows))
+        model = build_model("gin", 12, 8, 5, 3, 0.0, norm="batch")
+        logits, _ = _step(model, dg, x, y, torch.from_numpy(rows), rs)
+    assert logits.shape == (len(rows), 5)
+    assert seen == [(n, None), (n, None), (n, len(rows))]
+    with pytest.raises(ValueError, match="compact=True"):
+        model.convs[0](x, dg, rows=rs, compact=False)
+
+
 def test_cli_uses_row_sets_when_the_training_rows_are_few(tmp_path):
     """papers-like keeps ~1% of the nodes in its masks: the run registers the row sets of both
     layers (the last layer's rows, and the first layer's: those and their in-neighbours) for the

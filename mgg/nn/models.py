@@ -68,17 +68,20 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             r = per_layer[i] if (i == last or i >= restrictable) else None
             kw = {} if r is None else {"rows": r, "compact": i == last}
+            # the last conv without row support computes every row, then the rows are sliced;
+            # one that `supports_output_rows` (GINConv with batch norm) takes them itself
+            sliced = i == last and r is not None and i < restrictable and not getattr(conv, "supports_output_rows", False)
             # the activation inside the conv where it can run it in a GEMM's epilogue
             act_inside = i < last and self.activation is torch.relu and getattr(conv, "takes_relu_out", False)
             if act_inside:
                 kw["relu_out"] = True
             cached = self._cached_input(conv, x, dg) if i == 0 else None
             if cached is not None:  # the first layer from its input's aggregation, computed once
-                if i == last and r is not None and i < restrictable:
+                if sliced:
                     x = conv.forward_aggregated(cached, x, dg)[r.index]
                 else:
                     x = conv.forward_aggregated(cached, x, dg, **kw)
-            elif i == last and r is not None and i < restrictable:  # a conv without rows: all, sliced
+            elif sliced:  # a conv without rows: all, sliced
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
                 seed = draw_seed(generator)  # the draw global_dropout makes

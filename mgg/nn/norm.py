@@ -92,7 +92,7 @@ class _SyncBatchNormGPU(torch.autograd.Function):
     [n_local, D] (contiguous CUDA). dg None: one process."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, bn, dg, counts, relu):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None):  # type: ignore[override]
         d = x.shape[1]
         p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
         buf = x.new_zeros(p, 2 * d)
@@ -108,21 +108,25 @@ class _SyncBatchNormGPU(torch.autograd.Function):
         mean, var = combine_rank_stats(buf[:, :d], buf[:, d:], n_r, n, bn.eps)
         bn._update_running(mean, var, n)
         mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
-        ctx.save_for_backward(x, weight, bias, mean32, invstd32)
+        ctx.save_for_backward(x, weight, bias, mean32, invstd32, index)
         ctx.dg, ctx.count, ctx.n, ctx.relu, ctx.world = dg, count32, n, relu, p
-        if x.shape[0] == 0:  # torch's kernel refuses an empty input; this rank still took part above
-            return x.new_empty(x.shape)
+        rows = x if index is None else x[index]  # the rows written (statistics: all of x)
+        if rows.shape[0] == 0:  # torch's kernel refuses an empty input; this rank still took part above
+            return x.new_empty(rows.shape)
         if relu:
             from ..kernels.norm_relu import bn_relu_forward
 
-            return bn_relu_forward(x, mean32, invstd32, weight, bias)
-        return torch.batch_norm_elemt(x, weight, bias, mean32, invstd32, bn.eps)
+            return bn_relu_forward(rows, mean32, invstd32, weight, bias)
+        return torch.batch_norm_elemt(rows, weight, bias, mean32, invstd32, bn.eps)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        x, weight, bias, mean, invstd = ctx.saved_tensors
+        x, weight, bias, mean, invstd, index = ctx.saved_tensors
         grad = grad.contiguous()
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        if index is not None:
+            return _SyncBatchNormGPU._backward_rows(ctx, grad, x, weight, bias, mean, invstd, index,
+                                                    need_x, need_w, need_b)
         d = x.shape[1]
         gw = gb = None
         if x.shape[0] == 0:
@@ -151,7 +155,49 @@ class _SyncBatchNormGPU(torch.autograd.Function):
                 gx = bn_relu_backward_elemt(grad, x, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
             else:
                 gx = torch.batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None
+
+    @staticmethod
+    def _backward_rows(ctx, grad, x, weight, bias, mean, invstd, index, need_x, need_w, need_b):
+        """backward when only the rows `index` were written (grad float32 [len(index), D]): the
+        gradient is 0 at every other row, so the two sums run over those rows, and
+        dx = w invstd (dy - sum_dy / N - (x - mean) invstd^2 sum_dy_xmu / N) is the per-column
+        affine map a x + c at every other row (one pass); the rows written get the batch-norm
+        (+ ReLU) backward kernels' own values. `index` holds distinct rows (a RowSet's)."""
+        d = x.shape[1]
+        rows = x[index]
+        gw = gb = None
+        if rows.shape[0] == 0:
+            sum_dy = sum_dy_xmu = x.new_zeros(d)
+            if weight is not None:
+                gw, gb = torch.zeros_like(weight), torch.zeros_like(weight)
+        elif ctx.relu:
+            from ..kernels.norm_relu import bn_relu_backward_reduce
+
+            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
+            if weight is not None:
+                gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
+        else:
+            sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
+                grad, rows, mean, invstd, weight, True, need_w and weight is not None, need_b and weight is not None)
+        gx = None
+        if need_x:  # collective, as in backward
+            sums = torch.cat([sum_dy, sum_dy_xmu])
+            if ctx.world > 1:
+                sums = _sum_over_ranks(sums, ctx.dg)
+            scale = invstd if weight is None else weight * invstd
+            a = -scale * invstd * invstd * sums[d:] / ctx.n
+            c = -scale * sums[:d] / ctx.n - a * mean
+            gx = torch.addcmul(c.expand_as(x), x, a) if x.shape[0] else torch.zeros_like(x)
+            if rows.shape[0] and ctx.relu:
+                from ..kernels.norm_relu import bn_relu_backward_elemt
+
+                gx.index_copy_(0, index, bn_relu_backward_elemt(grad, rows, mean, invstd, weight, bias,
+                                                                sums[:d], sums[d:], ctx.n))
+            elif rows.shape[0]:
+                gx.index_copy_(0, index, torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d],
+                                                                         sums[d:], ctx.count))
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None
 
 
 class DistBatchNorm(nn.Module):
@@ -177,6 +223,7 @@ class DistBatchNorm(nn.Module):
 
     needs_graph = True  # GINConv passes the DistGraph to this stage
     takes_relu = True   # ... and `relu=True` when a ReLU follows it
+    takes_rows = True   # ... and `rows=` when only some rows of the output are read
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, fuse_relu: bool = True):
@@ -266,9 +313,12 @@ class DistBatchNorm(nn.Module):
                              f"{counts[dg.rank]}: batch norm runs over every row of every rank")
         return counts
 
-    def forward(self, x: torch.Tensor, dg=None, relu: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg=None, relu: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
         """x float [n_local, D] -> batch_norm(x), or relu(batch_norm(x)) with `relu`. Collective
-        while training with several ranks."""
+        while training with several ranks. `rows` (int64 [k] distinct local rows, on x's device):
+        only those rows of the result, float [k, D], in that order; the statistics are still
+        those of every row (and the gradient reaches every row of x through them). On a GPU
+        only the k rows are transformed."""
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"DistBatchNorm: expected [n, {self.num_features}] input, got {tuple(x.shape)}")
         use_batch = self.training or not self.track_running_stats
@@ -277,20 +327,23 @@ class DistBatchNorm(nn.Module):
         if use_batch and x.is_cuda and (comm is None or comm.size == 1):
             if x.shape[0] < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
-            if fused:  # statistics, then the transform and the ReLU in one kernel
-                return _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, None,
-                                               np.array([x.shape[0]], dtype=np.int64), True)
+            if fused or (rows is not None and x.dtype == torch.float32):
+                # statistics, then the transform (and the ReLU: one kernel) of the rows written
+                out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, None,
+                                              np.array([x.shape[0]], dtype=np.int64), fused, rows)
+                return torch.relu(out) if relu and not fused else out
             track = self.training and self.track_running_stats
             if track:
                 self.num_batches_tracked += 1
             out = F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
                                self.weight, self.bias, True, self._momentum() if track else 0.0, self.eps)
+            out = out if rows is None else out[rows]
             return torch.relu(out) if relu else out
         counts = self._gpu_counts(x, dg) if use_batch and comm is not None else None
         if counts is not None:
             if counts.sum() < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
-            out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused)
+            out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused, rows)
             return torch.relu(out) if relu and not fused else out
         if use_batch:
             mean, var, n = self._global_stats(x, dg)
@@ -298,7 +351,7 @@ class DistBatchNorm(nn.Module):
             mean, inv = mean.to(x.dtype), torch.rsqrt(var + self.eps).to(x.dtype)
         else:
             mean, inv = self.running_mean.to(x.dtype), torch.rsqrt(self.running_var + self.eps).to(x.dtype)
-        out = (x - mean) * inv
+        out = ((x if rows is None else x[rows]) - mean) * inv
         if self.affine:
             out = out * self.weight + self.bias
         return torch.relu(out) if relu else out

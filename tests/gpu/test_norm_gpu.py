@@ -111,6 +111,45 @@ def test_batch_norm_matches_float64(dist, empty_first, relu):
     assert int(bn.num_batches_tracked) == 1
 
 
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("share", [0.0, 0.08, 1.0])
+def test_batch_norm_of_some_rows_matches_float64(dist, relu, share):
+    """`rows=`: statistics over every row of every rank, only the given rows written (the last GIN
+    layer's training rows); the gradient (the loss reads those rows alone) reaches every row
+    through the statistics. float64 reference: the full batch norm, g zero off the rows."""
+    comm, store = dist
+    d = 32 if relu else D
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((N, d)) * 3.0 + rng.standard_normal(d) * 50.0).astype(np.float32)
+    pick = rng.random(N) < share
+    if share == 1.0:
+        pick[:] = True
+    g = rng.standard_normal((N, d)).astype(np.float32) * pick[:, None]
+    w = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    b = rng.standard_normal(d).astype(np.float32)
+    bounds = _bounds(comm, False)
+    lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
+    y_ref, dx_ref, dw_ref, db_ref, mean_ref, var_ref = _reference(x, g, w, b, 1e-5, relu)
+    mine = np.nonzero(pick[lo:hi])[0]
+    rows = torch.from_numpy(rng.permutation(mine)).cuda()  # any order: the output follows it
+    bn = DistBatchNorm(d).cuda()
+    with torch.no_grad():
+        bn.weight.copy_(torch.from_numpy(w))
+        bn.bias.copy_(torch.from_numpy(b))
+    xs = torch.from_numpy(x[lo:hi]).cuda().requires_grad_()
+    y = bn(xs, _dg(comm, store, bounds), relu=relu, rows=rows)
+    assert "SyncBatchNormGPU" in type(y.grad_fn).__name__ and y.shape == (len(mine), d)
+    r = rows.cpu().numpy()
+    (y * torch.from_numpy(g[lo:hi][r]).cuda()).sum().backward()
+    assert np.allclose(y.detach().cpu().numpy(), y_ref[lo:hi][r], rtol=1e-4, atol=1e-4)
+    assert np.allclose(xs.grad.cpu().numpy(), dx_ref[lo:hi], rtol=1e-3, atol=1e-4)
+    assert np.allclose(_host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
+    assert np.allclose(_host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
+    m = 0.1
+    assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
+    assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("d", [4, 64, 1024])
 @pytest.mark.parametrize("affine", [True, False])
 def test_bn_relu_kernels_match_float64(d, affine):

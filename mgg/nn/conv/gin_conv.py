@@ -15,16 +15,28 @@ def _modules(mlp: nn.Module) -> list[nn.Module]:
     return list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
 
 
-def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, fuse: bool = True) -> torch.Tensor:
+def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, fuse: bool = True,
+         out_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Apply `stages` in order, then a ReLU when `relu_out`. A stage with `needs_graph = True`
     (DistBatchNorm) also gets `dg`, and one with `takes_relu = True` followed by an `nn.ReLU`
     runs that ReLU itself (`stage(h, dg, relu=True)`: one fused kernel on a GPU,
     mgg.kernels.norm_relu). With `fuse`, an `nn.Linear` followed by an `nn.ReLU` (or last, with
-    `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own."""
+    `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own.
+
+    `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
+    one that needs the graph run on every row (batch statistics are over all nodes); that stage
+    writes only the k rows (`stage(h, dg, rows=out_rows)` where it `takes_rows`, else it is
+    sliced after), and the stages after it run on the k rows alone."""
+    cut = -1
+    if out_rows is not None:
+        cut = max((k for k, m in enumerate(stages) if getattr(m, "needs_graph", False)), default=-1)
+        if cut < 0:
+            h = h[out_rows]
     i = 0
     while i < len(stages):
         m = stages[i]
         nxt = stages[i + 1] if i + 1 < len(stages) else None
+        rows_kw = {"rows": out_rows} if i == cut and getattr(m, "takes_rows", False) else {}
         if fuse and type(m) is nn.Linear and (isinstance(nxt, nn.ReLU) or (nxt is None and relu_out)):
             h = linear_relu(h, m.weight, m.bias)
             if nxt is None:
@@ -33,9 +45,13 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
         elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
-            h, i = m(h, dg, relu=True), i + 2
+            h, i = m(h, dg, relu=True, **rows_kw), i + 2
         else:
-            h, i = m(h, dg), i + 1
+            h, i = m(h, dg, **rows_kw), i + 1
+        if cut >= 0 and i > cut and not rows_kw and out_rows is not None:
+            h, cut = h[out_rows], -1  # a stage that writes every row: sliced after it
+        elif rows_kw:
+            cut = -1
     return torch.relu(h) if relu_out else h
 
 
@@ -99,6 +115,10 @@ class GINConv(nn.Module):
         that needs the graph (DistBatchNorm's statistics are over every node)."""
         return not any(getattr(m, "needs_graph", False) for m in _modules(self.nn))
 
+    #: forwards take `rows` with compact=True whatever the MLP: with batch norm every row is
+    #: aggregated and normalised, and only the stages after the norm run on the rows alone
+    supports_output_rows = True
+
     @property
     def projects_first(self) -> bool:
         """True when the MLP's first Linear runs before the aggregation (it narrows the rows)."""
@@ -106,15 +126,26 @@ class GINConv(nn.Module):
         return isinstance(first, nn.Linear) and first.out_features < first.in_features
 
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True, relu_out: bool = False) -> torch.Tensor:
-        """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet;
-        only when `supports_rows`) and `compact` (else [n_local, out], meaningful at `rows`);
+        """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet)
+        and `compact` (else [n_local, out], meaningful at `rows`; only when `supports_rows`);
         relu of it with `relu_out`."""
-        if rows is not None and not self.supports_rows:
-            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+        agg_rows, out_rows = self._row_split(rows, compact)
         stages = _modules(self.nn)
         if self.projects_first:
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact, relu_out)
-        return _run(stages, self._sum(x, dg, rows, compact), dg, relu_out, self.fuse_relu)
+        return _run(stages, self._sum(x, dg, agg_rows, compact), dg, relu_out, self.fuse_relu, out_rows)
+
+    def _row_split(self, rows, compact: bool):
+        """(the rows to aggregate, the rows the MLP's graph-wide stage writes): (rows, None) when
+        the MLP runs on rows alone (`supports_rows`); with batch norm (None, rows.index): every row
+        is aggregated and normalised with all-row statistics, the rest of the MLP runs on `rows`
+        (`compact` only: the others would be missing, not merely stale)."""
+        if rows is None or self.supports_rows:
+            return rows, None
+        if not compact:
+            raise ValueError("GINConv: an MLP with batch norm computes every row of an inner layer (rows only "
+                             "with compact=True, the last layer)")
+        return None, rows.index
 
     def input_aggregation(self) -> tuple[str, int | None]:
         """(kind, column block) of the aggregation `forward_aggregated` starts from: "sum_self",
@@ -126,14 +157,13 @@ class GINConv(nn.Module):
                            compact: bool = True, relu_out: bool = False) -> torch.Tensor:
         """forward given agg = (A + I) x, float32 [n_local, F]: the whole MLP on
         agg + eps x (eps x only when eps is learnt or nonzero), as W (A + I) x == (A + I) x W."""
-        if rows is not None and not self.supports_rows:
-            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+        agg_rows, out_rows = self._row_split(rows, compact)
         own = x
-        if rows is not None and compact:
-            agg, own = agg[rows.index], x[rows.index]
+        if agg_rows is not None and compact:
+            agg, own = agg[agg_rows.index], x[agg_rows.index]
         if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
             agg = agg + self.eps * own
-        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu)
+        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu, out_rows)
 
     def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
         """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
@@ -152,13 +182,12 @@ class GINConv(nn.Module):
     def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True,
                           relu_out: bool = False) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
-        if rows is not None and not self.supports_rows:
-            raise ValueError("GINConv: an MLP with batch norm runs over every row (rows=None)")
+        agg_rows, out_rows = self._row_split(rows, compact)
         lin, rest = _modules(self.nn)[0], _modules(self.nn)[1:]
-        out = self._sum(h, dg, rows, compact)
+        out = self._sum(h, dg, agg_rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
-        return _run(rest, out, dg, relu_out, self.fuse_relu)
+        return _run(rest, out, dg, relu_out, self.fuse_relu, out_rows)
 
     def extra_repr(self) -> str:
         return f"train_eps={isinstance(self.eps, nn.Parameter)}, projects_first={self.projects_first}"
