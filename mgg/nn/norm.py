@@ -188,7 +188,11 @@ class _SyncBatchNormGPU(torch.autograd.Function):
             scale = invstd if weight is None else weight * invstd
             a = -scale * invstd * invstd * sums[d:] / ctx.n
             c = -scale * sums[:d] / ctx.n - a * mean
-            gx = torch.addcmul(c.expand_as(x), x, a) if x.shape[0] else torch.zeros_like(x)
+            # a x + c as batch norm's transform (mean 0, invstd 1, weight a, bias c): its channel
+            # kernel is vectorised, where torch.addcmul of a broadcast [D] is not (0.48 ms at
+            # [2.45M, 64] on one H200, session 31 c6)
+            gx = (torch.batch_norm_elemt(x.contiguous(), a, c, torch.zeros_like(a), torch.ones_like(a), 0.0)
+                  if x.shape[0] else torch.zeros_like(x))
             if rows.shape[0] and ctx.relu:
                 from ..kernels.norm_relu import bn_relu_backward_elemt
 
