@@ -610,7 +610,7 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
 
     `indptr` (int64 [rows + 1], the CSR whose entries `indices` lists, in that order): the plan's
     stream is also timed with gather_rows, the bare gather that walks the CSR's rows (one warp or
-    one lane group a row, rows in CSR order, 128-thread blocks): with ascending neighbour lists a
+    one lane group a row, rows in CSR order, blocks of 64, 128 or 256 threads): with ascending neighbour lists a
     row kernel's warps in flight read neighbouring source rows, a locality the flat-stream shapes
     do not have (csr_rows beat them on reddit-like D = 64 once rows were sorted)."""
     import cupy as cp
@@ -654,9 +654,10 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
                                 name_expressions=[f"gather_rows<{d4}, {w}>" for w in ("false", "true")])
             rargs = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.uint64(ip.data_ptr()),
                      np.int64(n_rows), np.uint64(out.data_ptr()))
-            for w, per_warp in (("false", 1), ("true", 32 // d4)):
+            for (w, per_warp), block in itertools.product((("false", 1), ("true", 32 // d4)), (64, 128, 256)):
                 warps = -(-n_rows // per_warp)
-                candidates.append((rmod.get_function(f"gather_rows<{d4}, {w}>"), max(1, -(-warps // 4)), 128, rargs))
+                candidates.append((rmod.get_function(f"gather_rows<{d4}, {w}>"), max(1, -(-warps // (block // 32))),
+                                   block, rargs))
         stream_best = max(n_idx * 16 * d4 / (_launch_ms(fn, grid, block, a, comm) * 1e6)
                           for fn, grid, block, a in candidates)
         best = max(best, stream_best)
