@@ -34,11 +34,25 @@ def test_p_ranks_train_the_one_rank_weights(dataset, model):
     # the max over ranks, so every rank takes the same branch (a one-rank failure must not hang)
     diff = comm.allreduce_scalar(float(np.abs(w - w1).max()), "max")
     print(f"{dataset}/{model} P={comm.size}: max |w_P - w_1| = {diff:.2e}")
-    # 5-layer GIN amplifies the float32 rounding of a different summation order (with dropout 0
-    # the gap is 2e-5 after 10 epochs; the P-rank and 1-rank dropout masks are identical)
-    tol = 1e-2 if model == "gin" else 1e-4
-    assert diff < tol * max(1.0, float(np.abs(w1).max()))
-    assert abs(res.final_loss - ref.final_loss) < (1e-3 if model == "gin" else 1e-4)
+    if model == "gin":
+        # With dropout, 5-layer GIN's training diverges by chance: a P-rank row sums its local,
+        # then its remote entries, so the float32 gradients differ in the last bits, and Adam
+        # (g / (|g| + eps)) turns that into up to +-lr where an element is near 0. With every
+        # plan row sorted (session 31): sbm at P = 2 and 3, 1.6e-4 after one epoch and 1.7e-2
+        # after ten (3e-5 to 9e-5 in the rows' former order); karate at P = 3, the loss 5e-4 off
+        # at epoch 3 and 4e-3 at epoch 10 (one step's gradients agree to 2.4e-7 with or without
+        # the last layer's rows path). So: the first epoch's loss (same weights, same dropout
+        # masks at any P) must agree, and without dropout the weights after ten epochs (1.9e-6
+        # observed): the check that P ranks compute what one does.
+        assert abs(res.epochs[0]["loss"] - ref.epochs[0]["loss"]) < 1e-5 * max(1.0, abs(ref.epochs[0]["loss"]))
+        cfg0 = TrainConfig(dataset=dataset, model=model, epochs=10, backend="cpu", ps=4, dist=2, wpb=2,
+                           progress=False, dropout=0.0)
+        res, ref = train(cfg0, comm, g), train(cfg0, Communicator(comm=None), g)
+        w, w1 = flat(res.model), flat(ref.model)
+        diff = comm.allreduce_scalar(float(np.abs(w - w1).max()), "max")
+        print(f"{dataset}/{model} P={comm.size}, dropout 0: max |w_P - w_1| = {diff:.2e}")
+    assert diff < 1e-4 * max(1.0, float(np.abs(w1).max()))
+    assert abs(res.final_loss - ref.final_loss) < 1e-4
     # every rank holds bit-identical replicas
     w0 = comm.bcast(w)
     assert np.array_equal(w, w0)
