@@ -57,7 +57,7 @@ def sort_within_rows(indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
     Why: the row kernels gather the rows their warps name at the same time, so with each
     neighbour list ascending the warps in flight read nearby source rows (one H200, csr_rows,
     generated graphs whose lists are in generation order: reddit-like 13-15% faster at D = 16
-    and 64, products-like D = 16 gcn 5%; bench/results/2026-11-26-h200x1-*/c3 of session 31).
+    and 64, products-like D = 16 gcn 5%: bench/results/2026-11-26-h200x1-5db1f89/c3).
     The transposed rows are already sorted (`transposed_rows`). A row's sum then adds its terms
     in another order: the same result up to float rounding."""
     e = indices.numel()

@@ -71,6 +71,18 @@ def _host_sum(comm, a):
     return a
 
 
+def _check(comm, bn, y, y_ref, xs, dx_ref, dw_ref, db_ref, mean_ref, var_ref, m=0.1):
+    """y and x's gradient against this rank's float64 rows; the affine gradients (this rank's
+    rows: their sum over ranks is the whole-graph gradient) and the running statistics (one
+    update with momentum m) against the whole graph's."""
+    assert np.allclose(y.detach().cpu().numpy(), y_ref, rtol=1e-4, atol=1e-4)
+    assert np.allclose(xs.grad.cpu().numpy(), dx_ref, rtol=1e-3, atol=1e-4)
+    assert np.allclose(_host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
+    assert np.allclose(_host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
+    assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
+    assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("empty_first", [False, True])
 def test_batch_norm_matches_float64(dist, empty_first, relu):
@@ -100,14 +112,7 @@ def test_batch_norm_matches_float64(dist, empty_first, relu):
     (y * torch.from_numpy(g[lo:hi]).cuda()).sum().backward()
     if relu:
         assert (y_ref == 0).mean() > 0.2  # the mask matters
-    assert np.allclose(y.detach().cpu().numpy(), y_ref[lo:hi], rtol=1e-4, atol=1e-4)
-    assert np.allclose(xs.grad.cpu().numpy(), dx_ref[lo:hi], rtol=1e-3, atol=1e-4)
-    # the affine gradients are this rank's rows: their sum over ranks is the whole-graph gradient
-    assert np.allclose(_host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
-    assert np.allclose(_host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
-    m = 0.1
-    assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
-    assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
+    _check(comm, bn, y, y_ref[lo:hi], xs, dx_ref[lo:hi], dw_ref, db_ref, mean_ref, var_ref)
     assert int(bn.num_batches_tracked) == 1
 
 
@@ -141,13 +146,7 @@ def test_batch_norm_of_some_rows_matches_float64(dist, relu, share):
     assert "SyncBatchNormGPU" in type(y.grad_fn).__name__ and y.shape == (len(mine), d)
     r = rows.cpu().numpy()
     (y * torch.from_numpy(g[lo:hi][r]).cuda()).sum().backward()
-    assert np.allclose(y.detach().cpu().numpy(), y_ref[lo:hi][r], rtol=1e-4, atol=1e-4)
-    assert np.allclose(xs.grad.cpu().numpy(), dx_ref[lo:hi], rtol=1e-3, atol=1e-4)
-    assert np.allclose(_host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
-    assert np.allclose(_host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
-    m = 0.1
-    assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
-    assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
+    _check(comm, bn, y, y_ref[lo:hi][r], xs, dx_ref[lo:hi], dw_ref, db_ref, mean_ref, var_ref)
 
 
 @pytest.mark.parametrize("d", [4, 64, 1024])
