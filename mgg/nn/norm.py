@@ -88,8 +88,9 @@ class _SyncBatchNormGPU(torch.autograd.Function):
     torch.batch_norm_backward_reduce (or bn_relu_backward_reduce, the gradient masked by the
     ReLU recomputed from x) gives this rank's sum(dy), sum(dy (x - mean)) and the affine gradients
     (this rank's rows; the gradient all-reduce sums them); the two [D] sums are summed over ranks,
-    then torch.batch_norm_backward_elemt (or bn_relu_backward_elemt) writes dx. Shapes: x float32
-    [n_local, D] (contiguous CUDA). dg None: one process."""
+    then torch.batch_norm_backward_elemt (or bn_relu_backward_elemt) writes dx. `index` (int64
+    [k] distinct rows, or None): only those rows are transformed and returned (statistics of
+    all). Shapes: x float32 [n_local, D] (contiguous CUDA). dg None: one process."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None):  # type: ignore[override]
@@ -121,87 +122,66 @@ class _SyncBatchNormGPU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
+        """With an index (only those rows written; grad float32 [len(index), D], distinct rows)
+        the gradient is 0 at every other row, so the two sums run over the rows written, and
+        dx = w invstd (dy - sum_dy / N - (x - mean) invstd^2 sum_dy_xmu / N) is the per-column
+        affine map a x + c at every other row (one pass); the rows written get the batch-norm
+        (+ ReLU) backward kernels' own values."""
         x, weight, bias, mean, invstd, index = ctx.saved_tensors
         grad = grad.contiguous()
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        if index is not None:
-            return _SyncBatchNormGPU._backward_rows(ctx, grad, x, weight, bias, mean, invstd, index,
-                                                    need_x, need_w, need_b)
         d = x.shape[1]
+        rows = x if index is None else x[index]  # the rows grad belongs to
         gw = gb = None
-        if x.shape[0] == 0:
+        if rows.shape[0] == 0:
             sum_dy = sum_dy_xmu = x.new_zeros(d)
             gw = gb = None if weight is None else torch.zeros_like(weight)
         elif ctx.relu:
             from ..kernels.norm_relu import bn_relu_backward_reduce
 
-            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, x, mean, invstd, weight, bias)
+            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
             if weight is not None:  # what batch_norm_backward_reduce returns for them
                 gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
         else:
             sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
-                grad, x, mean, invstd, weight, need_x, need_w and weight is not None,
+                grad, rows, mean, invstd, weight, need_x, need_w and weight is not None,
                 need_b and weight is not None)
         gx = None
         if need_x:  # every rank reaches this (all need x's gradient), so the sum is collective
             sums = torch.cat([sum_dy, sum_dy_xmu])
             if ctx.world > 1:
                 sums = _sum_over_ranks(sums, ctx.dg)
-            if x.shape[0] == 0:
-                gx = torch.zeros_like(x)
+            if rows.shape[0] == 0:
+                gx = torch.zeros_like(rows)
             elif ctx.relu:
                 from ..kernels.norm_relu import bn_relu_backward_elemt
 
-                gx = bn_relu_backward_elemt(grad, x, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
+                gx = bn_relu_backward_elemt(grad, rows, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
             else:
-                gx = torch.batch_norm_backward_elemt(grad, x, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
+                gx = torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
+            if index is not None:
+                gx = _scatter_rows(gx, index, x, mean, invstd, weight, sums[:d], sums[d:], ctx.n)
         return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None
 
-    @staticmethod
-    def _backward_rows(ctx, grad, x, weight, bias, mean, invstd, index, need_x, need_w, need_b):
-        """backward when only the rows `index` were written (grad float32 [len(index), D]): the
-        gradient is 0 at every other row, so the two sums run over those rows, and
-        dx = w invstd (dy - sum_dy / N - (x - mean) invstd^2 sum_dy_xmu / N) is the per-column
-        affine map a x + c at every other row (one pass); the rows written get the batch-norm
-        (+ ReLU) backward kernels' own values. `index` holds distinct rows (a RowSet's)."""
-        d = x.shape[1]
-        rows = x[index]
-        gw = gb = None
-        if rows.shape[0] == 0:
-            sum_dy = sum_dy_xmu = x.new_zeros(d)
-            if weight is not None:
-                gw, gb = torch.zeros_like(weight), torch.zeros_like(weight)
-        elif ctx.relu:
-            from ..kernels.norm_relu import bn_relu_backward_reduce
 
-            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
-            if weight is not None:
-                gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
-        else:
-            sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
-                grad, rows, mean, invstd, weight, True, need_w and weight is not None, need_b and weight is not None)
-        gx = None
-        if need_x:  # collective, as in backward
-            sums = torch.cat([sum_dy, sum_dy_xmu])
-            if ctx.world > 1:
-                sums = _sum_over_ranks(sums, ctx.dg)
-            scale = invstd if weight is None else weight * invstd
-            a = -scale * invstd * invstd * sums[d:] / ctx.n
-            c = -scale * sums[:d] / ctx.n - a * mean
-            # a x + c as batch norm's transform (mean 0, invstd 1, weight a, bias c): its channel
-            # kernel is vectorised, where torch.addcmul of a broadcast [D] is not (0.48 ms at
-            # [2.45M, 64] on one H200, session 31 c6)
-            gx = (torch.batch_norm_elemt(x.contiguous(), a, c, torch.zeros_like(a), torch.ones_like(a), 0.0)
-                  if x.shape[0] else torch.zeros_like(x))
-            if rows.shape[0] and ctx.relu:
-                from ..kernels.norm_relu import bn_relu_backward_elemt
-
-                gx.index_copy_(0, index, bn_relu_backward_elemt(grad, rows, mean, invstd, weight, bias,
-                                                                sums[:d], sums[d:], ctx.n))
-            elif rows.shape[0]:
-                gx.index_copy_(0, index, torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d],
-                                                                         sums[d:], ctx.count))
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None
+def _scatter_rows(g_rows: torch.Tensor, index: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                  invstd: torch.Tensor, weight: torch.Tensor | None, sum_dy: torch.Tensor,
+                  sum_dy_xmu: torch.Tensor, n: float) -> torch.Tensor:
+    """dx float32 [n_local, D] of a batch norm whose output was read at rows `index` alone:
+    g_rows [len(index), D] at those rows, and at every other row (where dy = 0) the per-column
+    map a x + c, a = -w invstd^3 sum_dy_xmu / n, c = -w invstd sum_dy / n - a mean."""
+    scale = invstd if weight is None else weight * invstd
+    a = -scale * invstd * invstd * sum_dy_xmu / n
+    c = -scale * sum_dy / n - a * mean
+    if x.shape[0] == 0:
+        return torch.zeros_like(x)
+    # a x + c as batch norm's transform (mean 0, invstd 1, weight a, bias c): its channel kernel is
+    # vectorised, where torch.addcmul of a broadcast [D] is not (0.48 ms at [2.45M, 64] on one
+    # H200, session 31 c6)
+    gx = torch.batch_norm_elemt(x.contiguous(), a, c, torch.zeros_like(a), torch.ones_like(a), 0.0)
+    if g_rows.shape[0]:
+        gx.index_copy_(0, index, g_rows)
+    return gx
 
 
 class DistBatchNorm(nn.Module):
