@@ -76,9 +76,8 @@ def sort_within_rows(indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
         if out is indices:
             out = indices.clone()
         span = int(part.max()) + 1
-        rows.mul_(span).add_(part)  # the key (row, index), in place
-        out[a:b] = torch.sort(rows).values - torch.repeat_interleave(
-            torch.arange(r1 - r0, device=indices.device) * span, counts, output_size=b - a)
+        rows.mul_(span).add_(part)  # the key row * span + index, in place
+        out[a:b] = torch.sort(rows).values % span
     return out
 
 

@@ -129,10 +129,10 @@ class GINConv(nn.Module):
         """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet)
         and `compact` (else [n_local, out], meaningful at `rows`; only when `supports_rows`);
         relu of it with `relu_out`."""
-        agg_rows, out_rows = self._row_split(rows, compact)
         stages = _modules(self.nn)
         if self.projects_first:
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact, relu_out)
+        agg_rows, out_rows = self._row_split(rows, compact)
         return _run(stages, self._sum(x, dg, agg_rows, compact), dg, relu_out, self.fuse_relu, out_rows)
 
     def _row_split(self, rows, compact: bool):
