@@ -15,11 +15,12 @@ write, zero-fill and self-term add; csr_rows writes every row once with the self
   * torch sparse CSR @ x (cuSPARSE),
 and two floors:
   * HBM floor: compulsory bytes (int32 index per edge, float32 weight per edge only where the
-    kernel reads it, int64 row pointers, each distinct source row once, the self rows, the output)
-    / the measured device-copy bandwidth;
-  * gather floor: gathered bytes (E * Dp * 4) / the rate a bare gather-sum kernel
-    (bench/fullgraph.py gather_bandwidth) gets on this plan's own source-index stream at this
-    width -- the memory system's delivery for this access pattern, L1/L2 reuse included. The
+    kernel reads it, int64 row pointers, each table row read once -- the distinct source rows, or
+    every row with a self term --, the output) / the measured device-copy bandwidth;
+  * gather floor: gathered bytes (E * Dp * 4, and (E + n) * Dp * 4 with a self term) / the rate
+    a bare gather-sum kernel (bench/fullgraph.py gather_floor, gather_bandwidth) gets on this
+    plan's own source-index stream (and on A + I's) at this width -- the memory system's
+    delivery for this access pattern, L1/L2 reuse included. The
     random/sequential rates of an L2-resident 8 MB table are printed beside it for context (a
     random-row rate is no floor: the graph's hubs repeat and hit L1). A streaming read of an
     L2-resident buffer is no bound either: 8.1-8.6 TB/s on an H200, below what the bare gather
@@ -141,11 +142,12 @@ def distinct_sources(plan) -> int:
 
 
 def compulsory_bytes(plan, dp: int, weights: bool, uniq: int) -> int:
-    """Bytes any kernel must move from/to HBM once for out = W x (+ diag x) at width dp."""
+    """Bytes any kernel must move from/to HBM once for out = W x (+ diag x) at width dp: indices
+    (and weights), row pointers, each table row read once (every row with a self term), output."""
     row = dp * 4
     per_edge = 4 + (4 if weights else 0)
     return (per_edge * plan.num_local_edges + 8 * (plan.n_local + 1)
-            + row * (uniq + (plan.n_local if plan.has_self else 0) + plan.n_local))
+            + row * ((plan.n_local if plan.has_self else uniq) + plan.n_local))
 
 
 def load_graph(name: str, scale: float, cache: str):
@@ -167,6 +169,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     from mgg.kernels.local_csr import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
                                        CsrRowsExecutor)
     from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime.weights import diag_weights, pair_weights
 
     rows = []
     comm = world()
@@ -175,8 +178,14 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                                         torch.ones(g.num_edges), size=(g.num_nodes, g.num_nodes)).cuda()
         for kind in kinds:
             plan = dg.plan(kind)
+            # the reference's weights from the graph as given (the plan's entries are sorted per row)
+            deg = np.diff(g.indptr)
+            targets = np.repeat(np.arange(g.num_nodes), deg)
             w_csr = torch.sparse_csr_tensor(a_csr.crow_indices(), a_csr.col_indices(),
-                                            torch.from_numpy(plan.local_weight).cuda(), size=a_csr.shape)
+                                            torch.from_numpy(pair_weights(kind, deg, targets, g.indices)).cuda(),
+                                            size=a_csr.shape)
+            del targets
+            ref_diag = diag_weights(kind, deg, np.arange(g.num_nodes))
             t0 = time.perf_counter()
             fast = CsrRowsExecutor(plan, None, kind)
             weighted = CsrRowsExecutor(plan, None, None)
@@ -191,14 +200,12 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 dp = max(4, (dim + 3) // 4 * 4)
                 x = torch.randn(g.num_nodes, dim, device="cuda")
                 l2 = l2_gather_bandwidth(dim)
-                from bench.fullgraph import csr_rows_orders, gather_bandwidth
+                from bench.fullgraph import gather_floor
                 rates: list = []
-                own = gather_bandwidth(dim, comm, indices=plan.local_indices, table_rows=plan.n_local,
-                                       orders=csr_rows_orders(plan, kind, dim), rates=rates,
-                                       indptr=plan.local_indptr)
+                floor = gather_floor(plan, kind, dim, comm, rates=rates)
+                own = floor["GBps"]
                 l2["graph-stream"] = own
-                gathered = plan.num_local_edges * dp * 4
-                l2_floor = gathered / (own * 1e6)  # the floor: a bare gather of this graph's index stream
+                l2_floor = floor["ms"]  # the floor: a bare gather of this graph's index stream (A + I's with a self term)
                 res = {}
                 for ex, label in ((fast, "csr_rows"), (weighted, "csr_rows-weighted")):
                     for mapping, batches, window in (args.mappings if ex is fast else [("bundles", 8, 0)]):
@@ -246,16 +253,21 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 dg.set_variant("paper")
                 ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)
                 res["paper (mgg_local)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
-                diag = torch.from_numpy(plan.self_weight).cuda().unsqueeze(1) if plan.has_self else None
+                diag = torch.from_numpy(ref_diag).cuda().unsqueeze(1) if ref_diag is not None else None
                 ms = event_ms(lambda: (w_csr @ x) + (diag * x if diag is not None else 0), args.reps)
                 res["torch csr (cuSPARSE)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
                 ref = (w_csr @ x) + (diag * x if diag is not None else 0)
                 err = float((fast(x) - ref).norm() / ref.norm())
+                if not err < 1e-5:  # a wrong answer is no timing: stop the run
+                    raise SystemExit(f"local_csr: {g.name} D={dim} {kind}: csr_rows differs from the cuSPARSE "
+                                     f"reference by {err:.1e} (relative norm)")
                 print(f"  {g.name} D={dim} {kind}: mode {fast.factors.mode} ({fast.factors.note}"
                       f"{'; the table scaled by cf, then w = 1' if fast.prescale else ''}), "
                       f"prep {prep:.2f} s, rel err vs cuSPARSE {err:.1e}; "
-                      f"gather rate on this graph's index stream {own:.0f} GB/s (row order / csr_rows' order: "
-                      f"{' / '.join(f'{r:.0f}' for r in rates)}; L2-resident table: random "
+                      f"gather rate on this graph's index stream {own:.0f} GB/s (row order / csr_rows' order"
+                      f"{' / A + I' if plan.has_self else ''}: {' / '.join(f'{r:.0f}' for r in rates)}"
+                      + (f"; without the self rows {floor['without_self_ms']:.3f} ms" if 'without_self_ms' in floor else '')
+                      + f"; L2-resident table: random "
                       f"{l2['fullgraph']:.0f}/{l2['unrolled']:.0f}, sequential {l2['fullgraph-seq']:.0f}/"
                       f"{l2['unrolled-seq']:.0f}), gather floor {l2_floor:.3f} ms", flush=True)
                 for label, (ms, hb, *gf) in res.items():

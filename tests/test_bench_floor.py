@@ -1,0 +1,47 @@
+"""The benchmark floors count what an aggregation must read: A + I's stream and the bytes once."""
+from __future__ import annotations
+
+import os
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.fullgraph import floor_bytes, with_self_entries  # noqa: E402
+
+
+def _random_csr(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    deg = rng.integers(0, 5, n)
+    deg[n // 2] = 0  # an empty row
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    return indptr, rng.integers(0, n, int(indptr[-1])).astype(np.int32)
+
+
+def test_with_self_entries_appends_each_rows_own_index():
+    indptr, indices = _random_csr(40, 0)
+    ptr, idx = with_self_entries(indptr, indices)
+    assert ptr.dtype == np.int64 and idx.dtype == np.int32 and len(idx) == len(indices) + 40
+    for r in range(40):
+        row = idx[ptr[r]:ptr[r + 1]]
+        assert list(row) == list(indices[indptr[r]:indptr[r + 1]]) + [r]
+
+
+def test_floor_bytes_counts_each_row_once_and_self_rows_as_gathered():
+    indptr, indices = _random_csr(30, 1)
+    n, e = 30, len(indices)
+    base = dict(local_indices=indices, local_indptr=indptr, n_local=n, num_local_edges=e,
+                num_remote_edges=0, halo_size=0)
+    dp = 8
+    row = 4 * dp
+    plain = floor_bytes(SimpleNamespace(has_self=False, **base), dp)
+    uniq = len(set(indices.tolist()))
+    assert uniq < n  # the test graph leaves rows unread
+    assert plain["compulsory"] == 4 * e + 8 * (n + 1) + row * (uniq + n)
+    assert plain["gathered"] == row * e
+    selfish = floor_bytes(SimpleNamespace(has_self=True, **base), dp)
+    # every row is read once (its own row), not the distinct sources plus every row again
+    assert selfish["compulsory"] == 4 * e + 8 * (n + 1) + row * (n + n)
+    assert selfish["gathered"] == row * (e + n)
