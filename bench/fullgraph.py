@@ -511,7 +511,7 @@ __global__ void gather_sum_shfl(const float4* __restrict__ table, const int* __r
 }
 """
 _GATHER_ROWS_SRC = r"""
-template <int D4, bool GROUP>
+template <int D4, bool GROUP, bool PREFETCH>
 __global__ void gather_rows(const float4* __restrict__ table, const int* __restrict__ idx,
                             const long long* __restrict__ indptr, long long n_rows, float4* __restrict__ out) {
     // The bare gather over the CSR's rows, as a row kernel walks them: one row per warp (GROUP =
@@ -520,7 +520,8 @@ __global__ void gather_rows(const float4* __restrict__ table, const int* __restr
     // one row per lane group (GROUP = true: G rows a warp, D4 entries a step a group, indices
     // shuffled inside the group). Warps take rows in CSR order, one warp (or G rows) each, no
     // loop over tasks: the warps in flight work on neighbouring rows, each walking its list in
-    // order -- the locality a row kernel gets from neighbour lists that ascend. No weights, no
+    // order -- the locality a row kernel gets from neighbour lists that ascend. PREFETCH: the
+    // next step's indices are loaded before this step's rows (as csr_rows does). No weights, no
     // row writes: one conditional store a thread (never taken) keeps the loads alive.
     constexpr int G = 32 / D4;
     const int lane = threadIdx.x & 31, g = lane / D4, c = lane % D4;
@@ -529,9 +530,11 @@ __global__ void gather_rows(const float4* __restrict__ table, const int* __restr
     if (!GROUP) {
         if (warp >= n_rows) return;
         const long long s = indptr[warp], e = indptr[warp + 1];
+        int next = PREFETCH && s + lane < e ? __ldcs(idx + s + lane) : -1;
         for (long long base = s; base < e; base += 32) {
             const long long k = base + lane;
-            const int my = k < e ? __ldcs(idx + k) : -1;
+            const int my = PREFETCH ? next : (k < e ? __ldcs(idx + k) : -1);
+            if (PREFETCH) next = k + 32 < e ? __ldcs(idx + k + 32) : -1;
             float4 r[32 / G];
             #pragma unroll
             for (int u = 0; u < 32 / G; ++u) {
@@ -547,9 +550,11 @@ __global__ void gather_rows(const float4* __restrict__ table, const int* __restr
         const long long s = row < n_rows ? indptr[row] : 0, e = row < n_rows ? indptr[row + 1] : 0;
         const int mine = (int)((e - s + D4 - 1) / D4);
         const int steps = (int)__reduce_max_sync(0xffffffffu, (unsigned)mine);
+        int next = PREFETCH && s + c < e ? __ldcs(idx + s + c) : -1;
         for (int t = 0; t < steps; ++t) {
             const long long k = s + (long long)t * D4 + c;
-            const int my = k < e ? __ldcs(idx + k) : -1;
+            const int my = PREFETCH ? next : (k < e ? __ldcs(idx + k) : -1);
+            if (PREFETCH) next = k + D4 < e ? __ldcs(idx + k + D4) : -1;
             float4 r[D4];
             #pragma unroll
             for (int u = 0; u < D4; ++u) {
@@ -610,9 +615,10 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
 
     `indptr` (int64 [rows + 1], the CSR whose entries `indices` lists, in that order): the plan's
     stream is also timed with gather_rows, the bare gather that walks the CSR's rows (one warp or
-    one lane group a row, rows in CSR order, blocks of 64, 128 or 256 threads): with ascending neighbour lists a
-    row kernel's warps in flight read neighbouring source rows, a locality the flat-stream shapes
-    do not have (csr_rows beat them on reddit-like D = 64 once rows were sorted)."""
+    one lane group a row, rows in CSR order, blocks of 64, 128 or 256 threads, with and without
+    the next step's indices loaded ahead): with ascending neighbour lists a row kernel's warps in
+    flight read neighbouring source rows, a locality the flat-stream shapes do not have (csr_rows
+    beat them on reddit-like D = 64 once rows were sorted)."""
     import cupy as cp
     import torch
 
@@ -651,13 +657,15 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
             ip = torch.from_numpy(np.asarray(indptr, dtype=np.int64)).to("cuda")
             n_rows = ip.numel() - 1
             rmod = cp.RawModule(code=_GATHER_ROWS_SRC, options=("-std=c++17",),
-                                name_expressions=[f"gather_rows<{d4}, {w}>" for w in ("false", "true")])
+                                name_expressions=[f"gather_rows<{d4}, {w}, {pf}>" for w in ("false", "true")
+                                                  for pf in ("false", "true")])
             rargs = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.uint64(ip.data_ptr()),
                      np.int64(n_rows), np.uint64(out.data_ptr()))
-            for (w, per_warp), block in itertools.product((("false", 1), ("true", 32 // d4)), (64, 128, 256)):
+            for (w, per_warp), pf, block in itertools.product((("false", 1), ("true", 32 // d4)), ("false", "true"),
+                                                              (64, 128, 256)):
                 warps = -(-n_rows // per_warp)
-                candidates.append((rmod.get_function(f"gather_rows<{d4}, {w}>"), max(1, -(-warps // (block // 32))),
-                                   block, rargs))
+                candidates.append((rmod.get_function(f"gather_rows<{d4}, {w}, {pf}>"),
+                                   max(1, -(-warps // (block // 32))), block, rargs))
         stream_best = max(n_idx * 16 * d4 / (_launch_ms(fn, grid, block, a, comm) * 1e6)
                           for fn, grid, block, a in candidates)
         best = max(best, stream_best)
