@@ -63,6 +63,11 @@ def main() -> None:
     ap.add_argument("--storage-dtype", default="fp32")
     ap.add_argument("--no-input-cache", dest="input_cache", action="store_false",
                     help="the first layer aggregates its input every step (mgg.nn.input_cache off)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="the models' dropout (default 0, as bench/fullgraph.py; the CLI trains GCN with 0.5)")
+    ap.add_argument("--fold", choices=("on", "off", "both"), default="on",
+                    help="GNN.fold_input_scale (the gcn factor folded into the dropout; needs --dropout > 0); "
+                         "both: each model with it on, then off")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--detail", default="", help="also print each launch (ms, in order) of the kernels "
@@ -91,14 +96,17 @@ def main() -> None:
     x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
     y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
     tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
-    for mname in models:
+    folds = {"on": (True,), "off": (False,), "both": (True, False)}[args.fold]
+    for mname, fold in ((m, f) for m in models for f in folds):
         torch.manual_seed(0)
         model = build_bench_model(mname, g, device, args.input_cache)
+        model.dropout, model.fold_input_scale = float(args.dropout), fold
         opt = Adam(model.parameters(), lr=0.01)
         rows, wall, launches = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm),
                                             args.steps, args.detail)
         busy = sum(r[1] for r in rows)
-        print(f"== {name} {mname} ({args.storage_dtype}, variant {args.variant}): step {wall:.2f} ms, "
+        print(f"== {name} {mname} ({args.storage_dtype}, variant {args.variant}, dropout {args.dropout:g}"
+              f"{'' if fold else ', no fold'}): step {wall:.2f} ms, "
               f"kernels {busy:.2f} ms, {sum(r[2] for r in rows)} launches")
         for k, ms, n in rows[: args.top]:
             print(f"  {ms:8.3f} ms {100 * ms / busy:5.1f}%  x{n:<4d} {k[:110]}")

@@ -10,6 +10,10 @@
 // regenerates the mask from the seed (grad_x = grad_out * keep * scale: the same kernel).
 // out = (x * (keep ? 1 : 0)) * scale, scale = float32(1 / float32(1 - p)), as torch's CUDA
 // `x * keep / (1 - p)` computes it (a CPU scalar divisor becomes a multiply by its reciprocal).
+// With `row_scale` (float32 [n_rows], or null) each output row r is then multiplied by
+// row_scale[r]: a per-row factor folded into the same pass (the gcn column factor of the
+// aggregation that reads `out`, mgg.nn.functional.global_dropout(row_scale=)); the backward is
+// the same call with the same row_scale.
 //
 // Kernel
 //   mgg_dropout   one thread per (row, group of 4 consecutive columns); grid-stride loop over the
@@ -31,7 +35,8 @@ __device__ __forceinline__ float keep_factor(uint32_t h_row, uint32_t col, uint3
 extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __restrict__ out,
                                        long long n_rows, int dim, long long row0,
                                        unsigned int s1, unsigned int s2, float p, float scale,
-                                       int vec4, const unsigned long long* __restrict__ seed_ptr) {
+                                       int vec4, const unsigned long long* __restrict__ seed_ptr,
+                                       const float* __restrict__ row_scale) {
   mgg_seed_from_device(seed_ptr, s1, s2);
   const long long groups_per_row = (dim + 3) / 4;
   const long long total = n_rows * groups_per_row;
@@ -43,6 +48,7 @@ extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __res
     const int c0 = (int)(t - r * groups_per_row) * 4;
     const uint32_t h_row = mgg_lowbias32((uint32_t)((unsigned long long)(row0 + r) & 0xffffffffull) ^ s1);
     const long long base = r * dim + c0;
+    const float rs = row_scale ? __ldg(row_scale + r) : 1.0f;
     if (vec4) {
       const float4 v = reinterpret_cast<const float4*>(x + base)[0];
       float4 o;
@@ -50,11 +56,13 @@ extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __res
       o.y = (v.y * keep_factor(h_row, c0 + 1, s2, p)) * scale;
       o.z = (v.z * keep_factor(h_row, c0 + 2, s2, p)) * scale;
       o.w = (v.w * keep_factor(h_row, c0 + 3, s2, p)) * scale;
+      if (row_scale) { o.x *= rs; o.y *= rs; o.z *= rs; o.w *= rs; }
       reinterpret_cast<float4*>(out + base)[0] = o;
     } else {
       const int n = min(4, dim - c0);
       for (int k = 0; k < n; ++k) {
-        out[base + k] = (x[base + k] * keep_factor(h_row, (uint32_t)(c0 + k), s2, p)) * scale;
+        const float o = (x[base + k] * keep_factor(h_row, (uint32_t)(c0 + k), s2, p)) * scale;
+        out[base + k] = row_scale ? o * rs : o;
       }
     }
   }

@@ -39,19 +39,28 @@ def seed_words(seed) -> tuple[np.uint32, np.uint32, np.uint64]:
     return np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), np.uint64(0)
 
 
-def dropout_hash_cuda(x: torch.Tensor, p: float, seed, row0: int) -> torch.Tensor:
-    """float32 CUDA [n, D] -> [n, D]: x * (hash_uniform(row0 + i, c, seed) >= p) / (1 - p).
+def dropout_hash_cuda(x: torch.Tensor, p: float, seed, row0: int,
+                      row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 CUDA [n, D] -> [n, D]: x * (hash_uniform(row0 + i, c, seed) >= p) / (1 - p)
+    (then * row_scale[i] per row, in the same pass, when given).
 
     Args:
         x: float32 CUDA tensor [n, D] (made contiguous). p: drop probability in (0, 1).
         seed: 64-bit non-negative int, or an int64 CUDA tensor whose element 0 is a DeviceSeeds
             counter c (the seed is then mix_seed(c), read on the GPU). row0: global id of row 0 (>= 0).
+        row_scale: None or float32 [n] on x's GPU.
     """
     if x.dtype != torch.float32 or not x.is_cuda or x.dim() != 2:
         raise TypeError(f"dropout_hash_cuda: expected a float32 CUDA [n, D] tensor, got {x.dtype} "
                         f"{tuple(x.shape)} on {x.device}")
     if not 0.0 < p < 1.0:
         raise ValueError(f"dropout_hash_cuda: p must be in (0, 1), got {p}")
+    if row_scale is not None:
+        if (row_scale.dtype != torch.float32 or row_scale.device != x.device or row_scale.dim() != 1
+                or row_scale.shape[0] != x.shape[0]):
+            raise TypeError(f"dropout_hash_cuda: row_scale must be float32 [{x.shape[0]}] on {x.device}, got "
+                            f"{row_scale.dtype} {tuple(row_scale.shape)} on {row_scale.device}")
+        row_scale = row_scale.contiguous()
     x = x.contiguous()
     out = torch.empty_like(x)
     n, d = x.shape
@@ -65,5 +74,6 @@ def dropout_hash_cuda(x: torch.Tensor, p: float, seed, row0: int) -> torch.Tenso
     s1, s2, seed_ptr = seed_words(seed)
     launch(kernel("dropout", "mgg_dropout", x.device), x.device, blocks, THREADS,
            (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int64(n), np.int32(d), np.int64(row0),
-            s1, s2, p32, scale, np.int32(vec4), seed_ptr))
+            s1, s2, p32, scale, np.int32(vec4), seed_ptr,
+            np.uint64(0 if row_scale is None else row_scale.data_ptr())))
     return out

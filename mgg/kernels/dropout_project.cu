@@ -29,6 +29,10 @@
 //                            applied before the G rows are stored: one memory round trip per tile,
 //                            written at the end; the caller sums the [warps, F, O] partials (a
 //                            fixed order: deterministic).
+// Row scale: with `row_scale` (float32 [n], or null) the forward writes row_scale[r] * out[r, :]
+// and the weight gradient reads G's row r as row_scale[r] * G[r, :] -- the output of a projection
+// with a per-row factor folded in (the gcn column factor of the aggregation that reads it,
+// mgg.nn.dense.dropout_project(row_scale=)); (s x) W^T = s (x W^T), so x itself is not scaled.
 // Launch geometry: fwd: blockDim.x = any multiple of 32, dynamic shared memory F * OT * 4 bytes;
 // wgrad: blockDim.x = 32 * WPB with WPB = DP_WPB, no dynamic shared memory. gridDim.x = blocks
 // (the launcher picks a few per SM). x, out, G contiguous row-major; W [O, F] row-major; 16-byte
@@ -101,7 +105,7 @@ __device__ __forceinline__ float4 dp_load_bits(const float* __restrict__ x, long
 template <int OT>
 __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,
                        uint32_t* __restrict__ mask, long long n, int F, int O, long long row0, uint32_t s1,
-                       uint32_t s2, uint32_t p, float scale, int drop) {
+                       uint32_t s2, uint32_t p, float scale, int drop, const float* __restrict__ row_scale) {
   extern __shared__ float4 dp_smem4[];
   float* wt = reinterpret_cast<float*>(dp_smem4);  // W^T [F, OT], zeros past O
   for (int i = threadIdx.x; i < F * OT; i += blockDim.x) {
@@ -154,6 +158,11 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
         }
       }
     }
+    if (row_scale != nullptr) {
+      const float rs = __ldg(row_scale + r);
+#pragma unroll
+      for (int o = 0; o < OT; ++o) acc[o] *= rs;
+    }
     float* dst = out + r * O;
     if ((O & 3) == 0) {
 #pragma unroll
@@ -170,7 +179,8 @@ __device__ void dp_fwd(const float* __restrict__ x, const float* __restrict__ W,
 template <int OT, int J>
 __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ G,
                          const uint32_t* __restrict__ mask, float* __restrict__ partial, long long n, int F,
-                         int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p, float scale, int drop) {
+                         int O, long long row0, uint32_t s1, uint32_t s2, uint32_t p, float scale, int drop,
+                         const float* __restrict__ row_scale) {
   constexpr int R = DP_R(J);
   constexpr int TR = DP_WPB * R;                 // rows per tile
   constexpr int GT = TR * OT / (32 * DP_WPB);    // values of the tile's G staged per thread
@@ -205,7 +215,7 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
       const int i = threadIdx.x + k * 32 * DP_WPB;
       const int rr = i / OT, o = i - (i / OT) * OT;
       const long long r = t0 + rr;
-      gt[k] = (r < n && o < O) ? G[r * O + o] : 0.f;
+      gt[k] = (r < n && o < O) ? (row_scale != nullptr ? G[r * O + o] * __ldg(row_scale + r) : G[r * O + o]) : 0.f;
     }
     // 3. the dropout on the loaded values: the forward's keep bits when given, else the hash
     if (drop) {
@@ -263,17 +273,19 @@ __device__ void dp_wgrad(const float* __restrict__ x, const float* __restrict__ 
   extern "C" __global__ void mgg_dp_fwd_o##OT(                                                         \
       const float* __restrict__ x, const float* __restrict__ W, float* __restrict__ out,                \
       unsigned int* __restrict__ mask, long long n, int F, int O, long long row0, unsigned int s1,      \
-      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
+      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr,      \
+      const float* __restrict__ row_scale) {                                                            \
     mgg_seed_from_device(seed_ptr, s1, s2);                                                             \
-    dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop);                                \
+    dp_fwd<OT>(x, W, out, mask, n, F, O, row0, s1, s2, p, scale, drop, row_scale);                     \
   }
 #define DP_WGRAD_KERNEL(OT, J)                                                                         \
   extern "C" __global__ void __launch_bounds__(32 * DP_WPB, (OT) * (J) <= 16 ? 2 : 1) mgg_dp_wgrad_o##OT##_j##J(                 \
       const float* __restrict__ x, const float* __restrict__ G, const unsigned int* __restrict__ mask,   \
       float* __restrict__ partial, long long n, int F, int O, long long row0, unsigned int s1,          \
-      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr) {    \
+      unsigned int s2, unsigned int p, float scale, int drop, const unsigned long long* seed_ptr,      \
+      const float* __restrict__ row_scale) {                                                            \
     mgg_seed_from_device(seed_ptr, s1, s2);                                                             \
-    dp_wgrad<OT, J>(x, G, mask, partial, n, F, O, row0, s1, s2, p, scale, drop);                       \
+    dp_wgrad<OT, J>(x, G, mask, partial, n, F, O, row0, s1, s2, p, scale, drop, row_scale);            \
   }
 
 DP_FWD_KERNEL(8)

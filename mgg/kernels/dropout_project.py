@@ -60,13 +60,26 @@ def _blocks(dev: torch.device, per_sm: int, n: int, rows_per_block: int) -> int:
     return blocks_for(n, rows_per_block, dev, per_sm)
 
 
+def _row_scale(row_scale: torch.Tensor | None, n: int, device: torch.device) -> np.uint64:
+    """The kernels' row_scale pointer (0: none) after checking float32 [n] on `device`."""
+    if row_scale is None:
+        return np.uint64(0)
+    if (row_scale.dtype != torch.float32 or row_scale.device != device or row_scale.dim() != 1
+            or row_scale.shape[0] != n or not row_scale.is_contiguous()):
+        raise TypeError(f"dropout_project: row_scale must be contiguous float32 [{n}] on {device}, got "
+                        f"{row_scale.dtype} {tuple(row_scale.shape)} on {row_scale.device}")
+    return np.uint64(row_scale.data_ptr())
+
+
 def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed, row0: int,
-                    keep_mask: bool = False):
+                    keep_mask: bool = False, row_scale: torch.Tensor | None = None):
     """float32 [n, O]: dropout(x) @ weight^T, dropout keeping (row0 + r, c) when
     hash_uniform(row0 + r, c, seed) >= p (p = 0: no dropout). weight float32 [O, F].
     keep_mask (p > 0): also return the keep bits, uint32 [n, ceil(F / 32)] viewed as int32 (bit b
-    of word w: column 32 w + b kept), for `project_weight_grad(..., mask=)`."""
+    of word w: column 32 w + b kept), for `project_weight_grad(..., mask=)`.
+    row_scale: None or float32 [n]: output row r times row_scale[r] (in the kernel's store)."""
     n, f = x.shape
+    rs = _row_scale(row_scale, n, x.device)
     o = int(weight.shape[0])
     w = weight.detach().to(torch.float32).contiguous()
     out = torch.empty((n, o), dtype=torch.float32, device=x.device)
@@ -78,15 +91,18 @@ def project_forward(x: torch.Tensor, weight: torch.Tensor, p: float, seed, row0:
             _fn(f"mgg_dp_fwd_o{_ot(o)}", x.device)((_blocks(x.device, FWD_BLOCKS_PER_SM, n, FWD_THREADS),), (FWD_THREADS,), (
                 np.uint64(x.data_ptr()), np.uint64(w.data_ptr()), np.uint64(out.data_ptr()),
                 np.uint64(0 if mask is None else mask.data_ptr()), np.int64(n), np.int32(f), np.int32(o),
-                np.int64(row0), *_args(p, seed)), shared_mem=f * _ot(o) * 4)
+                np.int64(row0), *_args(p, seed), rs), shared_mem=f * _ot(o) * 4)
     return (out, mask) if keep_mask else out
 
 
 def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed, row0: int,
-                        mask: torch.Tensor | None = None) -> torch.Tensor:
+                        mask: torch.Tensor | None = None, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """float32 [O, F]: g^T dropout(x) (the same dropout as project_forward), g float32 [n, O].
-    mask: project_forward's keep bits for this x, p and seed (read instead of hashing again)."""
+    mask: project_forward's keep bits for this x, p and seed (read instead of hashing again).
+    row_scale: None or float32 [n]: row r of g read as row_scale[r] * g[r] (the weight gradient
+    of project_forward(row_scale=))."""
     n, f = x.shape
+    rs = _row_scale(row_scale, n, x.device)
     o = int(g.shape[1])
     g = g.to(torch.float32)
     g = float4_rows(g) if o % 4 == 0 else g.contiguous()  # the kernel reads rows of G as float4s
@@ -103,5 +119,5 @@ def project_weight_grad(x: torch.Tensor, g: torch.Tensor, p: float, seed, row0: 
         _fn(f"mgg_dp_wgrad_o{_ot(o)}_j{j}", x.device)((blocks,), (32 * WPB,), (
             np.uint64(x.data_ptr()), np.uint64(g.data_ptr()), np.uint64(0 if mask is None else mask.data_ptr()),
             np.uint64(partial.data_ptr()), np.int64(n),
-            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed)))
+            np.int32(f), np.int32(o), np.int64(row0), *_args(p, seed), rs))
     return partial.sum(0).t()

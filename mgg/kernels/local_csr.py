@@ -29,7 +29,7 @@ import torch
 
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
-from ..runtime.weights import UNIT_WEIGHT_KINDS
+from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -382,8 +382,7 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
     elif kind == "gcn" and plan.has_self:
         sw = np.asarray(plan.self_weight, np.float64)
         if np.all(sw > 0):
-            deg1 = np.rint(1.0 / sw)
-            dinv = (deg1 ** -0.5).astype(np.float32)
+            dinv = dinv_from_self_weight(sw)
             dev = _max_rel_dev(ip, idx, w, dinv, dinv, device, on_device)
             if dev <= rtol:
                 return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
@@ -522,6 +521,7 @@ class CsrRowsExecutor:
         self.diag_prescaled = self.diag / self.cf if self.can_prescale and self.diag is not None else None
         self.default_prescale = self.can_prescale and PRESCALE_COLUMN
         self._prescale = self.default_prescale
+        self._diag_no_rf: torch.Tensor | None = None  # diag_prescaled / rf, on the first call without rf
         from .build import load_module
 
         self.module = load_module("local_csr", nvshmem=False, device=dev.index)
@@ -540,6 +540,13 @@ class CsrRowsExecutor:
             raise ValueError(f"csr_rows: this plan's weights (mode {self.factors.mode}, storage "
                              f"{self.storage_dtype}) cannot run on a table scaled by a column factor")
         self._prescale = bool(on)
+
+    @property
+    def takes_scaled_input(self) -> bool:
+        """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan
+        with float32 storage at world_size 1: no other rank reads this rank's table, so a table
+        already scaled by cf never reaches another rank's kernel)."""
+        return self.can_prescale and self.rf is not None and self.plan.world_size == 1
 
     def uses_bundles(self, lanes: int, vpl: int) -> bool:
         """Whether the layout (lanes, vectors per lane) runs its short rows in bundles: with "default",
@@ -634,11 +641,19 @@ class CsrRowsExecutor:
         xin[:, :dim] = x
         return xin
 
-    def __call__(self, x: torch.Tensor, sym=None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, sym=None, scaled_input: bool = False, row_factor: bool = True) -> torch.Tensor:
         """x: float32 [n_local, D] on this GPU (D <= 512; 1024 with 16-bit storage); sym: the
         symmetric array of width D (in the storage dtype), written and published (collective)
         only when world_size > 1, so that other ranks can read this rank's rows. Returns float32
-        [n_local, D]: W x' + diag * x' with x' = x rounded to the storage dtype."""
+        [n_local, D]: W x' + diag * x' with x' = x rounded to the storage dtype.
+
+        Where `takes_scaled_input` (W = diag(rf) A diag(cf), diag = rf * cf * d):
+        scaled_input: x already holds cf * x (the op that produced x applied the column factor),
+        so the pre-scale pass is skipped; row_factor=False: the output without its row factor,
+        A (cf x) + (d cf) x (the backward of a call on a scaled input)."""
+        if (scaled_input or not row_factor) and not self.takes_scaled_input:
+            raise ValueError(f"csr_rows: this plan (kind {self.kind}, weights {self.factors.mode}, storage "
+                             f"{self.storage_dtype}, {self.plan.world_size} ranks) takes no scaled input")
         self._check_x(x)
         self._layout(int(x.shape[1]))  # a width the kernels cannot take fails before any collective
         if self.plan.world_size > 1:
@@ -646,7 +661,7 @@ class CsrRowsExecutor:
                 raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")
             sym.write(x)
             sym.publish()
-        out = self.aggregate_local(x, sym)
+        out = self.aggregate_local(x, sym, scaled_input, row_factor)
         if self.plan.world_size > 1:
             sym.release()
         dim = int(x.shape[1])
@@ -671,10 +686,12 @@ class CsrRowsExecutor:
                                    _p(table), _p(out)))
         return out
 
-    def aggregate_local(self, x: torch.Tensor, sym=None) -> torch.Tensor:
+    def aggregate_local(self, x: torch.Tensor, sym=None, scaled_input: bool = False,
+                        row_factor: bool = True) -> torch.Tensor:
         """The local CSR's part, W_local x' + diag * x', on torch's current stream, touching no
         other rank (with 16-bit storage at world_size > 1, x' is read from `sym`, which must
-        hold x already). Returns float32 [n_local, Dp] (Dp = D padded, see `_layout`)."""
+        hold x already). Returns float32 [n_local, Dp] (Dp = D padded, see `_layout`).
+        scaled_input / row_factor: see __call__ (callers check `takes_scaled_input`)."""
         n = self.plan.n_local
         dim = int(x.shape[1])
         dv, dp, lanes, vpl = self._layout(dim)
@@ -685,9 +702,14 @@ class CsrRowsExecutor:
         sched = self.schedule(groups, self.uses_bundles(lanes, vpl))
         partial = self._buf(max(sched.num_slots, 1), width)
         mode, diag, cf, rf = WEIGHT_MODES[self.factors.mode], self.diag, self.cf, self.rf
-        if self.prescale and n:  # x' = cf * x, then w = 1 (see __init__)
-            xin = self._scale_rows(xin, dv)
+        if scaled_input or not row_factor or (self.prescale and n):  # x' = cf * x, then w = 1 (see __init__)
+            if n and not scaled_input:
+                xin = self._scale_rows(xin, dv)
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
+            if not row_factor:  # rf (sum + (diag / (cf rf)) x') without rf
+                if self._diag_no_rf is None and diag is not None:
+                    self._diag_no_rf = diag / rf
+                rf, diag = None, self._diag_no_rf
         elif self.column_by_weights:  # w = the plan's weight per edge (rf[t] cf[s] in one number)
             mode, cf, rf = WEIGHT_MODES["weighted"], None, None
         if n:

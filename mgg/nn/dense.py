@@ -67,15 +67,15 @@ class _DropoutProject(torch.autograd.Function):
     same mask, from the seed)."""
 
     @staticmethod
-    def forward(ctx, x, weight, p: float, seed, row0: int):  # type: ignore[override]
+    def forward(ctx, x, weight, p: float, seed, row0: int, row_scale=None):  # type: ignore[override]
         from ..kernels.dropout_project import project_forward
 
         x = x.detach()
-        ctx.p, ctx.seed, ctx.row0 = p, seed, row0
+        ctx.p, ctx.seed, ctx.row0, ctx.row_scale = p, seed, row0, row_scale
         # the keep bits (1/32 of x) spare the weight gradient the hash: 5.2 -> ~3 ms on papers-like@0.1
         keep = p > 0 and ctx.needs_input_grad[1]
-        out, mask = project_forward(x, weight, p, seed, row0, keep_mask=True) if keep else \
-            (project_forward(x, weight, p, seed, row0), None)
+        out, mask = project_forward(x, weight, p, seed, row0, keep_mask=True, row_scale=row_scale) if keep else \
+            (project_forward(x, weight, p, seed, row0, row_scale=row_scale), None)
         ctx.save_for_backward(x, weight, mask)
         return out
 
@@ -87,14 +87,16 @@ class _DropoutProject(torch.autograd.Function):
         g = g.contiguous()
         gx = gw = None
         if ctx.needs_input_grad[0]:
-            gx = g @ weight.to(g.dtype)
+            gs = g if ctx.row_scale is None else g * ctx.row_scale.unsqueeze(1)
+            gx = gs @ weight.to(g.dtype)
             if ctx.p > 0:
                 from ..kernels.dropout_gpu import dropout_hash_cuda
 
                 gx = dropout_hash_cuda(gx, ctx.p, ctx.seed, ctx.row0)
         if ctx.needs_input_grad[1]:
-            gw = project_weight_grad(x, g, ctx.p, ctx.seed, ctx.row0, mask=mask).to(weight.dtype)
-        return gx, gw, None, None, None
+            gw = project_weight_grad(x, g, ctx.p, ctx.seed, ctx.row0, mask=mask,
+                                     row_scale=ctx.row_scale).to(weight.dtype)
+        return gx, gw, None, None, None, None
 
 
 def fused_input_projection(x: torch.Tensor, out_features: int) -> bool:
@@ -108,12 +110,14 @@ def fused_input_projection(x: torch.Tensor, out_features: int) -> bool:
 
 
 def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int | torch.Tensor,
-                    row0: int) -> torch.Tensor:
+                    row0: int, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """dropout(x) @ weight^T for x float32 CUDA [n, F] (when `fused_input_projection`), where
     dropout keeps entry (row0 + r, c) when hash_uniform(row0 + r, c, seed) >= p and scales by
-    1 / (1 - p) -- global_dropout's mask for that seed; p = 0: x @ weight^T. Returns [n, O]."""
+    1 / (1 - p) -- global_dropout's mask for that seed; p = 0: x @ weight^T. Returns [n, O].
+    row_scale: None or float32 [n] on x's GPU: output row r times row_scale[r], in the kernel
+    (a factor folded in for the op reading the output, e.g. the gcn column factor)."""
     return _DropoutProject.apply(x, weight, float(p), seed if isinstance(seed, torch.Tensor) else int(seed),
-                                 int(row0))
+                                 int(row0), row_scale)
 
 
 def _relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -22,19 +22,24 @@ class Aggregate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None) -> torch.Tensor:  # type: ignore[override]
-        ctx.dg, ctx.kind, ctx.rows = dg, kind, rows
+    def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None, scaled_input: bool = False) -> torch.Tensor:  # type: ignore[override]
+        ctx.dg, ctx.kind, ctx.rows, ctx.scaled = dg, kind, rows, scaled_input
         extra = {} if rows is None else {"rows": rows}  # graphs without row sets take no `rows`
+        if scaled_input:  # x = f * x_true: out = diag(f) (A + I) x (DistGraph.aggregate)
+            extra["scaled_input"] = True
         return dg.aggregate(x.detach().contiguous(), kind, **extra)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
         extra = {} if ctx.rows is None else {"rows": ctx.rows}
+        if ctx.scaled:  # d out / d x = diag(f) (A + I): its transpose is W^T without the row factor
+            extra["row_factor"] = False
         grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True, **extra)
-        return grad_x, None, None, None
+        return grad_x, None, None, None, None
 
 
-def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True) -> torch.Tensor:
+def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True,
+              scaled_input: bool = False) -> torch.Tensor:
     """Differentiable `dg.aggregate(x, kind)`, or its rows `rows` only.
 
     Args:
@@ -44,13 +49,17 @@ def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True) -
         rows: None, or a RowSet registered on dg (mgg.runtime.rowset).
         compact: with `rows`, return only those rows; False: every row, where only those of
             `rows` are meaningful (an inner layer's output, read by the next layer at them only).
+        scaled_input: "gcn" only: x holds dg.gcn_factor() * x (the column factor folded into the
+            op that produced x, e.g. global_dropout(row_scale=)); the result is the same
+            aggregation of the unscaled rows, and the gradient is with respect to the scaled x.
+            Saves the pre-scale pass where dg.takes_scaled_input("gcn").
     Returns:
         float [n_local, D], or float [len(rows), D]: the rows of `rows.index`, in that order.
     """
-    if rows is None:
+    if rows is None and not scaled_input:
         return Aggregate.apply(x, dg, kind)
-    out = Aggregate.apply(x, dg, kind, rows)
-    return out[rows.index] if compact else out
+    out = Aggregate.apply(x, dg, kind, rows, scaled_input)
+    return out[rows.index] if (rows is not None and compact) else out
 
 
 _M32 = 0xFFFFFFFF
@@ -158,21 +167,23 @@ def draw_seed(generator) -> int | torch.Tensor:
 
 
 class HashDropoutCUDA(torch.autograd.Function):
-    """x * keep / (1 - p) by the fused kernel (mgg/kernels/dropout.cu); the backward regenerates
-    the mask from (seed, row0): nothing but the seed is kept between forward and backward."""
+    """x * keep / (1 - p) (* row_scale per row) by the fused kernel (mgg/kernels/dropout.cu); the
+    backward regenerates the mask from (seed, row0): nothing but the seed (and the row_scale
+    tensor, a constant) is kept between forward and backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, seed, row0: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, p: float, seed, row0: int,  # type: ignore[override]
+                row_scale: torch.Tensor | None = None) -> torch.Tensor:
         from ..kernels.dropout_gpu import dropout_hash_cuda
 
-        ctx.p, ctx.seed, ctx.row0 = p, seed, row0
-        return dropout_hash_cuda(x.detach(), p, seed, row0)
+        ctx.p, ctx.seed, ctx.row0, ctx.row_scale = p, seed, row0, row_scale
+        return dropout_hash_cuda(x.detach(), p, seed, row0, row_scale)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
         from ..kernels.dropout_gpu import dropout_hash_cuda
 
-        return dropout_hash_cuda(grad_out, ctx.p, ctx.seed, ctx.row0), None, None, None
+        return dropout_hash_cuda(grad_out, ctx.p, ctx.seed, ctx.row0, ctx.row_scale), None, None, None, None
 
 
 def hash_dropout_reference(x: torch.Tensor, p: float, seed: int, row0: int) -> torch.Tensor:
@@ -189,7 +200,7 @@ def hash_dropout_reference(x: torch.Tensor, p: float, seed: int, row0: int) -> t
 
 
 def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | None,
-                   training: bool = True) -> torch.Tensor:
+                   training: bool = True, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Dropout whose mask does not depend on the partition, drawn on x's device for local rows only.
 
     One 62-bit seed is drawn from `generator` per call (every rank draws it, also a rank with no
@@ -204,20 +215,28 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
     Args:
         x: float [n_local, D]. p: drop probability in [0, 1). generator: CPU generator (None:
         torch's default generator, which is only partition-independent if seeded identically).
+        row_scale: None, or float [n_local] on x's device: each output row is also multiplied by
+            it (in the same kernel on CUDA float32: a factor folded into the dropout, e.g. the
+            gcn column factor of a following aggregate(scaled_input=True)).
     Returns:
-        float [n_local, D]: x * mask / (1 - p), or x when not training or p == 0.
+        float [n_local, D]: x * mask / (1 - p) (* row_scale[:, None]), or x (* row_scale[:, None])
+        when not training or p == 0.
     """
+    if row_scale is not None and (row_scale.dim() != 1 or row_scale.shape[0] != x.shape[0]):
+        raise ValueError(f"global_dropout: row_scale must be [{x.shape[0]}], got {tuple(row_scale.shape)}")
     if not training or p <= 0.0:
-        return x
+        return x if row_scale is None else x * row_scale.to(x.dtype).unsqueeze(1)
     if p >= 1.0:
         return torch.zeros_like(x)
     seed = draw_seed(generator)
     if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
-        return HashDropoutCUDA.apply(x, float(p), seed, int(dg.lo))
+        return HashDropoutCUDA.apply(x, float(p), seed, int(dg.lo), row_scale)
     if isinstance(seed, torch.Tensor):
         raise TypeError(f"global_dropout: seeds on the device (DeviceSeeds) need float32 [n, D] CUDA rows, "
                         f"got {x.dtype} {tuple(x.shape)} on {x.device}")
     if x.device.type == "cpu":
         keep = hash_uniform_host(dg.lo, x.shape[0], x.shape[1], seed) >= p
-        return x * keep.to(x.dtype) / (1.0 - p)
-    return hash_dropout_reference(x, p, seed, dg.lo)
+        out = x * keep.to(x.dtype) / (1.0 - p)
+    else:
+        out = hash_dropout_reference(x, p, seed, dg.lo)
+    return out if row_scale is None else out * row_scale.to(out.dtype).unsqueeze(1)

@@ -30,6 +30,12 @@ class GNN(nn.Module):
             eval) on an input that needs no gradient, from its aggregation of the input computed
             once (mgg.nn.input_cache): no first-layer aggregation per step. Set False to always
             aggregate (e.g. when the extra [n_local, in_dim] float32 tensor does not fit).
+        fold_input_scale: when True (default), a conv that takes a scaled input
+            (`scaled_input_kind`, GCNConv) gets its input from the dropout (or the fused
+            dropout-projection) already multiplied by the gcn column factor, where the graph
+            takes it natively (P = 1, csr_rows, float32): no pre-scale pass in the aggregation.
+            False: the dropout writes plain rows and the aggregation scales them (the same
+            values within float32 rounding).
     """
 
     activation = staticmethod(torch.relu)
@@ -41,6 +47,7 @@ class GNN(nn.Module):
         self.convs = nn.ModuleList(convs)
         self.dropout = float(dropout)
         self.cache_input_aggregation = True
+        self.fold_input_scale = True
         self.input_cache = InputAggregationCache()
 
     def reset_parameters(self) -> None:
@@ -85,10 +92,16 @@ class GNN(nn.Module):
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
                 seed = draw_seed(generator)  # the draw global_dropout makes
-                h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo)
+                scale = self._input_scale(conv, x, dg)
+                if scale is not None:  # the gcn column factor in the projection's store
+                    kw["scaled_input"] = True
+                h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo, row_scale=scale)
                 x = conv.forward_projected(h, dg, **kw)
             else:
-                x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg, **kw)
+                scale = self._input_scale(conv, x, dg)
+                if scale is not None:  # the conv's gcn column factor folded into the dropout pass
+                    kw["scaled_input"] = True
+                x = conv(global_dropout(x, self.dropout, dg, generator, self.training, row_scale=scale), dg, **kw)
             if i < last and not act_inside:
                 x = self.activation(x)
         return x
@@ -106,6 +119,20 @@ class GNN(nn.Module):
             return None
         kind, chunk = spec
         return self.input_cache.get(x, dg, kind, chunk)
+
+    def _input_scale(self, conv, x: torch.Tensor, dg) -> torch.Tensor | None:
+        """dg.gcn_factor() when `conv`'s input should come out of the dropout already scaled by
+        it (the conv then skips its pre-scale pass: GCNConv.scaled_input_kind): training with
+        a dropout probability in (0, 1) (so the dropout kernel runs anyway), float32 CUDA rows,
+        and a graph whose executors take scaled input natively (dg.takes_scaled_input: P = 1,
+        the same on every rank). Otherwise None."""
+        kind = getattr(conv, "scaled_input_kind", None)
+        takes = getattr(dg, "takes_scaled_input", None)
+        if (not self.fold_input_scale or kind is None or takes is None or not self.training
+                or not 0.0 < self.dropout < 1.0
+                or not x.is_cuda or x.dtype != torch.float32 or not takes(kind)):
+            return None
+        return dg.gcn_factor()
 
     def _fuses_input(self, conv, x: torch.Tensor) -> bool:
         """Whether `conv`'s input projection takes x through dropout_project: training with a

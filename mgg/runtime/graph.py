@@ -184,6 +184,7 @@ class DistGraph:
         # LRU: (params, variant) -> {(kind, transposed, row set): executor}
         self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool, str | None], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
+        self._gcn_factor: torch.Tensor | None = None  # gcn_factor(), built on first use
         t_store = time.perf_counter()
         self.store = store if store is not None else make_store(comm, self.backend)
         #: seconds of this rank's construction: "partition" (ranges and rows), "store"
@@ -446,11 +447,40 @@ class DistGraph:
         dt = storage_torch_dtype(self.config.storage_dtype)
         return None if dt == torch.float32 else dt
 
+    def gcn_factor(self) -> torch.Tensor:
+        """float32 [n_local] on `self.device`: dinv = (deg_in + 1)^-1/2 of this rank's nodes, the
+        row and the column factor of the gcn kind (W = diag(dinv) (A + I) diag(dinv)). Built
+        once (from the gcn plan's self weights: mgg.runtime.weights.dinv_from_self_weight)."""
+        f = self._gcn_factor
+        if f is None:
+            from .weights import dinv_from_self_weight
+
+            f = self._gcn_factor = torch.from_numpy(dinv_from_self_weight(self.plan("gcn").self_weight)).to(self.device)
+        return f
+
+    def takes_scaled_input(self, kind: str) -> bool:
+        """Whether `aggregate(x, kind, scaled_input=True)` skips a pass (the executor of kind
+        and of its transpose apply the factors natively: csr_rows at P = 1 with float32
+        storage); otherwise such calls still work, unscaling x first. The same answer on every
+        rank of a P = 1 job; at P > 1 always False (another rank's kernel reads this rank's
+        table unscaled)."""
+        if kind != "gcn" or self.comm.size > 1:
+            return False
+        return all(getattr(self.executor(kind, t), "takes_scaled_input", False) for t in (False, True))
+
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False,
-                  rows: RowSet | str | None = None) -> torch.Tensor:
+                  rows: RowSet | str | None = None, scaled_input: bool = False,
+                  row_factor: bool = True) -> torch.Tensor:
         """out = W x (+ diag * x), or W^T x with `transposed`. Collective; no autograd.
         With `rows` (a registered RowSet or its name) W_S (or W_S^T): only the rows of the set
         are meaningful in the output (mgg.runtime.rowset).
+
+        The gcn kind factors as W + diag = diag(f) (A + I) diag(f), f = `gcn_factor()` (both
+        directions). `scaled_input=True`: x already holds f * x (the op that produced x folded
+        the column factor in), out = diag(f) (A + I) x; `row_factor=False`: the output without
+        the row factor, (A + I) diag(f) x -- the backward of a call on a scaled input. Both
+        only for "gcn"; natively (no extra pass) where `takes_scaled_input(kind)`, else by
+        dividing by f around the plain call.
 
         With a 16-bit `config.storage_dtype`, x is rounded to it once, in the store, and every
         row the aggregation reads (local, remote, self term) is that rounded value; the sums
@@ -467,8 +497,18 @@ class DistGraph:
         name = rows.name if isinstance(rows, RowSet) else rows
         ex = self.executor(kind, transposed, name)
         sym = self.symmetric(int(x.shape[1]), self.storage_dtype or x.dtype)
+        factored = scaled_input or not row_factor
+        if factored and kind != "gcn":
+            raise ValueError(f"aggregate: scaled_input / row_factor=False need the gcn kind (W = diag(f) "
+                             f"(A + I) diag(f)), got {kind!r}")
         with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}{f' rows {name}' if name else ''}"):
-            return ex(x, sym)
+            if not factored:
+                return ex(x, sym)
+            if self.comm.size == 1 and getattr(ex, "takes_scaled_input", False):
+                return ex(x, sym, scaled_input=scaled_input, row_factor=row_factor)
+            f = self.gcn_factor().to(x.dtype).unsqueeze(1)
+            out = ex(x / f if scaled_input else x, sym)
+            return out if row_factor else out / f
 
     def close(self) -> None:
         """Free symmetric buffers (collective)."""

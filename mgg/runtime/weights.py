@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["KINDS", "UNIT_WEIGHT_KINDS", "check_kind", "pair_weights", "diag_weights", "pair_weights_by_row"]
+__all__ = ["KINDS", "UNIT_WEIGHT_KINDS", "check_kind", "pair_weights", "diag_weights", "pair_weights_by_row",
+           "dinv_from_self_weight"]
 
 KINDS = ("sum", "mean", "gcn", "sum_self")
 UNIT_WEIGHT_KINDS = ("sum", "sum_self")  # kinds whose edge weights are all 1
@@ -137,3 +138,13 @@ def diag_weights(kind: str, deg_in, nodes):
     if isinstance(nodes, torch.Tensor):
         return (1.0 / (_on(deg_in, nodes.device)[nodes].to(torch.float64) + 1.0)).to(torch.float32)
     return (1.0 / (deg_in[nodes].astype(np.float64) + 1.0)).astype(np.float32)
+
+
+def dinv_from_self_weight(self_weight) -> np.ndarray:
+    """float32 [k] gcn factors dinv = (deg_in + 1)^-1/2 of k rows from their gcn self weights
+    (float32 1 / (deg_in + 1), as diag_weights gives them): the degree is recovered exactly
+    (rint(1 / w)), then dinv in float64, rounded once. The row and column factor of the gcn
+    kind, for kernels that apply them per row (mgg.kernels.local_csr) and for callers that fold
+    the column factor into the op producing a table (DistGraph.aggregate(scaled_input=True))."""
+    deg1 = np.rint(1.0 / np.asarray(self_weight, np.float64))
+    return (deg1 ** -0.5).astype(np.float32)

@@ -25,6 +25,9 @@ class GCNConv(nn.Module):
     """
 
     supports_rows = True
+    #: forward(scaled_input=True) takes x already multiplied by dg.gcn_factor() per row (folded
+    #: into the op that produced x, e.g. the dropout before this conv): no pre-scale pass
+    scaled_input_kind = "gcn"
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
@@ -43,12 +46,15 @@ class GCNConv(nn.Module):
         """The weight applied to the input before anything else (linear first), or None."""
         return self.lin.weight if self.out_channels <= self.in_channels else None
 
-    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True,
+                scaled_input: bool = False) -> torch.Tensor:
         """rows: a RowSet -- only those rows are computed; `compact` returns them alone, else
-        [n_local, out] where only they are meaningful (mgg.nn.functional.aggregate)."""
+        [n_local, out] where only they are meaningful (mgg.nn.functional.aggregate).
+        scaled_input: x holds dg.gcn_factor()[:, None] * x (the result is that of the unscaled
+        x; the row scale commutes with the linear map, so either order takes it)."""
         if self.out_channels <= self.in_channels:
-            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact)
-        out = self.lin(aggregate(x, dg, "gcn", rows, compact))
+            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact, scaled_input)
+        out = self.lin(aggregate(x, dg, "gcn", rows, compact, scaled_input=scaled_input))
         return out if self.bias is None else out + self.bias
 
     def input_aggregation(self) -> tuple[str, int]:
@@ -65,9 +71,10 @@ class GCNConv(nn.Module):
         out = self.lin(agg)
         return out if self.bias is None else out + self.bias
 
-    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True) -> torch.Tensor:
+    def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True,
+                          scaled_input: bool = False) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
-        out = aggregate(h, dg, "gcn", rows, compact)
+        out = aggregate(h, dg, "gcn", rows, compact, scaled_input=scaled_input)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

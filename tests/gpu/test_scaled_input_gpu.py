@@ -1,0 +1,149 @@
+"""The gcn column factor folded into the producing op, on one GPU: csr_rows' native path
+(DistGraph.aggregate(scaled_input=, row_factor=) skip the pre-scale pass and the row factor),
+the dropout kernel's row_scale, and GCN training with the fold against the same model without
+it. References: dense float64 math, and the unfolded model (same seeds)."""
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+from mgg.kernels.dropout_gpu import dropout_hash_cuda  # noqa: E402
+from mgg.kernels.local_csr import CsrRowsExecutor  # noqa: E402
+from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.testing.reference import aggregation_matrix  # noqa: E402
+from tests.test_local_csr import power_law_csr  # noqa: E402
+
+DEV = torch.device("cuda", torch.cuda.current_device())
+
+
+def _one_rank():
+    comm = world()
+    if comm.size != 1:
+        pytest.skip("the native path is the P = 1 one (tests/test_scaled_input.py covers the fallback)")
+    return comm
+
+
+@pytest.mark.parametrize("dim", [1, 16, 33, 64])
+def test_native_scaled_input_and_row_factor_match_dense(dim):
+    comm = _one_rank()
+    indptr, indices = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
+    d = 1.0 / np.sqrt(np.diff(indptr).astype(np.float64) + 1.0)
+    w = aggregation_matrix(indptr, indices, "gcn")  # W + diag, float64 sparse
+    a_hat_t = (w.multiply(1.0 / d[:, None]).multiply(1.0 / d[None, :])).T.tocsr()  # (A + I)^T
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
+        assert dg.takes_scaled_input("gcn") and not dg.takes_scaled_input("sum_self")
+        for t in (False, True):
+            ex = dg.executor("gcn", t)
+            assert isinstance(ex, CsrRowsExecutor) and ex.takes_scaled_input
+            ex.poison = True  # NaN outputs and partials: an unwritten element fails
+        calls = []
+        ex = dg.executor("gcn", False)
+        real = ex._scale_rows
+        ex._scale_rows = lambda *a: calls.append(1) or real(*a)
+        rng = np.random.default_rng(dim)
+        x = rng.standard_normal((2500, dim))
+        f = dg.gcn_factor()
+        xs = (f.unsqueeze(1) * torch.from_numpy(x).float().to(DEV)).contiguous()
+        out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
+        assert not calls  # no pre-scale pass
+        ref = w @ x
+        assert np.linalg.norm(out - ref) <= 1e-6 * np.linalg.norm(ref)
+        g = rng.standard_normal((2500, dim))
+        out = dg.aggregate(torch.from_numpy(g).float().to(DEV), "gcn", transposed=True,
+                           row_factor=False).double().cpu().numpy()
+        ref = a_hat_t @ (d[:, None] * g)
+        assert np.linalg.norm(out - ref) <= 1e-6 * np.linalg.norm(ref)
+        # the plain call still scales once and agrees
+        plain = dg.aggregate(torch.from_numpy(x).float().to(DEV), "gcn").double().cpu().numpy()
+        assert calls == [1] and np.linalg.norm(plain - w @ x) <= 1e-6 * np.linalg.norm(w @ x)
+
+
+def test_csr_rows_refuses_scaled_input_where_it_cannot_take_it():
+    comm = _one_rank()
+    indptr, indices = power_law_csr(300, seed=2)
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
+        ex = CsrRowsExecutor(dg.plan("sum_self"), None, "sum_self")
+        with pytest.raises(ValueError, match="takes no scaled input"):
+            ex(torch.randn(300, 8, device=DEV), scaled_input=True)
+        bf = CsrRowsExecutor(dg.plan("gcn"), None, "gcn", storage_dtype=torch.bfloat16)
+        assert not bf.takes_scaled_input
+
+
+@pytest.mark.parametrize("n,d", [(1000, 16), (37, 3), (513, 64)])
+def test_dropout_row_scale_is_the_dropout_times_the_scale(n, d):
+    x = torch.randn(n, d, device=DEV) + 0.5
+    s = torch.rand(n, device=DEV) + 0.5
+    out = dropout_hash_cuda(x, 0.5, 2 ** 45 + 7, 11, s)
+    assert torch.equal(out, dropout_hash_cuda(x, 0.5, 2 ** 45 + 7, 11) * s.unsqueeze(1))
+    with pytest.raises(TypeError, match="row_scale"):
+        dropout_hash_cuda(x, 0.5, 1, 0, s.double())
+
+
+def test_dropout_project_row_scale_scales_the_output_and_the_weight_gradient():
+    from mgg.kernels.dropout_project import project_forward, project_weight_grad
+
+    x = torch.randn(5000, 40, device=DEV)
+    w = torch.randn(24, 40, device=DEV)
+    s = torch.rand(5000, device=DEV) + 0.5
+    out, mask = project_forward(x, w, 0.5, 77, 3, keep_mask=True, row_scale=s)
+    ref, ref_mask = project_forward(x, w, 0.5, 77, 3, keep_mask=True)
+    assert torch.equal(mask, ref_mask)
+    torch.testing.assert_close(out, ref * s.unsqueeze(1), rtol=1e-6, atol=1e-6)
+    g = torch.randn(5000, 24, device=DEV)
+    gw = project_weight_grad(x, g, 0.5, 77, 3, mask=mask, row_scale=s)
+    torch.testing.assert_close(gw, project_weight_grad(x, g * s.unsqueeze(1), 0.5, 77, 3, mask=mask),
+                               rtol=1e-5, atol=1e-4)
+    with pytest.raises(TypeError, match="row_scale"):
+        project_forward(x, w, 0.5, 77, 3, row_scale=s[:-1])
+
+
+@pytest.mark.parametrize("fused_input", [False, True])
+def test_gcn_training_with_the_fold_matches_the_plain_model(monkeypatch, fused_input):
+    """GCN (3 layers) trained 3 Adam steps with the gcn factor folded into the dropout before
+    each conv (the default at P = 1; with `fused_input` the first layer's dropout_project
+    kernels take it) and with the fold off: same losses and weights within float32 rounding;
+    the folded forward runs no pre-scale pass."""
+    from mgg.nn import build_model, dense
+    from mgg.nn.optim import Adam
+
+    comm = _one_rank()
+    if fused_input:
+        monkeypatch.setattr(dense, "TALL_ROWS", 0)
+    state = {"fold": False}
+    real_takes = DistGraph.takes_scaled_input
+    monkeypatch.setattr(DistGraph, "takes_scaled_input", lambda self, kind: state["fold"] and real_takes(self, kind))
+    passes = []
+    real_scale = CsrRowsExecutor._scale_rows
+    monkeypatch.setattr(CsrRowsExecutor, "_scale_rows", lambda self, *a: (passes.append(1), real_scale(self, *a))[1])
+    indptr, indices = power_law_csr(3000, seed=5, hubs=3, hub_deg=2000)
+    runs = []
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
+        torch.manual_seed(1)
+        x = torch.randn(3000, 40, device=DEV)
+        y = torch.randint(0, 5, (3000,), device=DEV)
+        for fold in (False, True):
+            state["fold"] = fold
+            torch.manual_seed(2)
+            m = build_model("gcn", 40, 24, 5, 3, 0.5).cuda()
+            opt = Adam(m.parameters(), lr=0.01)
+            gen = torch.Generator().manual_seed(9)
+            losses = []
+            for _ in range(3):
+                opt.zero_grad()
+                passes.clear()
+                out = m(x, dg, gen)
+                forward_passes = len(passes)
+                loss = torch.nn.functional.cross_entropy(out, y)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+            runs.append((losses, [p.detach().clone() for p in m.parameters()], forward_passes))
+    (l0, w0, p0), (l1, w1, p1) = runs
+    assert (p0, p1) == (3, 0)  # one pre-scale pass per conv without the fold, none with it
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    for a, b in zip(w1, w0):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
