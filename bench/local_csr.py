@@ -273,7 +273,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                       f"{'; the table scaled by cf, then w = 1' if fast.prescale else ''}), "
                       f"prep {prep:.2f} s, rel err vs cuSPARSE {err:.1e}; "
                       f"gather rate on this graph's index stream {own:.0f} GB/s (row order / csr_rows' order"
-                      f"{' / A + I' if plan.has_self else ''}: {' / '.join(f'{r:.0f}' for r in rates)}"
+                      f"{' / A + I' if plan.has_self else ''} / csr_rows' schedule, stores off: "
+                      f"{' / '.join(f'{r:.0f}' for r in rates)}"
                       + (f"; without the self rows {floor['without_self_ms']:.3f} ms" if 'without_self_ms' in floor else '')
                       + f"; L2-resident table: random "
                       f"{l2['fullgraph']:.0f}/{l2['unrolled']:.0f}, sequential {l2['fullgraph-seq']:.0f}/"

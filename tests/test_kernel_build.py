@@ -54,3 +54,17 @@ def test_the_cache_key_covers_local_headers(tmp_path):
     assert source_text(str(tmp_path / "a.cu")) != first
     real = source_text(str(ROOT / "mgg" / "kernels" / "dropout.cu"))
     assert b"mgg_lowbias32(uint32_t x)" in real   # the shared dropout hash comes along
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_plain_source_builds_with_defines_apart(kernel_cache_dir, monkeypatch):
+    """bench/fullgraph.py's floor builds local_csr.cu with MGG_CSR_GATHER_ONLY (its stores
+    predicated off): that variant builds too, cached apart from the runtime's cubin."""
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
+    plain = build_cubin("local_csr", "sm_90", nvshmem=False)
+    gather = build_cubin("local_csr", "sm_90", nvshmem=False, defines=("MGG_CSR_GATHER_ONLY",))
+    assert gather.path != plain.path and os.path.getsize(gather.path) > 1000
+    assert open(gather.path, "rb").read() != open(plain.path, "rb").read()
+    with pytest.raises(ValueError, match="plain"):
+        build_cubin("aggregate", "sm_90", nvshmem=True, defines=("X",))

@@ -108,10 +108,11 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
         f.write(bytes(linked.code))
 
 
-def _build_plain(src: str, out: str, arch: str, root: str, tmp: str) -> None:
-    """A kernel without NVSHMEM calls: one nvcc -cubin, no device link."""
+def _build_plain(src: str, out: str, arch: str, root: str, tmp: str, defines: tuple[str, ...] = ()) -> None:
+    """A kernel without NVSHMEM calls: one nvcc -cubin, no device link (`defines`: -D macros)."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", src, "-o", out])
+    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", *[f"-D{d}" for d in defines],
+          src, "-o", out])
 
 
 _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -133,14 +134,19 @@ def source_text(src: str, _seen: frozenset = frozenset()) -> bytes:
     return text
 
 
-def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> KernelBuild:
+def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
+                defines: tuple[str, ...] = ()) -> KernelBuild:
     """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
 
     `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
-    NVSHMEM install needed)."""
+    NVSHMEM install needed). `defines`: preprocessor macros (NAME or NAME=VALUE) for a variant
+    of the source a tool needs (e.g. the benchmark's MGG_CSR_GATHER_ONLY); plain builds only,
+    cached apart from the plain build."""
+    if defines and nvshmem:
+        raise ValueError(f"build_cubin({name!r}): defines are for plain (nvshmem=False) builds")
     arch = arch or cuda_arch()
     src = os.path.join(_HERE, f"{name}.cu")
-    text = source_text(src)
+    text = source_text(src) + "".join(f"\n// -D{d}" for d in defines).encode()
     if nvshmem:
         root = nvshmem_root()
         lib = os.path.join(root, "lib", "libnvshmem_device.a")
@@ -149,7 +155,7 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> Ker
         root, libsig = "", "plain"
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
-    out = os.path.join(d, f"{name}-{arch}-{key}.cubin")
+    out = os.path.join(d, f"{name}{'-defs' if defines else ''}-{arch}-{key}.cubin")
     meta = out + ".json"
     with open(os.path.join(d, f"{name}-{arch}-{key}.lock"), "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)  # one builder per node; the others wait, then hit the cache
@@ -170,7 +176,7 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True) -> Ker
                 part = os.path.join(tmp, "k.cubin")
                 for fn in methods:
                     try:
-                        fn(src, part, arch, root, tmp)
+                        fn(src, part, arch, root, tmp, defines) if defines else fn(src, part, arch, root, tmp)
                         method = fn.__name__.replace("_build_", "")
                         break
                     except Exception as e:  # noqa: BLE001 - recorded, next method tried
