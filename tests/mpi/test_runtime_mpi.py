@@ -110,3 +110,28 @@ def test_expand_rows_over_ranks_adds_remote_in_neighbours():
         want |= set(indices[indptr[r]:indptr[r + 1]].tolist())
     assert got == sorted(v for v in want if lo <= v < hi)
     assert wide.num_global == len(want)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
+    """At P > 1 no executor takes a scaled table natively (another rank reads this rank's rows):
+    DistGraph.aggregate(scaled_input=True) / (row_factor=False) divide by the gcn factor around
+    the plain call, and still give diag(f) (A + I) x / (A + I)^T diag(f) g on every rank."""
+    comm = world()
+    n, e = 300, 3000
+    indptr, indices = random_csr(n, e, seed=11)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, 5)).astype(np.float32)
+    dinv = (1.0 / np.sqrt(np.diff(indptr).astype(np.float64) + 1.0))
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="cpu")) as dg:
+        assert not dg.takes_scaled_input("gcn")
+        f = dg.gcn_factor()
+        assert np.allclose(f.numpy(), dg.local(dinv), rtol=1e-7, atol=0)
+        xl = torch.from_numpy(dg.local(x).copy())
+        if transposed:  # (A + I)^T diag(f) g = W^T g / f
+            out = dg.aggregate(xl, "gcn", True, row_factor=False).numpy()
+            ref = dg.local(aggregate_reference(indptr, indices, x, "gcn", True)) / dg.local(dinv)[:, None]
+        else:  # the aggregation of the unscaled rows, given f * x
+            out = dg.aggregate(xl * f.unsqueeze(1), "gcn", scaled_input=True).numpy()
+            ref = dg.local(aggregate_reference(indptr, indices, x, "gcn"))
+    assert rel_err(out, ref) < 1e-5
