@@ -114,6 +114,7 @@ def main() -> None:
             print(f"  launches of *{args.detail}* in one step (ms): " + " ".join(f"{ms:.3f}" for ms in launches))
         del model, opt
         torch.cuda.empty_cache()
+    dg.close()  # the symmetric arrays, before NVSHMEM finalizes at exit
 
 
 if __name__ == "__main__":
