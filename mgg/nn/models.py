@@ -83,6 +83,10 @@ class GNN(nn.Module):
             if act_inside:
                 kw["relu_out"] = True
             cached = self._cached_input(conv, x, dg) if i == 0 else None
+            # the conv's gcn column factor folded into the dropout (or dropout-projection) pass
+            scale = None if (cached is not None or sliced) else self._input_scale(conv, x, dg)
+            if scale is not None:
+                kw["scaled_input"] = True
             if cached is not None:  # the first layer from its input's aggregation, computed once
                 if sliced:
                     x = conv.forward_aggregated(cached, x, dg)[r.index]
@@ -92,15 +96,9 @@ class GNN(nn.Module):
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
             elif self._fuses_input(conv, x):  # dropout inside the projection kernels
                 seed = draw_seed(generator)  # the draw global_dropout makes
-                scale = self._input_scale(conv, x, dg)
-                if scale is not None:  # the gcn column factor in the projection's store
-                    kw["scaled_input"] = True
                 h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo, row_scale=scale)
                 x = conv.forward_projected(h, dg, **kw)
             else:
-                scale = self._input_scale(conv, x, dg)
-                if scale is not None:  # the conv's gcn column factor folded into the dropout pass
-                    kw["scaled_input"] = True
                 x = conv(global_dropout(x, self.dropout, dg, generator, self.training, row_scale=scale), dg, **kw)
             if i < last and not act_inside:
                 x = self.activation(x)

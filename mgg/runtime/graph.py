@@ -504,7 +504,7 @@ class DistGraph:
         with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}{f' rows {name}' if name else ''}"):
             if not factored:
                 return ex(x, sym)
-            if self.comm.size == 1 and getattr(ex, "takes_scaled_input", False):
+            if getattr(ex, "takes_scaled_input", False):  # csr_rows at P = 1
                 return ex(x, sym, scaled_input=scaled_input, row_factor=row_factor)
             f = self.gcn_factor().to(x.dtype).unsqueeze(1)
             out = ex(x / f if scaled_input else x, sym)
