@@ -754,9 +754,9 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None) -> dict:
     the rate they get). Candidates: gather_bandwidth's kernels on that stream (flat slices,
     moving windows, row walks; for the plain stream also csr_rows' order) and csr_rows' own
     schedule with its stores off (csr_rows_gather_ms). Remote entries count at the local
-    stream's rate. Returns ms, the GB/s it is taken at, the gathered bytes, and with a self term
-    `without_self_ms` (the plain stream's floor, for comparison). `rates`: gets each stream's
-    best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows)."""
+    stream's rate. Returns ms, the GB/s it is taken at, and with a self term `without_self_ms`
+    (the plain stream's floor, for comparison); the bytes are floor_bytes' "gathered". `rates`:
+    gets each stream's best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows)."""
     row = padded_dim(dim) * 4
     remote = row * p.num_remote_edges
     rate = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local,
@@ -776,7 +776,6 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None) -> dict:
         if own < out["ms"]:
             out.update(ms=own, GBps=local / (own * 1e6))
     out["ms"] += remote / (rate * 1e6)
-    out["gathered"] = local + remote
     return out
 
 
@@ -792,22 +791,21 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
     p = dg.plan(kind)
     dp = padded_dim(dim)
     gf = gather_floor(p, kind, dim, comm)
+    b = floor_bytes(p, dp)  # the same for every variant (np.unique over the plan's entries: once)
+    nv = b["remote"] / (bw["nvlink_GBps"] * 1e6) if b["remote"] else 0.0
+    hbm_max = comm.allreduce_scalar(b["compulsory"] / (bw["hbm_GBps"] * 1e6) + nv, "max")
+    l2_max = comm.allreduce_scalar(gf["ms"], "max")
     x = torch.randn(dg.n_local, dim, device=dg.device, generator=_cuda_gen())
     rows = []
     for v in variants_for(dg, wanted):
         dg.set_variant(v)
         dg.aggregate(x, kind)
         ms = statistics.median(cuda_ms(lambda: dg.aggregate(x, kind), reps, comm))
-        b = floor_bytes(p, dp)
-        nv = b["remote"] / (bw["nvlink_GBps"] * 1e6) if b["remote"] else 0.0
-        hbm_ms = b["compulsory"] / (bw["hbm_GBps"] * 1e6) + nv
-        l2_ms = gf["ms"]
         ms_max = comm.allreduce_scalar(ms, "max")
-        hbm_max, l2_max = comm.allreduce_scalar(hbm_ms, "max"), comm.allreduce_scalar(l2_ms, "max")
         rows.append({"variant": v, "agg_ms": ms_max, "hbm_floor_ms": hbm_max, "l2_floor_ms": l2_max,
                      "floor_ms": max(hbm_max, l2_max), "gather_GBps": gf["GBps"],
                      "compulsory_bytes": comm.allreduce_scalar(float(b["compulsory"]), "max"),
-                     "gathered_bytes": comm.allreduce_scalar(float(gf["gathered"]), "max"),
+                     "gathered_bytes": comm.allreduce_scalar(float(b["gathered"]), "max"),
                      "remote_bytes": comm.allreduce_scalar(float(b["remote"]), "max")})
     dg.set_variant("pipelined")
     return rows
