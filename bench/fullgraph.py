@@ -63,13 +63,17 @@ def model_spec(spec: str) -> dict:
     (mgg.nn.registry), with its registry `name` and constructor `options`: "gin" is mgg's default
     GIN (batch norm in the MLP), "gin:none" / "gin:layer" pick GIN's `norm`; a "+unfused" suffix
     (mgg's model only, e.g. "gin+unfused") runs batch norm and the ReLU after it as two steps
-    instead of mgg.kernels.norm_relu's fused kernels (`unfused` in the result). SystemExit for a
-    model whose aggregation does not run through the plan (nothing to compare) or a bad norm."""
+    instead of mgg.kernels.norm_relu's fused kernels (`unfused` in the result), and a "+cublas"
+    suffix runs mgg's model with its float32 GEMMs on cuBLAS (MGG_TALL_GEMM=0, not
+    mgg/kernels/tall_gemm.cu; `cublas`); `mgg_only` is either suffix (the baselines are timed on
+    the plain row only). SystemExit for a model whose aggregation does not run through the plan
+    (nothing to compare) or a bad norm."""
     from mgg.nn.norm import NORMS
     from mgg.nn.registry import model_entry, tunable_models
 
     unfused = spec.endswith("+unfused")
-    name, _, norm = spec.removesuffix("+unfused").partition(":")
+    cublas = spec.endswith("+cublas")
+    name, _, norm = spec.removesuffix("+unfused").removesuffix("+cublas").partition(":")
     if norm and (name != "gin" or norm not in NORMS):
         raise SystemExit(f"bench/fullgraph.py: --models {spec}: only gin takes a norm ({', '.join(NORMS)})")
     try:
@@ -83,7 +87,7 @@ def model_spec(spec: str) -> dict:
     if name == "gin":  # the norm every system of the row runs: the model's own default unless given
         options["norm"] = norm or inspect.signature(e.model).parameters["norm"].default
     return dict(name=name, options=options, hidden=e.defaults.hidden, layers=e.defaults.layers,
-                kind=e.aggregation, unfused=unfused)
+                kind=e.aggregation, unfused=unfused, cublas=cublas, mgg_only=unfused or cublas)
 
 
 def build_bench_model(mname: str, g, device, input_cache: bool = True):
@@ -837,6 +841,7 @@ def run(args) -> None:
                "date": _dt.datetime.now().isoformat(timespec="seconds"), "bandwidth": bw, "runs": []}
     from bench.baselines import NcclHaloGraph, SingleGpuGraph
 
+    user_tall_gemm = os.environ.get("MGG_TALL_GEMM")  # what a "+cublas" row overrides for itself
     for spec in args.datasets.split(","):
         name, scale, order = parse_dataset(spec)
         g = load_graph(name, scale, args.cache, comm, order)
@@ -857,6 +862,12 @@ def run(args) -> None:
                   f"auto variant: {choose_variant(dg.plan('gcn'))}")
         for mname in args.models.split(","):
             m = model_spec(mname)
+            if m["cublas"]:
+                os.environ["MGG_TALL_GEMM"] = "0"
+            elif user_tall_gemm is None:
+                os.environ.pop("MGG_TALL_GEMM", None)
+            else:
+                os.environ["MGG_TALL_GEMM"] = user_tall_gemm
             row = {"dataset": name, "scale": float(sc or 1), "nodes": g.num_nodes, "edges": g.num_edges,
                    "model": mname, "systems": {}, "errors": {}}
             try:  # an accounting failure must not cost the timings below (it raises the same on every rank)
@@ -900,7 +911,7 @@ def run(args) -> None:
                 if err:
                     row["errors"]["nccl-halo+spmm"] = err
                 nccl_G[0] = None
-            if P == 1 and not m["unfused"]:  # "+unfused" changes mgg's model only: baselines once
+            if P == 1 and not m["mgg_only"]:  # "+unfused", "+cublas" change mgg's model only: baselines once
                 def mk1():
                     s = SingleGpuGraph(g, device, kinds=(m["kind"],))
                     s.num_nodes = g.num_nodes
@@ -917,7 +928,7 @@ def run(args) -> None:
                 row["systems"]["pyg-1gpu"] = ms
                 if err:
                     row["errors"]["pyg-1gpu"] = err
-            if not m["unfused"]:
+            if not m["mgg_only"]:
                 row["aggregation"] = agg_floor(dg, m["kind"], m["hidden"], bw, comm, wanted=args.variants)
             row["systems"] = {k: (comm.allreduce_scalar(v, "max") if v is not None else None)
                               for k, v in row["systems"].items()}

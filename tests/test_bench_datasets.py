@@ -34,6 +34,9 @@ def test_model_specs_name_the_norm_and_the_unfused_form():
     from mgg.nn.norm import DistBatchNorm
 
     assert model_spec("gin")["options"] == {"norm": "batch"} and not model_spec("gin")["unfused"]
+    cub = model_spec("gin+cublas")
+    assert cub["cublas"] and cub["mgg_only"] and not cub["unfused"] and cub["options"] == {"norm": "batch"}
+    assert not model_spec("gin")["mgg_only"]
     spec = model_spec("gin:none+unfused")
     assert spec["options"] == {"norm": "none"} and spec["unfused"]
     g = load_dataset("sbm", scale=0.02, seed=0)

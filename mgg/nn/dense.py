@@ -20,22 +20,68 @@ in one pass (mgg/kernels/relu_grad.cu: threshold_backward 0.452 ms + the bias su
 weight-gradient kernel (mgg/kernels/dropout_project.cu), so the dropped input is never written
 nor read back: on papers-like@0.1 it replaces a dropout pass (write and read of 5.7 GB) and two
 GEMMs.
+
+x W^T and G W of a tall float32 CUDA matrix with narrow sides (`tall_gemm`: inner width a
+multiple of 4 up to 64, outer width even up to 64, as GIN's 64-wide MLPs) run on
+mgg/kernels/tall_gemm.cu: TF32 tensor cores with the 3xTF32 split, which keeps float32's
+accuracy. cuBLAS runs these float32 GEMMs on the SIMT units: on one H200 at [2.45M, 64] x
+[64, 64], 0.67-0.69 ms against the kernel's 0.47-0.55 (bench/dense_gemm.py). The weight gradient
+G^T x stays on cuBLAS. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS
+everywhere. `linear` is F.linear with all of the above.
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["project", "dropout_project", "fused_input_projection", "linear_relu", "TALL_ROWS"]
+__all__ = ["project", "dropout_project", "fused_input_projection", "linear", "linear_relu", "tall_gemm",
+           "TALL_ROWS", "TALL_GEMM_ROWS"]
 
 #: inputs with at least this many rows (on CUDA) take the custom backward
 TALL_ROWS = 1 << 20
+#: float32 CUDA matrices with at least this many rows take mgg/kernels/tall_gemm.cu (`tall_gemm`)
+TALL_GEMM_ROWS = 1 << 16
+
+
+def tall_gemm(t: torch.Tensor, k: int, n: int) -> bool:
+    """Whether t @ B for the tall float32 matrix t [., k] and a B [k, n] runs on
+    mgg/kernels/tall_gemm.cu (t on CUDA, >= TALL_GEMM_ROWS rows, widths the kernel takes, not
+    switched off: mgg.kernels.tall_gemm.supports, enabled)."""
+    if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2 and t.shape[0] >= TALL_GEMM_ROWS):
+        return False
+    from ..kernels import tall_gemm as tg
+
+    return tg.supports(k, n) and tg.enabled()
+
+
+def _mm_wt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           relu: bool = False) -> torch.Tensor:
+    """(relu)(x W^T (+ b)): x [N, F], weight [O, F] -> [N, O], on the tall-GEMM kernel when it
+    takes the shapes (`tall_gemm`), else cuBLAS (the ReLU in cuBLASLt's epilogue where there is
+    a bias)."""
+    if weight.dtype == torch.float32 and tall_gemm(x, int(x.shape[1]), int(weight.shape[0])):
+        from ..kernels.tall_gemm import xb
+
+        return xb(x, weight.detach().t(), bias, relu)
+    if not relu:
+        return x @ weight.t() if bias is None else torch.nn.functional.linear(x, weight, bias)
+    if bias is None:
+        return torch.relu(x @ weight.t())
+    return torch._addmm_activation(bias, x, weight.t())
 
 
 def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
     """(grad x = G W, grad W = G^T x) of y = x W^T, each None where autograd does not need it
     (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above)."""
-    gx = g @ weight if ctx.needs_input_grad[0] else None
-    gw = g.t() @ x if ctx.needs_input_grad[1] else None
+    gx = gw = None
+    if ctx.needs_input_grad[0]:
+        if weight.dtype == torch.float32 and tall_gemm(g, int(g.shape[1]), int(weight.shape[1])):
+            from ..kernels.tall_gemm import xb
+
+            gx = xb(g, weight.detach())
+        else:
+            gx = g @ weight
+    if ctx.needs_input_grad[1]:
+        gw = g.t() @ x
     return gx, gw
 
 
@@ -45,7 +91,7 @@ class _Project(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         ctx.save_for_backward(x, weight)
-        return x @ weight.t()
+        return _mm_wt(x, weight)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
@@ -56,9 +102,9 @@ class _Project(torch.autograd.Function):
 def project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight^T (x float [N, F], weight [O, F] -> [N, O]), with the G^T x weight gradient
     when x is a tall CUDA matrix (>= TALL_ROWS rows); plain autograd otherwise."""
-    if x.is_cuda and x.dim() == 2 and x.shape[0] >= TALL_ROWS and torch.is_grad_enabled():
+    if x.is_cuda and x.dim() == 2 and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS) and torch.is_grad_enabled():
         return _Project.apply(x, weight)
-    return x @ weight.t()
+    return _mm_wt(x, weight) if x.dim() == 2 else x @ weight.t()
 
 
 class _DropoutProject(torch.autograd.Function):
@@ -121,10 +167,39 @@ def dropout_project(x: torch.Tensor, weight: torch.Tensor, p: float, seed: int |
 
 
 def _relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """relu(x W^T + b): the ReLU in the GEMM's epilogue where there is a bias."""
-    if bias is None:
-        return torch.relu(x @ weight.t())
-    return torch._addmm_activation(bias, x, weight.t())
+    """relu(x W^T + b): the ReLU in the GEMM's epilogue (the tall-GEMM kernel's, or cuBLASLt's
+    where there is a bias)."""
+    return _mm_wt(x, weight, bias, relu=True)
+
+
+class _Linear(torch.autograd.Function):
+    """y = x W^T + b on `_mm_wt`; backward: grad x = G W (the tall-GEMM kernel where it takes the
+    shapes), grad W = G^T x, grad b = sum of G."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):  # type: ignore[override]
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight)
+        return _mm_wt(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        g = g.contiguous()
+        gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return (*_linear_grads(ctx, g, x, weight), gb)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for x float [N, F], weight [O, F], bias [O] or None -> [N, O]:
+    on the tall-GEMM kernel with the G^T x weight gradient when x is a tall CUDA matrix
+    (`tall_gemm`), F.linear otherwise. Values as F.linear's up to float32 summation order."""
+    if x.dim() != 2 or not (x.is_cuda and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS)):
+        return torch.nn.functional.linear(x, weight, bias)
+    if not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad
+                                           or (bias is not None and bias.requires_grad)):
+        return _mm_wt(x, weight, bias)
+    return _Linear.apply(x, weight, bias)
 
 
 class _LinearReLU(torch.autograd.Function):

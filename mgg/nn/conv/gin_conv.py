@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..dense import linear_relu, project
+from ..dense import linear, linear_relu, project
 from ..functional import aggregate
 
 __all__ = ["GINConv"]
@@ -21,7 +21,8 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     (DistBatchNorm) also gets `dg`, and one with `takes_relu = True` followed by an `nn.ReLU`
     runs that ReLU itself (`stage(h, dg, relu=True)`: one fused kernel on a GPU,
     mgg.kernels.norm_relu). With `fuse`, an `nn.Linear` followed by an `nn.ReLU` (or last, with
-    `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own.
+    `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own; any
+    other `nn.Linear` as mgg.nn.dense.linear (the tall-GEMM kernel on tall CUDA rows).
 
     `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
     one that needs the graph run on every row (batch statistics are over all nodes); that stage
@@ -42,6 +43,8 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             if nxt is None:
                 relu_out = False  # done in the epilogue
             i += 2 if nxt is not None else 1
+        elif fuse and type(m) is nn.Linear:
+            h, i = linear(h, m.weight, m.bias), i + 1
         elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):

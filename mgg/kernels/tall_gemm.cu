@@ -1,0 +1,177 @@
+// x W^T and G W for tall node matrices with narrow sides (mgg/kernels/tall_gemm.py, used by
+// mgg.nn.dense): Y [n, N] = X [n, K] B [K, N] (+ bias) (ReLU) with n in the millions, K <= 64
+// (K % 4 == 0) and N <= 64 (N even), in float32 values computed on TF32 tensor cores by the
+// 3xTF32 split.
+//
+// Why: cuBLAS runs these float32 GEMMs on the SIMT units (FFMA): at [2.45M, 64] x [64, 64] one
+// takes 0.67-0.69 ms on an H200, where reading and writing the rows once takes about 0.30 ms. A
+// TF32 tensor-core product keeps only 10 mantissa bits (relative error 2e-4 to 3e-4 here). The
+// 3xTF32 split keeps float32's: a = a_big + a_small with a_big = tf32(a), a_small = tf32(a -
+// a_big) (about 21 bits together), and a b ~= a_small b_big + a_big b_small + a_big b_big (the
+// a_small b_small term, below 2^-22 relative, is dropped), each on the tensor cores with float32
+// accumulation: relative error 4e-7 to 5e-7 against float64, cuBLAS's float32 1e-7.
+//
+// Kernel (one job)
+//   mgg_tall_gemm_xb_kKC_nNT8   Y = X B (+ bias [N]) (ReLU); B any strides (W^T of a [N, K]
+//                               weight for x W^T, the weight itself for the input gradient G W);
+//                               KC = ceil(K / 16) in 1..4, NT8 = ceil(N / 8) in 1..8
+// Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
+// 16 bytes), Y 8-byte aligned (N even).
+// How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
+// chunk c of X, the float4 X[r0 + 16 m + 8 h + gid][16 c + 4 tig .. + 3] (m, h in {0, 1}) straight
+// into registers (each load instruction reads 64 contiguous bytes of 8 rows), the next tile's
+// while it multiplies this one. The k order inside a chunk is permuted (a sum does not care):
+// k-step 2c + e gives A slot tig the column 16 c + 4 tig + 2 e and slot tig + 4 the next one, and
+// B is laid out in shared memory to match, one float4 (big b0, big b1, small b0, small b1) per
+// (k-step, n8 tile, lane): one conflict-free 16-byte load per fragment. The accumulators
+// (2 m16 tiles x NT8 n8 tiles) are written to Y straight from registers (float2 per lane: each
+// quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU applied there.
+// Launch geometry: blockDim.x = 32 * XB_WARPS, grid-stride over 32-row tiles by warp (tile =
+// blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * 2 * NT8 * 32 float4, filled once per
+// block; about 250 registers a thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks
+// a SM (the launcher's grid).
+#include <stdint.h>
+
+#define XB_WARPS 4
+
+__device__ __forceinline__ uint32_t tf32_bits(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int KC>
+__device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __restrict__ X, long long n, int K,
+                                         long long r0, int gid, int tig) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long row = r0 + 16 * m + 8 * h + gid;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const int col = 16 * c + 4 * tig;
+        a[m][h][c] = (row < n && col < K) ? __ldcs(reinterpret_cast<const float4*>(X + row * K + col))
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+}
+
+template <int KC, int NT8>
+__device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
+                                              const float* __restrict__ B, long long sbk, long long sbn, int N,
+                                              const float* __restrict__ bias, float* __restrict__ Y, int relu) {
+  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const long long tiles = (n + 31) >> 5, stride = (long long)gridDim.x * XB_WARPS;
+  long long t = (long long)blockIdx.x * XB_WARPS + warp;
+  float4 a[2][2][KC];
+  if (t < tiles) xb_load<KC>(a, X, n, K, t << 5, gid, tig);
+
+  for (int i = threadIdx.x; i < KC * 2 * NT8 * 32; i += blockDim.x) {
+    const int l = i & 31, j = (i >> 5) % NT8, se = (i >> 5) / NT8;  // se = 2 c + e
+    const int k0 = 16 * (se >> 1) + 4 * (l & 3) + 2 * (se & 1), col = 8 * j + (l >> 2);
+    const float v0 = (k0 < K && col < N) ? B[k0 * sbk + col * sbn] : 0.f;
+    const float v1 = (k0 + 1 < K && col < N) ? B[(k0 + 1) * sbk + col * sbn] : 0.f;
+    const float g0 = __uint_as_float(tf32_bits(v0)), g1 = __uint_as_float(tf32_bits(v1));
+    bs[i] = make_float4(g0, g1, __uint_as_float(tf32_bits(v0 - g0)), __uint_as_float(tf32_bits(v1 - g1)));
+  }
+  __syncthreads();
+
+  for (; t < tiles; t += stride) {
+    float4 an[2][2][KC];
+    const bool more = t + stride < tiles;
+    if (more) xb_load<KC>(an, X, n, K, (t + stride) << 5, gid, tig);
+    float acc[2][NT8][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
+#pragma unroll
+    for (int c = 0; c < KC; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        uint32_t ab[2][4], as[2][4];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          // slots: a0 (gid, tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3 (gid + 8, tig + 4)
+          const float v[4] = {e ? a[m][0][c].z : a[m][0][c].x, e ? a[m][1][c].z : a[m][1][c].x,
+                              e ? a[m][0][c].w : a[m][0][c].y, e ? a[m][1][c].w : a[m][1][c].y};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            ab[m][q] = tf32_bits(v[q]);
+            as[m][q] = tf32_bits(v[q] - __uint_as_float(ab[m][q]));
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+          const float4 b = bs[((2 * c + e) * NT8 + j) * 32 + lane];
+          const uint32_t bb0 = __float_as_uint(b.x), bb1 = __float_as_uint(b.y);
+          const uint32_t bs0 = __float_as_uint(b.z), bs1 = __float_as_uint(b.w);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma_tf32(acc[m][j], as[m][0], as[m][1], as[m][2], as[m][3], bb0, bb1);
+            mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bs0, bs1);
+            mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bb0, bb1);
+          }
+        }
+      }
+    // c0, c1: (row gid, cols 8 j + 2 tig, + 1); c2, c3: (row gid + 8, the same cols)
+    const long long r0 = t << 5;
+    const bool pairs = (N & 1) == 0;
+#pragma unroll
+    for (int j = 0; j < NT8; ++j) {
+      const int col = 8 * j + 2 * tig;
+      if (col >= N) continue;
+      const float b0 = bias ? bias[col] : 0.f;
+      const float b1 = (bias && col + 1 < N) ? bias[col + 1] : 0.f;
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const long long row = r0 + 16 * m + 8 * h + gid;
+          if (row >= n) continue;
+          float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
+          if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
+          if (pairs) {
+            __stcs(reinterpret_cast<float2*>(Y + row * N + col), make_float2(v0, v1));
+          } else {
+            __stcs(Y + row * N + col, v0);
+            if (col + 1 < N) __stcs(Y + row * N + col + 1, v1);
+          }
+        }
+    }
+    if (more) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int c = 0; c < KC; ++c) a[m][h][c] = an[m][h][c];
+    }
+  }
+}
+
+#define MGG_XB(KC, NT8)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8(               \
+      const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
+      long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu) {                \
+    tall_gemm_xb<KC, NT8>(X, n, K, B, sbk, sbn, N, bias, Y, relu);                                           \
+  }
+#define MGG_XB_K(KC) MGG_XB(KC, 1) MGG_XB(KC, 2) MGG_XB(KC, 3) MGG_XB(KC, 4) MGG_XB(KC, 5) \
+  MGG_XB(KC, 6) MGG_XB(KC, 7) MGG_XB(KC, 8)
+MGG_XB_K(1)
+MGG_XB_K(2)
+MGG_XB_K(3)
+MGG_XB_K(4)

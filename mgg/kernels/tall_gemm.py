@@ -1,0 +1,85 @@
+"""Launcher of mgg/kernels/tall_gemm.cu: x @ b for a tall float32 matrix x and a narrow b, on TF32
+tensor cores by the 3xTF32 split (float32 accuracy; the .cu's header says how and why).
+
+    xb(x, b, bias, relu)   x [n, K] @ b [K, N] (+ bias [N]) (ReLU)  -> float32 [n, N]
+
+`b` may be any strided [K, N] view: weight.t() of a [N, K] Linear weight (the forward x W^T), or
+the weight itself (the input gradient G W). `supports(k, n)` says which widths the kernel takes
+(K a multiple of 4 up to 64, N even up to 64); mgg.nn.dense runs cuBLAS for the others and for
+the weight gradient G^T x (cuBLAS's float32 kernel for that shape reads at about the speed a
+3xTF32 kernel reached here: bench/results/README.md, session 33). Launched on torch's current
+stream of x's GPU; built as a plain cubin (no NVSHMEM) by mgg.kernels.build.
+
+`enabled()` is the switch mgg.nn.dense reads: the kernel runs unless `MGG_TALL_GEMM=0` is in the
+environment (benchmarks compare against cuBLAS that way) or torch is asked for TF32 matmuls
+(torch.backends.cuda.matmul.allow_tf32, `--tf32`: then cuBLAS's one TF32 product is both faster
+and what was asked for).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from .launch import kernel, launch, sm_count
+
+__all__ = ["supports", "enabled", "xb", "MAX_K", "MAX_N", "XB_WARPS", "BLOCKS_PER_SM"]
+
+MAX_K = 64          # inner width: 4 chunks of 16 columns held in registers
+MAX_N = 64          # outer width: 8 n8 accumulator tiles
+XB_WARPS = 4        # the .cu's XB_WARPS: warps of a block, each owning 32-row tiles
+BLOCKS_PER_SM = 2   # grid: 2 blocks a SM (about 250 registers a thread)
+
+
+def _r(v: int, m: int) -> int:
+    return -(-int(v) // m) * m
+
+
+def supports(k: int, n: int) -> bool:
+    """Whether the kernel takes x [., k] @ b [k, n]: k a multiple of 4 in 4..MAX_K, n even in
+    2..MAX_N (rows of x start on 16 bytes, output pairs on 8)."""
+    return 0 < k <= MAX_K and k % 4 == 0 and 0 < n <= MAX_N and n % 2 == 0
+
+
+def enabled() -> bool:
+    """False when MGG_TALL_GEMM=0 or torch allows TF32 matmuls (see the module docstring)."""
+    return os.environ.get("MGG_TALL_GEMM", "1") != "0" and not torch.backends.cuda.matmul.allow_tf32
+
+
+def _p(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False) -> torch.Tensor:
+    """x [n, K] @ b [K, N] (+ bias [N]) (ReLU): float32 [n, N] (see the module docstring). x, b and
+    bias float32 on one GPU; ValueError for widths the kernel does not take (`supports`)."""
+    for name, t in (("x", x), ("b", b)):
+        if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
+            raise ValueError(f"tall_gemm.xb: {name} must be a float32 CUDA matrix, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+    n, k = (int(v) for v in x.shape)
+    nout = int(b.shape[1])
+    if b.shape[0] != k or b.device != x.device or not supports(k, nout):
+        raise ValueError(f"tall_gemm.xb: x {tuple(x.shape)} @ b {tuple(b.shape)} on {x.device}, {b.device}: "
+                         f"inner width a multiple of 4 up to {MAX_K}, outer width even up to {MAX_N}, one GPU")
+    x = x.contiguous()
+    if x.data_ptr() % 16:
+        x = x.clone()
+    if bias is not None:
+        bias = bias.detach().to(torch.float32).contiguous()
+        if bias.shape != (nout,) or bias.device != x.device:
+            raise ValueError(f"tall_gemm.xb: bias of shape {tuple(bias.shape)} on {bias.device} for {nout} "
+                             f"outputs on {x.device}")
+    out = torch.empty(n, nout, device=x.device, dtype=torch.float32)
+    if n == 0:
+        return out
+    kc, nt8 = _r(k, 16) // 16, _r(nout, 8) // 8
+    fn = kernel("tall_gemm", f"mgg_tall_gemm_xb_k{kc}_n{nt8}", x.device)
+    smem = kc * 2 * nt8 * 32 * 16  # B, split, one float4 per (k-step, n8 tile, lane)
+    fn.max_dynamic_shared_size_bytes = smem
+    grid = max(1, min(-(-n // (32 * XB_WARPS)), sm_count(x.device) * BLOCKS_PER_SM))
+    launch(fn, x.device, grid, 32 * XB_WARPS,
+           (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)),
+            np.int32(nout), _p(bias), _p(out), np.int32(bool(relu))), shared_mem=smem)
+    return out

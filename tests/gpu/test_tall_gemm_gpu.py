@@ -1,0 +1,155 @@
+"""mgg/kernels/tall_gemm.cu (3xTF32 tensor-core x @ B of tall float32 matrices) against float64,
+with B strided either way, bias and ReLU; then the mgg.nn.dense ops that take it (linear,
+linear_relu, project: forward and backward), the switches that keep cuBLAS, and GIN trained a
+step with and without it. Needs CUDA and cupy."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+from mgg.kernels import tall_gemm as tg  # noqa: E402
+from mgg.nn import dense  # noqa: E402
+
+#: relative error (Frobenius) allowed against float64; cuBLAS's float32 SIMT GEMM reads ~1e-7 here,
+#: plain TF32 ~3e-4: 3xTF32 must be on float32's side
+TOL = 2e-6
+
+
+def rel(a, b):
+    return float((a.double().cpu() - b).norm() / max(float(b.norm()), 1e-30))
+
+
+def _poison(nbytes: int) -> None:
+    """NaNs in the caching allocator's free blocks: an output element the kernel misses shows."""
+    t = torch.full((nbytes // 4 + 4096,), float("nan"), device="cuda")
+    del t
+
+
+SHAPES = [(1, 4, 4), (31, 64, 64), (33, 16, 16), (1000, 60, 64), (100_003, 64, 64), (70_001, 64, 48),
+          (5000, 48, 64), (3000, 4, 2), (2000, 36, 10), (4097, 12, 20), (64, 20, 62)]
+
+
+@pytest.mark.parametrize("n,k,m", SHAPES)
+@pytest.mark.parametrize("transposed", [True, False])
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, True), (True, False)])
+def test_xb_matches_float64(n, k, m, transposed, bias, relu):
+    gen = torch.Generator().manual_seed(n * 7 + k + m)
+    x = torch.randn(n, k, generator=gen)
+    w = torch.randn(m, k, generator=gen) / k ** 0.5
+    b = torch.randn(m, generator=gen) if bias else None
+    bmat = w.cuda().t() if transposed else w.t().contiguous().cuda()  # strided or contiguous [k, m]
+    _poison(n * m * 4)
+    out = tg.xb(x.cuda(), bmat, None if b is None else b.cuda(), relu)
+    ref = x.double() @ w.double().t() + (0 if b is None else b.double())
+    if relu:
+        ref = torch.relu(ref)
+    assert out.shape == (n, m) and not out.isnan().any()
+    assert rel(out, ref) < TOL
+
+
+def test_xb_empty_and_offset_input():
+    w = torch.randn(8, 16, device="cuda")
+    assert tg.xb(torch.zeros(0, 16, device="cuda"), w.t()).shape == (0, 8)
+    big = torch.randn(1001 * 16 + 1, device="cuda")
+    x = big[1:].view(1001, 16)  # 4-byte offset start: copied to an aligned one
+    assert rel(tg.xb(x, w.t()), x.double().cpu() @ w.double().cpu().t()) < TOL
+
+
+def test_tall_gemm_refuses_what_it_cannot_take():
+    x = torch.zeros(10, 68, device="cuda")
+    with pytest.raises(ValueError, match="multiple of 4 up to 64"):
+        tg.xb(x, torch.zeros(68, 4, device="cuda"))
+    with pytest.raises(ValueError, match="even up to 64"):
+        tg.xb(x[:, :64], torch.zeros(64, 47, device="cuda"))
+    with pytest.raises(ValueError, match="float32 CUDA"):
+        tg.xb(x.double(), torch.zeros(68, 4, device="cuda", dtype=torch.float64))
+    with pytest.raises(ValueError, match="bias"):
+        tg.xb(x[:, :64], torch.zeros(64, 4, device="cuda"), torch.zeros(5, device="cuda"))
+
+
+def _count_kernel(monkeypatch):
+    used = []
+    real = tg.xb
+    monkeypatch.setattr(tg, "xb", lambda *a, **k: used.append("xb") or real(*a, **k))
+    return used
+
+
+@pytest.mark.parametrize("op", ["linear", "linear_relu", "project"])
+def test_dense_ops_take_the_kernel_and_match_float64(op, monkeypatch):
+    used = _count_kernel(monkeypatch)
+    n = dense.TALL_GEMM_ROWS + 123
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(n, 64, generator=gen)
+    w = torch.randn(48, 64, generator=gen) / 8
+    b = torch.randn(48, generator=gen)
+    g = torch.randn(n, 48, generator=gen)
+    xc, wc, bc = (t.cuda().requires_grad_() for t in (x, w, b))
+    xr, wr, br = (t.double().requires_grad_() for t in (x, w, b))
+    if op == "linear":
+        out, ref = dense.linear(xc, wc, bc), torch.nn.functional.linear(xr, wr, br)
+    elif op == "linear_relu":
+        out, ref = dense.linear_relu(xc, wc, bc), torch.nn.functional.linear(xr, wr, br)  # relu below
+    else:
+        out, ref = dense.project(xc, wc), xr @ wr.t()
+    out.backward(g.cuda())
+    if op == "linear_relu":
+        # backward through the ReLU's mask as the kernel's output has it: an entry within rounding
+        # of 0 may fall on either side, and one flipped entry would dwarf the GEMMs' errors
+        ref.backward(torch.where(out.detach().cpu() > 0, g.double(), torch.zeros((), dtype=torch.float64)))
+        ref = torch.relu(ref)
+    else:
+        ref.backward(g.double())
+    assert rel(out.detach(), ref.detach()) < TOL
+    assert rel(xc.grad, xr.grad) < TOL and rel(wc.grad, wr.grad) < TOL
+    if op != "project":
+        assert rel(bc.grad, br.grad) < 1e-5
+    assert used == ["xb", "xb"]  # forward and grad x (grad W: cuBLAS's G^T x)
+
+
+def test_switches_keep_cublas(monkeypatch):
+    used = _count_kernel(monkeypatch)
+    x = torch.randn(dense.TALL_GEMM_ROWS, 64, device="cuda")
+    w = torch.randn(64, 64, device="cuda")
+    monkeypatch.setenv("MGG_TALL_GEMM", "0")
+    dense.linear(x, w)
+    monkeypatch.delenv("MGG_TALL_GEMM")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    dense.linear(x, w)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert used == []
+    dense.linear(x[: dense.TALL_GEMM_ROWS - 1], w)  # too short: cuBLAS
+    assert used == []
+    dense.linear(x, w)
+    assert used == ["xb"]
+
+
+@pytest.mark.parametrize("norm", ["batch", "none"])
+def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
+    """A GIN forward and backward on tall rows (the kernel's GEMMs) equals the same model on
+    cuBLAS (MGG_TALL_GEMM=0) in float32 rounding."""
+    from mgg.nn import GIN
+    from tests.gpu.dense_gin import dense_gin_input
+
+    monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # the small test graph counts as tall
+    used = _count_kernel(monkeypatch)
+    x, graph = dense_gin_input(monkeypatch)
+    outs = []
+    for env in ("1", "0"):
+        monkeypatch.setenv("MGG_TALL_GEMM", env)
+        torch.manual_seed(0)
+        model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm=norm).cuda()
+        model.cache_input_aggregation = False
+        out = model(x, graph)
+        out.square().sum().backward()
+        outs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+        if env == "1":
+            assert "xb" in used
+            used.clear()
+    assert used == []
+    # float32 rounding, grown through three layers (batch norm divides by small deviations)
+    assert rel(outs[0][0], outs[1][0].double().cpu()) < 1e-4
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert rel(a, b.double().cpu()) < 1e-3
