@@ -69,7 +69,9 @@ def main() -> None:
                       lambda g=g, w=w: g @ w, (lambda g=g, w=w: tg.xb(g, w)) if tg.supports(m, k) else None,
                       lambda g=g, w=w: g[:head].double() @ w.double()))
         cases.append((f"G^T x (grad W)   [{m}, {n}] x [{n}, {k}]", nbytes,
-                      lambda g=g, x=x: g.t() @ x, None, lambda g=g, x=x: g.double().t() @ x.double()))
+                      lambda g=g, x=x: g.t() @ x,
+                      (lambda g=g, x=x: tg.weight_grad(g, x)) if tg.supports_weight_grad(k, m) else None,
+                      lambda g=g, x=x: g.double().t() @ x.double()))
     print(f"{'GEMM':46s} | {'cuBLAS fp32':>17s} | {'cuBLAS TF32':>17s} | {'tall_gemm 3xTF32':>17s} | fp32/ours")
     for name, nbytes, cublas, ours, ref in cases:
         floor = nbytes / (gbps * 1e6)

@@ -55,3 +55,7 @@ def test_tall_gemm_kernel_limits_are_stated():
     assert supports(64, 64) and supports(4, 2) and supports(12, 20) and supports(60, 48)
     assert not supports(0, 64) and not supports(MAX_K + 4, 16) and not supports(100, 64)
     assert not supports(62, 64) and not supports(64, 47) and not supports(64, MAX_N + 2)
+    from mgg.kernels.tall_gemm import supports_weight_grad
+
+    assert supports_weight_grad(64, 64) and supports_weight_grad(4, 48) and not supports_weight_grad(64, 62)
+    assert not supports_weight_grad(100, 64) and not supports_weight_grad(64, 47)

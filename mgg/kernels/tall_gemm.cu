@@ -175,3 +175,138 @@ MGG_XB_K(1)
 MGG_XB_K(2)
 MGG_XB_K(3)
 MGG_XB_K(4)
+
+// ---- mgg_tall_gemm_tn_kNT8: P [block] = G^T X over the block's rows, G [n, N], X [n, K] ----
+// The weight gradient G^T x of a tall G and x (N, K multiples of 4 up to 64): a reduction over n.
+// The caller sums the per-block partial matrices P [gridDim.x, N, K] in a fixed order.
+// How: a block is HALVES warps; warp h owns G's columns [32 h, 32 h + 32) (two m16 tiles of the
+// output) and all of X's; the block walks chunks of 128 rows (chunk = blockIdx.x, += gridDim.x),
+// 8 rows an mma k-step. Rows and columns are permuted so that every lane loads whole float4s:
+// k slot tig <-> row 2 tig, slot tig + 4 <-> row 2 tig + 1 of the step (a sum over rows does not
+// care), output row pi(mt, gid) = 32 h + 4 gid + 2 mt (gid + 8: + 1) and output column
+// sigma(j, jj) = NT8 jj + j, undone when the sums are written. Each chunk's products are summed on
+// the tensor cores from zero and then added to the warp's totals in float32 registers: tensor-core
+// accumulation does not round to nearest, and over millions of rows its error grew to 6e-5
+// (relative) where these adds keep it at float32's. The next step's rows are loaded while the
+// tensor cores work on this one.
+// Launch geometry: blockDim.x = 32 * HALVES (HALVES = 2 when N > 32), any gridDim.x; no shared
+// memory.
+#define TN_CHUNK_STEPS 16  // 128 rows a chunk
+
+template <int NT8>
+struct TnRows {  // one k-step's loads of a lane: G and X at rows 2 tig and 2 tig + 1
+  float4 g[2];
+  float4 x[2][NT8 / 4 > 0 ? NT8 / 4 : 1];
+};
+
+template <int NT8>
+__device__ __forceinline__ void tn_load(TnRows<NT8>& v, const float* __restrict__ G, const float* __restrict__ X,
+                                        long long n, int N, int K, long long r, int gcol, int xcol) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const long long row = r + q;
+    const bool ok = row < n;
+    v.g[q] = (ok && gcol < N) ? __ldcs(reinterpret_cast<const float4*>(G + row * N + gcol))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < (NT8 >= 4 ? NT8 / 4 : 1); ++u) {
+      const int c = xcol + 4 * u;
+      if (NT8 >= 4)
+        v.x[q][u] = (ok && c < K) ? __ldcs(reinterpret_cast<const float4*>(X + row * K + c))
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+      else  // NT8 == 2: a float2 (K <= 16)
+        v.x[q][u] = (ok && c < K) ? [&] { const float2 t = __ldcs(reinterpret_cast<const float2*>(X + row * K + c));
+                                          return make_float4(t.x, t.y, 0.f, 0.f); }()
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
+__device__ __forceinline__ float f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+template <int NT8>
+__device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const float* __restrict__ X, long long n,
+                                             int N, int K, float* __restrict__ partial) {
+  const int half = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int gcol = 32 * half + 4 * gid, xcol = NT8 * gid;
+  float total[2][NT8][4], acc[2][NT8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) total[m][j][q] = acc[m][j][q] = 0.f;
+  const long long chunks = (n + 8 * TN_CHUNK_STEPS - 1) / (8 * TN_CHUNK_STEPS);
+  long long ch = blockIdx.x;
+  int s = 0;
+  TnRows<NT8> cur;
+  if (ch < chunks) tn_load<NT8>(cur, G, X, n, N, K, ch * 8 * TN_CHUNK_STEPS + 2 * tig, gcol, xcol);
+  while (ch < chunks) {
+    // the next step's rows: the next 8 of this chunk, or the first 8 of the block's next chunk
+    const bool last = s == TN_CHUNK_STEPS - 1;
+    const long long nch = last ? ch + gridDim.x : ch;
+    const int ns = last ? 0 : s + 1;
+    TnRows<NT8> nxt;
+    if (nch < chunks) tn_load<NT8>(nxt, G, X, n, N, K, nch * 8 * TN_CHUNK_STEPS + 8 * ns + 2 * tig, gcol, xcol);
+    uint32_t ab[2][4], as[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      // a0 (i gid, slot tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3 (gid + 8, tig + 4)
+      const float v[4] = {m ? cur.g[0].z : cur.g[0].x, m ? cur.g[0].w : cur.g[0].y,
+                          m ? cur.g[1].z : cur.g[1].x, m ? cur.g[1].w : cur.g[1].y};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        ab[m][q] = tf32_bits(v[q]);
+        as[m][q] = tf32_bits(v[q] - __uint_as_float(ab[m][q]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT8; ++j) {
+      const float x0 = f4(cur.x[0][j / 4], j % 4), x1 = f4(cur.x[1][j / 4], j % 4);
+      const uint32_t bb0 = tf32_bits(x0), bb1 = tf32_bits(x1);
+      const uint32_t bs0 = tf32_bits(x0 - __uint_as_float(bb0)), bs1 = tf32_bits(x1 - __uint_as_float(bb1));
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        mma_tf32(acc[m][j], as[m][0], as[m][1], as[m][2], as[m][3], bb0, bb1);
+        mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bs0, bs1);
+        mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bb0, bb1);
+      }
+    }
+    if (last) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) { total[m][j][q] += acc[m][j][q]; acc[m][j][q] = 0.f; }
+    }
+    ch = nch; s = ns; cur = nxt;
+  }
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) total[m][j][q] += acc[m][j][q];  // a partial last chunk
+  // c0 (i gid, jj 2 tig), c1 (gid, 2 tig + 1), c2 (gid + 8, 2 tig), c3 (gid + 8, 2 tig + 1)
+  float* out = partial + (long long)blockIdx.x * N * K;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = 32 * half + 4 * gid + 2 * m + (q >> 1), col = NT8 * (2 * tig + (q & 1)) + j;
+        if (row < N && col < K) out[row * K + col] = total[m][j][q];
+      }
+}
+
+#define MGG_TN(NT8)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(64) mgg_tall_gemm_tn_k##NT8(                                   \
+      const float* __restrict__ G, const float* __restrict__ X, long long n, int N, int K,                    \
+      float* __restrict__ partial) {                                                                          \
+    tall_gemm_tn<NT8>(G, X, n, N, K, partial);                                                                \
+  }
+MGG_TN(2)
+MGG_TN(4)
+MGG_TN(8)

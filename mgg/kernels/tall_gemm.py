@@ -3,11 +3,13 @@ tensor cores by the 3xTF32 split (float32 accuracy; the .cu's header says how an
 
     xb(x, b, bias, relu)   x [n, K] @ b [K, N] (+ bias [N]) (ReLU)  -> float32 [n, N]
 
+    weight_grad(g, x)      g^T @ x for g [n, N], x [n, K]            -> float32 [N, K]
+
 `b` may be any strided [K, N] view: weight.t() of a [N, K] Linear weight (the forward x W^T), or
-the weight itself (the input gradient G W). `supports(k, n)` says which widths the kernel takes
-(K a multiple of 4 up to 64, N even up to 64); mgg.nn.dense runs cuBLAS for the others and for
-the weight gradient G^T x (cuBLAS's float32 kernel for that shape reads at about the speed a
-3xTF32 kernel reached here: bench/results/README.md, session 33). Launched on torch's current
+the weight itself (the input gradient G W). `supports(k, n)` says which widths xb takes (K a
+multiple of 4 up to 64, N even up to 64), `supports_weight_grad(k, n)` which weight_grad takes
+(both multiples of 4 up to 64); mgg.nn.dense runs cuBLAS for the others. weight_grad adds its
+per-block partial sums in a fixed order: the same result every run. Launched on torch's current
 stream of x's GPU; built as a plain cubin (no NVSHMEM) by mgg.kernels.build.
 
 `enabled()` is the switch mgg.nn.dense reads: the kernel runs unless `MGG_TALL_GEMM=0` is in the
@@ -24,12 +26,15 @@ import torch
 
 from .launch import kernel, launch, sm_count
 
-__all__ = ["supports", "enabled", "xb", "MAX_K", "MAX_N", "XB_WARPS", "BLOCKS_PER_SM"]
+__all__ = ["supports", "supports_weight_grad", "enabled", "xb", "weight_grad", "MAX_K", "MAX_N", "XB_WARPS",
+           "BLOCKS_PER_SM", "TN_BLOCKS_PER_SM", "TN_CHUNK_ROWS"]
 
 MAX_K = 64          # inner width: 4 chunks of 16 columns held in registers
 MAX_N = 64          # outer width: 8 n8 accumulator tiles
 XB_WARPS = 4        # the .cu's XB_WARPS: warps of a block, each owning 32-row tiles
 BLOCKS_PER_SM = 2   # grid: 2 blocks a SM (about 250 registers a thread)
+TN_BLOCKS_PER_SM = 4  # weight_grad grid: 4 blocks of 2 warps a SM (about 215 registers a thread)
+TN_CHUNK_ROWS = 128   # the .cu's 8 * TN_CHUNK_STEPS: rows a tn block takes at a time
 
 
 def _r(v: int, m: int) -> int:
@@ -40,6 +45,11 @@ def supports(k: int, n: int) -> bool:
     """Whether the kernel takes x [., k] @ b [k, n]: k a multiple of 4 in 4..MAX_K, n even in
     2..MAX_N (rows of x start on 16 bytes, output pairs on 8)."""
     return 0 < k <= MAX_K and k % 4 == 0 and 0 < n <= MAX_N and n % 2 == 0
+
+
+def supports_weight_grad(k: int, n: int) -> bool:
+    """Whether `weight_grad` takes g [., n] and x [., k]: both multiples of 4 up to 64."""
+    return 0 < k <= MAX_K and k % 4 == 0 and 0 < n <= MAX_N and n % 4 == 0
 
 
 def enabled() -> bool:
@@ -83,3 +93,27 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
            (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)),
             np.int32(nout), _p(bias), _p(out), np.int32(bool(relu))), shared_mem=smem)
     return out
+
+
+def weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """g^T @ x for g [n, N], x [n, K] float32 on one GPU: float32 [N, K] (see the module
+    docstring); ValueError for widths the kernel does not take (`supports_weight_grad`)."""
+    for name, t in (("g", g), ("x", x)):
+        if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
+            raise ValueError(f"tall_gemm.weight_grad: {name} must be a float32 CUDA matrix, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+    n, nout = (int(v) for v in g.shape)
+    k = int(x.shape[1])
+    if x.shape[0] != n or x.device != g.device or not supports_weight_grad(k, nout):
+        raise ValueError(f"tall_gemm.weight_grad: g {tuple(g.shape)}, x {tuple(x.shape)}: one row count, widths "
+                         f"multiples of 4 up to {MAX_K}, one GPU")
+    g, x = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous().clone() for t in (g, x))
+    if n == 0:
+        return torch.zeros(nout, k, device=g.device, dtype=torch.float32)
+    nt8 = 2 if k <= 16 else 4 if k <= 32 else 8
+    halves = 1 if nout <= 32 else 2
+    grid = max(1, min(-(-n // TN_CHUNK_ROWS), sm_count(g.device) * TN_BLOCKS_PER_SM))
+    partial = torch.empty(grid, nout, k, device=g.device, dtype=torch.float32)
+    launch(kernel("tall_gemm", f"mgg_tall_gemm_tn_k{nt8}", g.device), g.device, grid, 32 * halves,
+           (_p(g), _p(x), np.int64(n), np.int32(nout), np.int32(k), _p(partial)))
+    return partial.sum(0)

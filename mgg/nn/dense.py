@@ -25,9 +25,10 @@ x W^T and G W of a tall float32 CUDA matrix with narrow sides (`tall_gemm`: inne
 multiple of 4 up to 64, outer width even up to 64, as GIN's 64-wide MLPs) run on
 mgg/kernels/tall_gemm.cu: TF32 tensor cores with the 3xTF32 split, which keeps float32's
 accuracy. cuBLAS runs these float32 GEMMs on the SIMT units: on one H200 at [2.45M, 64] x
-[64, 64], 0.67-0.69 ms against the kernel's 0.47-0.55 (bench/dense_gemm.py). The weight gradient
-G^T x stays on cuBLAS. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS
-everywhere. `linear` is F.linear with all of the above.
+[64, 64], 0.67-0.69 ms against the kernel's 0.47-0.55 (bench/dense_gemm.py); the weight
+gradient G^T x takes its own kernel of the same file where both widths are multiples of 4 up to
+64. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS everywhere. `linear` is
+F.linear with all of the above.
 """
 from __future__ import annotations
 
@@ -42,15 +43,16 @@ TALL_ROWS = 1 << 20
 TALL_GEMM_ROWS = 1 << 16
 
 
-def tall_gemm(t: torch.Tensor, k: int, n: int) -> bool:
+def tall_gemm(t: torch.Tensor, k: int, n: int, weight_grad: bool = False) -> bool:
     """Whether t @ B for the tall float32 matrix t [., k] and a B [k, n] runs on
     mgg/kernels/tall_gemm.cu (t on CUDA, >= TALL_GEMM_ROWS rows, widths the kernel takes, not
-    switched off: mgg.kernels.tall_gemm.supports, enabled)."""
+    switched off: mgg.kernels.tall_gemm.supports, enabled); `weight_grad`: whether t^T x for an
+    x [., k] and t [., n] does (supports_weight_grad)."""
     if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2 and t.shape[0] >= TALL_GEMM_ROWS):
         return False
     from ..kernels import tall_gemm as tg
 
-    return tg.supports(k, n) and tg.enabled()
+    return (tg.supports_weight_grad(k, n) if weight_grad else tg.supports(k, n)) and tg.enabled()
 
 
 def _mm_wt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -81,7 +83,13 @@ def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
         else:
             gx = g @ weight
     if ctx.needs_input_grad[1]:
-        gw = g.t() @ x
+        if x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
+                tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
+            from ..kernels.tall_gemm import weight_grad
+
+            gw = weight_grad(g, x).to(weight.dtype)
+        else:
+            gw = g.t() @ x
     return gx, gw
 
 
@@ -173,8 +181,8 @@ def _relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 
 class _Linear(torch.autograd.Function):
-    """y = x W^T + b on `_mm_wt`; backward: grad x = G W (the tall-GEMM kernel where it takes the
-    shapes), grad W = G^T x, grad b = sum of G."""
+    """y = x W^T + b on `_mm_wt`; backward: grad x = G W, grad W = G^T x (the tall-GEMM kernels
+    where they take the shapes), grad b = sum of G."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):  # type: ignore[override]

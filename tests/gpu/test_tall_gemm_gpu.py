@@ -1,5 +1,5 @@
-"""mgg/kernels/tall_gemm.cu (3xTF32 tensor-core x @ B of tall float32 matrices) against float64,
-with B strided either way, bias and ReLU; then the mgg.nn.dense ops that take it (linear,
+"""mgg/kernels/tall_gemm.cu (3xTF32 tensor-core x @ B and G^T x of tall float32 matrices) against
+float64, with B strided either way, bias and ReLU; then the mgg.nn.dense ops that take it (linear,
 linear_relu, project: forward and backward), the switches that keep cuBLAS, and GIN trained a
 step with and without it. Needs CUDA and cupy."""
 import pytest
@@ -58,6 +58,26 @@ def test_xb_empty_and_offset_input():
     assert rel(tg.xb(x, w.t()), x.double().cpu() @ w.double().cpu().t()) < TOL
 
 
+@pytest.mark.parametrize("n,m,k", [(1, 4, 4), (127, 64, 64), (129, 8, 12), (100_003, 64, 64), (250_000, 64, 64),
+                                   (70_001, 48, 64), (5000, 64, 48), (3000, 32, 16), (2000, 36, 8), (0, 64, 64),
+                                   (1000, 4, 64)])
+def test_weight_grad_matches_float64(n, m, k):
+    gen = torch.Generator().manual_seed(n + 3 * k + m)
+    g = torch.randn(n, m, generator=gen)
+    x = torch.randn(n, k, generator=gen)
+    _poison(1 << 24)
+    out = tg.weight_grad(g.cuda(), x.cuda())
+    assert out.shape == (m, k) and not out.isnan().any()
+    if n == 0:
+        assert (out == 0).all()
+        return
+    ref = g.double().t() @ x.double()
+    # a sum over n rows: float32 summation error, as cuBLAS's float32 GEMM has it
+    cublas = rel(g.cuda().t() @ x.cuda(), ref)
+    assert rel(out, ref) < max(TOL, 3 * cublas)
+    assert torch.equal(out, tg.weight_grad(g.cuda(), x.cuda()))  # block sums in a fixed order
+
+
 def test_tall_gemm_refuses_what_it_cannot_take():
     x = torch.zeros(10, 68, device="cuda")
     with pytest.raises(ValueError, match="multiple of 4 up to 64"):
@@ -68,12 +88,17 @@ def test_tall_gemm_refuses_what_it_cannot_take():
         tg.xb(x.double(), torch.zeros(68, 4, device="cuda", dtype=torch.float64))
     with pytest.raises(ValueError, match="bias"):
         tg.xb(x[:, :64], torch.zeros(64, 4, device="cuda"), torch.zeros(5, device="cuda"))
+    with pytest.raises(ValueError, match="one row count"):
+        tg.weight_grad(torch.zeros(10, 4, device="cuda"), torch.zeros(11, 4, device="cuda"))
+    with pytest.raises(ValueError, match="multiples of 4"):
+        tg.weight_grad(torch.zeros(10, 6, device="cuda"), torch.zeros(10, 4, device="cuda"))
 
 
 def _count_kernel(monkeypatch):
     used = []
-    real = tg.xb
-    monkeypatch.setattr(tg, "xb", lambda *a, **k: used.append("xb") or real(*a, **k))
+    for name in ("xb", "weight_grad"):
+        real = getattr(tg, name)
+        monkeypatch.setattr(tg, name, lambda *a, _r=real, _n=name, **k: used.append(_n) or _r(*a, **k))
     return used
 
 
@@ -106,7 +131,7 @@ def test_dense_ops_take_the_kernel_and_match_float64(op, monkeypatch):
     assert rel(xc.grad, xr.grad) < TOL and rel(wc.grad, wr.grad) < TOL
     if op != "project":
         assert rel(bc.grad, br.grad) < 1e-5
-    assert used == ["xb", "xb"]  # forward and grad x (grad W: cuBLAS's G^T x)
+    assert used == ["xb", "xb", "weight_grad"]  # forward, grad x, grad W
 
 
 def test_switches_keep_cublas(monkeypatch):
@@ -146,7 +171,7 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
         out.square().sum().backward()
         outs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
         if env == "1":
-            assert "xb" in used
+            assert "xb" in used and "weight_grad" in used
             used.clear()
     assert used == []
     # float32 rounding, grown through three layers (batch norm divides by small deviations)
