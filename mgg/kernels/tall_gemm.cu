@@ -14,7 +14,12 @@
 // Kernel (one job)
 //   mgg_tall_gemm_xb_kKC_nNT8   Y = X B (+ bias [N]) (ReLU); B any strides (W^T of a [N, K]
 //                               weight for x W^T, the weight itself for the input gradient G W);
-//                               KC = ceil(K / 16) in 1..4, NT8 = ceil(N / 8) in 1..8
+//                               KC = ceil(K / 16) in 1..4, NT8 = 2 ceil(N / 16) in 2, 4, 6, 8
+//   mgg_tall_gemm_xbs_kKC_nNT8  the same, and it also writes each warp's column sums of
+//                               (Y - shift) and (Y - shift)^2 (shift [N] or null: 0), float32
+//                               [gridDim.x * XB_WARPS][2][N], for a batch norm reading Y (the
+//                               caller adds the warps in float64; a shift near the mean keeps
+//                               the variance from cancelling)
 // Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
 // 16 bytes), Y 8-byte aligned (N even).
 // How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
@@ -28,7 +33,7 @@
 // quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU applied there.
 // Launch geometry: blockDim.x = 32 * XB_WARPS, grid-stride over 32-row tiles by warp (tile =
 // blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * 2 * NT8 * 32 float4, filled once per
-// block; about 250 registers a thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks
+// block, + XB_WARPS * 2 * 8 NT8 floats (the warps' column sums); about 250 registers a thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks
 // a SM (the launcher's grid).
 #include <stdint.h>
 
@@ -66,12 +71,16 @@ __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __re
     }
 }
 
-template <int KC, int NT8>
+template <int KC, int NT8, bool STATS>
 __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
                                               const float* __restrict__ B, long long sbk, long long sbn, int N,
-                                              const float* __restrict__ bias, float* __restrict__ Y, int relu) {
-  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32]
+                                              const float* __restrict__ bias, float* __restrict__ Y, int relu,
+                                              const float* __restrict__ shift, float* __restrict__ stats) {
+  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32], then [XB_WARPS][2][8 NT8] floats
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  float* wst = reinterpret_cast<float*>(bs + KC * 2 * NT8 * 32) + warp * 2 * 8 * NT8;  // this warp's sums
+  if (STATS)
+    for (int i = lane; i < 2 * 8 * NT8; i += 32) wst[i] = 0.f;
   const long long tiles = (n + 31) >> 5, stride = (long long)gridDim.x * XB_WARPS;
   long long t = (long long)blockIdx.x * XB_WARPS + warp;
   float4 a[2][2][KC];
@@ -152,6 +161,35 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           }
         }
     }
+    if (STATS) {  // the tile's column sums of (y - shift) and (y - shift)^2, y as written
+#pragma unroll
+      for (int j = 0; j < NT8; ++j) {
+        const int col = 8 * j + 2 * tig;
+        const bool c0ok = col < N, c1ok = col + 1 < N;
+        const float b0 = (bias && c0ok) ? bias[col] : 0.f, b1 = (bias && c1ok) ? bias[col + 1] : 0.f;
+        const float z0 = (shift && c0ok) ? shift[col] : 0.f, z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
+        float s0 = 0.f, s1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (r0 + 16 * m + 8 * h + gid >= n) continue;
+            float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
+            if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
+            const float d0 = v0 - z0, d1 = v1 - z1;
+            s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
+          }
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {  // over the 8 lanes of this tig (gid = 0..7)
+          s0 += __shfl_xor_sync(0xffffffffu, s0, o); s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+          q0 += __shfl_xor_sync(0xffffffffu, q0, o); q1 += __shfl_xor_sync(0xffffffffu, q1, o);
+        }
+        if (gid == 0) {  // lanes 0..3 own distinct columns: no two lanes add to one sum
+          if (c0ok) { wst[col] += s0; wst[8 * NT8 + col] += q0; }
+          if (c1ok) { wst[col + 1] += s1; wst[8 * NT8 + col + 1] += q1; }
+        }
+      }
+    }
     if (more) {
 #pragma unroll
       for (int m = 0; m < 2; ++m)
@@ -161,16 +199,26 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           for (int c = 0; c < KC; ++c) a[m][h][c] = an[m][h][c];
     }
   }
+  if (STATS) {  // [blockIdx.x * XB_WARPS + warp][2][N]
+    __syncwarp();
+    float* out = stats + ((long long)blockIdx.x * XB_WARPS + warp) * 2 * N;
+    for (int i = lane; i < 2 * N; i += 32) out[i] = wst[(i / N) * 8 * NT8 + i % N];
+  }
 }
 
 #define MGG_XB(KC, NT8)                                                                                      \
   extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8(               \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu) {                \
-    tall_gemm_xb<KC, NT8>(X, n, K, B, sbk, sbn, N, bias, Y, relu);                                           \
+    tall_gemm_xb<KC, NT8, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr);                  \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbs_k##KC##_n##NT8(              \
+      const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
+      long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu,                  \
+      const float* __restrict__ shift, float* __restrict__ stats) {                                           \
+    tall_gemm_xb<KC, NT8, true>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, stats);                       \
   }
-#define MGG_XB_K(KC) MGG_XB(KC, 1) MGG_XB(KC, 2) MGG_XB(KC, 3) MGG_XB(KC, 4) MGG_XB(KC, 5) \
-  MGG_XB(KC, 6) MGG_XB(KC, 7) MGG_XB(KC, 8)
+#define MGG_XB_K(KC) MGG_XB(KC, 2) MGG_XB(KC, 4) MGG_XB(KC, 6) MGG_XB(KC, 8)
 MGG_XB_K(1)
 MGG_XB_K(2)
 MGG_XB_K(3)

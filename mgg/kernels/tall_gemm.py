@@ -61,9 +61,15 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False) -> torch.Tensor:
+def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False,
+       stats_shift: torch.Tensor | None = None):
     """x [n, K] @ b [K, N] (+ bias [N]) (ReLU): float32 [n, N] (see the module docstring). x, b and
-    bias float32 on one GPU; ValueError for widths the kernel does not take (`supports`)."""
+    bias float32 on one GPU; ValueError for widths the kernel does not take (`supports`).
+
+    stats_shift (float32 [N] on x's GPU, e.g. a batch norm's running mean): also return the column
+    mean and biased variance of the output, float64 [N] each, from the kernel's per-warp sums of
+    (y - shift) and (y - shift)^2 added in float64 (a shift near the mean keeps the variance
+    from cancelling): (y, mean, var). n must be >= 1 then."""
     for name, t in (("x", x), ("b", b)):
         if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
             raise ValueError(f"tall_gemm.xb: {name} must be a float32 CUDA matrix, got {t.dtype} "
@@ -82,17 +88,33 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
             raise ValueError(f"tall_gemm.xb: bias of shape {tuple(bias.shape)} on {bias.device} for {nout} "
                              f"outputs on {x.device}")
     out = torch.empty(n, nout, device=x.device, dtype=torch.float32)
+    stats = stats_shift is not None
+    if stats:
+        if n == 0:
+            raise ValueError("tall_gemm.xb: column statistics of an empty output")
+        stats_shift = stats_shift.detach().to(torch.float32).contiguous()
+        if stats_shift.shape != (nout,) or stats_shift.device != x.device:
+            raise ValueError(f"tall_gemm.xb: stats_shift of shape {tuple(stats_shift.shape)} on "
+                             f"{stats_shift.device} for {nout} outputs on {x.device}")
     if n == 0:
         return out
-    kc, nt8 = _r(k, 16) // 16, _r(nout, 8) // 8
-    fn = kernel("tall_gemm", f"mgg_tall_gemm_xb_k{kc}_n{nt8}", x.device)
+    kc, nt8 = _r(k, 16) // 16, 2 * (_r(nout, 16) // 16)
+    fn = kernel("tall_gemm", f"mgg_tall_gemm_xb{'s' if stats else ''}_k{kc}_n{nt8}", x.device)
     smem = kc * 2 * nt8 * 32 * 16  # B, split, one float4 per (k-step, n8 tile, lane)
+    if stats:
+        smem += XB_WARPS * 2 * 8 * nt8 * 4  # each warp's column sums
     fn.max_dynamic_shared_size_bytes = smem
     grid = max(1, min(-(-n // (32 * XB_WARPS)), sm_count(x.device) * BLOCKS_PER_SM))
-    launch(fn, x.device, grid, 32 * XB_WARPS,
-           (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)),
-            np.int32(nout), _p(bias), _p(out), np.int32(bool(relu))), shared_mem=smem)
-    return out
+    args = (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)),
+            np.int32(nout), _p(bias), _p(out), np.int32(bool(relu)))
+    if not stats:
+        launch(fn, x.device, grid, 32 * XB_WARPS, args, shared_mem=smem)
+        return out
+    partial = torch.empty(grid * XB_WARPS, 2, nout, device=x.device, dtype=torch.float32)
+    launch(fn, x.device, grid, 32 * XB_WARPS, args + (_p(stats_shift), _p(partial)), shared_mem=smem)
+    sums = partial.to(torch.float64).sum(0)  # [2, N]: sum (y - c), sum (y - c)^2
+    d = sums[0] / n
+    return out, stats_shift.to(torch.float64) + d, (sums[1] / n - d * d).clamp(min=0.0)
 
 
 def weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["project", "dropout_project", "fused_input_projection", "linear", "linear_relu", "tall_gemm",
-           "TALL_ROWS", "TALL_GEMM_ROWS"]
+__all__ = ["project", "dropout_project", "fused_input_projection", "linear", "linear_relu", "linear_with_stats",
+           "tall_gemm", "TALL_ROWS", "TALL_GEMM_ROWS"]
 
 #: inputs with at least this many rows (on CUDA) take the custom backward
 TALL_ROWS = 1 << 20
@@ -182,12 +182,20 @@ def _relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 class _Linear(torch.autograd.Function):
     """y = x W^T + b on `_mm_wt`; backward: grad x = G W, grad W = G^T x (the tall-GEMM kernels
-    where they take the shapes), grad b = sum of G."""
+    where they take the shapes), grad b = sum of G. `stats` (None, or [shift, out list]): the
+    tall-GEMM kernel also sums y's columns, and (mean, var) float64 [O] is appended to the list
+    (no gradient: a batch norm reading y has its own backward through them)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, stats=None):  # type: ignore[override]
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight)
+        if stats is not None:
+            from ..kernels.tall_gemm import xb
+
+            y, mean, var = xb(x, weight.detach().t(), bias, False, stats_shift=stats[0])
+            stats[1].append((mean, var))
+            return y
         return _mm_wt(x, weight, bias)
 
     @staticmethod
@@ -195,7 +203,22 @@ class _Linear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         g = g.contiguous()
         gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return (*_linear_grads(ctx, g, x, weight), gb)
+        return (*_linear_grads(ctx, g, x, weight), gb, None)
+
+
+def linear_with_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      shift: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """(linear(x, weight, bias), this rank's column mean and biased variance of it, float64 [O]
+    each) when the tall-GEMM kernel runs the product (`tall_gemm`, x non-empty, weight float32):
+    its epilogue sums the columns, so a batch norm reading the output need not read it for its
+    statistics (`shift` float32 [O], e.g. the norm's running mean: sums of (y - shift) keep
+    the variance from cancelling). Elsewhere (linear(...), None)."""
+    if not (weight.dtype == torch.float32 and x.dim() == 2 and x.shape[0] > 0
+            and tall_gemm(x, int(x.shape[1]), int(weight.shape[0]))):
+        return linear(x, weight, bias), None
+    out: list = []
+    y = _Linear.apply(x, weight, bias, [shift, out])
+    return y, out[0]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -90,14 +90,20 @@ class _SyncBatchNormGPU(torch.autograd.Function):
     (this rank's rows; the gradient all-reduce sums them); the two [D] sums are summed over ranks,
     then torch.batch_norm_backward_elemt (or bn_relu_backward_elemt) writes dx. `index` (int64
     [k] distinct rows, or None): only those rows are transformed and returned (statistics of
-    all). Shapes: x float32 [n_local, D] (contiguous CUDA). dg None: one process."""
+    all). `local_stats` (None, or this rank's column mean and biased variance of x, float [D]
+    each, from the op that wrote x: mgg.nn.dense.linear_with_stats) stands in for
+    torch.batch_norm_stats, a pass over x. Shapes: x float32 [n_local, D] (contiguous CUDA). dg
+    None: one process."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None, local_stats=None):  # type: ignore[override]
         d = x.shape[1]
         p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
         buf = x.new_zeros(p, 2 * d)
-        if x.shape[0] > 0:
+        if x.shape[0] > 0 and local_stats is not None:  # this rank's, from the op that wrote x
+            mean_r, var_r = local_stats
+            buf[r, :d], buf[r, d:] = mean_r, torch.rsqrt(var_r + bn.eps)
+        elif x.shape[0] > 0:
             mean_r, invstd_r = torch.batch_norm_stats(x, bn.eps)
             buf[r, :d], buf[r, d:] = mean_r, invstd_r
         else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
@@ -161,7 +167,7 @@ class _SyncBatchNormGPU(torch.autograd.Function):
                 gx = torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
             if index is not None:
                 gx = _scatter_rows(gx, index, x, mean, invstd, weight, sums[:d], sums[d:], ctx.n)
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None, None
 
 
 def _scatter_rows(g_rows: torch.Tensor, index: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
@@ -208,6 +214,7 @@ class DistBatchNorm(nn.Module):
     needs_graph = True  # GINConv passes the DistGraph to this stage
     takes_relu = True   # ... and `relu=True` when a ReLU follows it
     takes_rows = True   # ... and `rows=` when only some rows of the output are read
+    takes_stats = True  # ... and `local_stats=` when the Linear before it summed its columns
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, fuse_relu: bool = True):
@@ -297,12 +304,22 @@ class DistBatchNorm(nn.Module):
                              f"{counts[dg.rank]}: batch norm runs over every row of every rank")
         return counts
 
-    def forward(self, x: torch.Tensor, dg=None, relu: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def stats_shift(self, device: torch.device) -> torch.Tensor:
+        """float32 [D] on `device`: a value near each column's mean for an op that sums x's
+        columns for this norm (`local_stats`): the running mean when tracked, else zeros."""
+        if self.track_running_stats and self.running_mean.device == device:
+            return self.running_mean
+        return torch.zeros(self.num_features, device=device)
+
+    def forward(self, x: torch.Tensor, dg=None, relu: bool = False, rows: torch.Tensor | None = None,
+                local_stats: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x float [n_local, D] -> batch_norm(x), or relu(batch_norm(x)) with `relu`. Collective
         while training with several ranks. `rows` (int64 [k] distinct local rows, on x's device):
         only those rows of the result, float [k, D], in that order; the statistics are still
         those of every row (and the gradient reaches every row of x through them). On a GPU
-        only the k rows are transformed."""
+        only the k rows are transformed. `local_stats`: this rank's column mean and biased
+        variance of x (float64 [D] each), computed by the op that wrote x; the GPU path uses
+        them instead of a pass over x (others compute their own)."""
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"DistBatchNorm: expected [n, {self.num_features}] input, got {tuple(x.shape)}")
         use_batch = self.training or not self.track_running_stats
@@ -314,7 +331,7 @@ class DistBatchNorm(nn.Module):
             if fused or (rows is not None and x.dtype == torch.float32):
                 # statistics, then the transform (and the ReLU: one kernel) of the rows written
                 out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, None,
-                                              np.array([x.shape[0]], dtype=np.int64), fused, rows)
+                                              np.array([x.shape[0]], dtype=np.int64), fused, rows, local_stats)
                 return torch.relu(out) if relu and not fused else out
             track = self.training and self.track_running_stats
             if track:
@@ -327,7 +344,8 @@ class DistBatchNorm(nn.Module):
         if counts is not None:
             if counts.sum() < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
-            out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused, rows)
+            out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused, rows,
+                                          local_stats)
             return torch.relu(out) if relu and not fused else out
         if use_batch:
             mean, var, n = self._global_stats(x, dg)

@@ -178,3 +178,68 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
     assert rel(outs[0][0], outs[1][0].double().cpu()) < 1e-4
     for a, b in zip(outs[0][1], outs[1][1]):
         assert rel(a, b.double().cpu()) < 1e-3
+
+
+@pytest.mark.parametrize("n,k,m", [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48)])
+@pytest.mark.parametrize("shifted,bias,relu", [(False, False, False), (True, True, False), (True, False, True)])
+def test_xb_column_statistics_match_float64(n, k, m, shifted, bias, relu):
+    """The kernel's column mean and biased variance of its output (per-warp sums of (y - shift)
+    and their squares, added in float64) against float64 over the output it wrote; the rows
+    past n (the last tile's padding) count nothing."""
+    gen = torch.Generator().manual_seed(n + k + m)
+    x = torch.randn(n, k, generator=gen) + 3.0  # columns far from zero mean: a shift matters
+    w = torch.randn(m, k, generator=gen) / k ** 0.5
+    b = torch.randn(m, generator=gen).cuda() if bias else None
+    shift = (torch.randn(m, generator=gen) if shifted else torch.zeros(m)).cuda()
+    y, mean, var = tg.xb(x.cuda(), w.cuda().t(), b, relu, stats_shift=shift)
+    yd = y.double().cpu()
+    assert mean.dtype == var.dtype == torch.float64 and mean.shape == var.shape == (m,)
+    assert torch.allclose(mean.cpu(), yd.mean(0), rtol=1e-6, atol=1e-6)
+    assert torch.allclose(var.cpu(), yd.var(0, unbiased=False), rtol=1e-5, atol=1e-6)
+    assert torch.equal(y, tg.xb(x.cuda(), w.cuda().t(), b, relu))  # the same output as without
+
+
+def test_batch_norm_with_local_statistics_equals_its_own(monkeypatch):
+    """DistBatchNorm given this rank's statistics (as linear_with_stats hands them over) computes
+    what it computes from a pass of its own: forward, backward and running statistics."""
+    from mgg.nn.norm import DistBatchNorm
+
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(20_000, 64, generator=gen) * 2 + 1).cuda()
+    g = torch.randn(20_000, 64, generator=gen).cuda()
+    outs = []
+    for given in (False, True):
+        torch.manual_seed(0)
+        bn = DistBatchNorm(64).cuda()
+        with torch.no_grad():
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+        xi = x.clone().requires_grad_()
+        xd = x.double()
+        st = (xd.mean(0), xd.var(0, unbiased=False)) if given else None
+        out = bn(xi, None, relu=True, local_stats=st)
+        out.backward(g)
+        outs.append((out.detach(), xi.grad, bn.weight.grad, bn.running_mean.clone(), bn.running_var.clone()))
+    for a, b in zip(*outs):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
+    """GIN with batch norm on tall rows: each Linear before a norm sums its columns in the
+    tall-GEMM kernel and no norm runs torch.batch_norm_stats; with MGG_TALL_GEMM=0 every norm
+    does (3 layers: 3 norms)."""
+    from mgg.nn import GIN
+    from tests.gpu.dense_gin import dense_gin_input
+
+    monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)
+    calls = []
+    real = torch.batch_norm_stats
+    monkeypatch.setattr(torch, "batch_norm_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, graph = dense_gin_input(monkeypatch)
+    for env, want in (("1", 0), ("0", 3)):
+        monkeypatch.setenv("MGG_TALL_GEMM", env)
+        calls.clear()
+        model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
+        model.cache_input_aggregation = False
+        model(x, graph).sum().backward()
+        assert len(calls) == want

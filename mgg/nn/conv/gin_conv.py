@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..dense import linear, linear_relu, project
+from ..dense import linear, linear_relu, linear_with_stats, project
 from ..functional import aggregate
 
 __all__ = ["GINConv"]
@@ -22,7 +22,9 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     runs that ReLU itself (`stage(h, dg, relu=True)`: one fused kernel on a GPU,
     mgg.kernels.norm_relu). With `fuse`, an `nn.Linear` followed by an `nn.ReLU` (or last, with
     `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own; any
-    other `nn.Linear` as mgg.nn.dense.linear (the tall-GEMM kernel on tall CUDA rows).
+    other `nn.Linear` as mgg.nn.dense.linear (the tall-GEMM kernel on tall CUDA rows); one followed
+    by a training norm that `takes_stats` (DistBatchNorm) as linear_with_stats, whose column
+    statistics the norm then uses instead of reading the rows for them.
 
     `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
     one that needs the graph run on every row (batch statistics are over all nodes); that stage
@@ -34,23 +36,29 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
         if cut < 0:
             h = h[out_rows]
     i = 0
+    stats = None  # the column statistics the last Linear computed for the norm after it
     while i < len(stages):
         m = stages[i]
         nxt = stages[i + 1] if i + 1 < len(stages) else None
         rows_kw = {"rows": out_rows} if i == cut and getattr(m, "takes_rows", False) else {}
+        kw = dict(rows_kw, local_stats=stats) if stats is not None else rows_kw
+        stats = None
         if fuse and type(m) is nn.Linear and (isinstance(nxt, nn.ReLU) or (nxt is None and relu_out)):
             h = linear_relu(h, m.weight, m.bias)
             if nxt is None:
                 relu_out = False  # done in the epilogue
             i += 2 if nxt is not None else 1
+        elif fuse and type(m) is nn.Linear and getattr(nxt, "takes_stats", False) and nxt.training:
+            h, stats = linear_with_stats(h, m.weight, m.bias, nxt.stats_shift(h.device))
+            i += 1
         elif fuse and type(m) is nn.Linear:
             h, i = linear(h, m.weight, m.bias), i + 1
         elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
-            h, i = m(h, dg, relu=True, **rows_kw), i + 2
+            h, i = m(h, dg, relu=True, **kw), i + 2
         else:
-            h, i = m(h, dg, **rows_kw), i + 1
+            h, i = m(h, dg, **kw), i + 1
         if cut >= 0 and i > cut and not rows_kw and out_rows is not None:
             h, cut = h[out_rows], -1  # a stage that writes every row: sliced after it
         elif rows_kw:
