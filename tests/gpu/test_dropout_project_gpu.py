@@ -146,3 +146,30 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
     assert l1 == pytest.approx(l2, rel=1e-5, abs=1e-6)
     for a, b in zip(w1, w2):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_dropout_project_gradients_through_x_match_float64(scaled):
+    """dropout_project's backward when x itself needs a gradient (an input that is not a leaf of
+    features: grad x = dropout(G diag(row_scale) W), the same mask from the seed), and the weight
+    gradient from the keep bits, against autograd in float64 on the reference mask."""
+    from mgg.nn.dense import dropout_project
+
+    torch.manual_seed(1)
+    n, f, o, p, seed, row0 = 4099, 128, 16, 0.5, 987654321, 5
+    x = torch.randn(n, f, device="cuda")
+    w = torch.randn(o, f, device="cuda")
+    g = torch.randn(n, o, device="cuda")
+    rs = torch.rand(n, device="cuda") + 0.5 if scaled else None
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = dropout_project(xc, wc, p, seed, row0, row_scale=rs)
+    out.backward(g)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    keep = hash_dropout_reference(torch.ones_like(x), p, seed, row0).double()  # 0 or 1 / (1 - p)
+    ref = (xd * keep) @ wd.t()
+    if scaled:
+        ref = ref * rs.double().unsqueeze(1)
+    ref.backward(g.double())
+    torch.testing.assert_close(out.double(), ref.detach(), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(xc.grad.double(), xd.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(wc.grad.double(), wd.grad, rtol=1e-4, atol=1e-2)
