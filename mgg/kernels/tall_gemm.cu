@@ -54,6 +54,23 @@ __device__ __forceinline__ void mma_tf32(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// a fragment's four values as TF32 big parts and TF32 small parts (v - big)
+__device__ __forceinline__ void split4(const float (&v)[4], uint32_t (&big)[4], uint32_t (&small)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    big[q] = tf32_bits(v[q]);
+    small[q] = tf32_bits(v[q] - __uint_as_float(big[q]));
+  }
+}
+
+// acc += a b in 3xTF32, small terms first: a_small b_big + a_big b_small + a_big b_big
+__device__ __forceinline__ void mma3(float* acc, const uint32_t (&ab)[4], const uint32_t (&as)[4], uint32_t bb0,
+                                     uint32_t bb1, uint32_t bs0, uint32_t bs1) {
+  mma_tf32(acc, as[0], as[1], as[2], as[3], bb0, bb1);
+  mma_tf32(acc, ab[0], ab[1], ab[2], ab[3], bs0, bs1);
+  mma_tf32(acc, ab[0], ab[1], ab[2], ab[3], bb0, bb1);
+}
+
 template <int KC>
 __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __restrict__ X, long long n, int K,
                                          long long r0, int gid, int tig) {
@@ -117,11 +134,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           // slots: a0 (gid, tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3 (gid + 8, tig + 4)
           const float v[4] = {e ? a[m][0][c].z : a[m][0][c].x, e ? a[m][1][c].z : a[m][1][c].x,
                               e ? a[m][0][c].w : a[m][0][c].y, e ? a[m][1][c].w : a[m][1][c].y};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            ab[m][q] = tf32_bits(v[q]);
-            as[m][q] = tf32_bits(v[q] - __uint_as_float(ab[m][q]));
-          }
+          split4(v, ab[m], as[m]);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
@@ -129,11 +142,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           const uint32_t bb0 = __float_as_uint(b.x), bb1 = __float_as_uint(b.y);
           const uint32_t bs0 = __float_as_uint(b.z), bs1 = __float_as_uint(b.w);
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            mma_tf32(acc[m][j], as[m][0], as[m][1], as[m][2], as[m][3], bb0, bb1);
-            mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bs0, bs1);
-            mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bb0, bb1);
-          }
+          for (int m = 0; m < 2; ++m) mma3(acc[m][j], ab[m], as[m], bb0, bb1, bs0, bs1);
         }
       }
     // c0, c1: (row gid, cols 8 j + 2 tig, + 1); c2, c3: (row gid + 8, the same cols)
@@ -302,11 +311,7 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
       // a0 (i gid, slot tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3 (gid + 8, tig + 4)
       const float v[4] = {m ? cur.g[0].z : cur.g[0].x, m ? cur.g[0].w : cur.g[0].y,
                           m ? cur.g[1].z : cur.g[1].x, m ? cur.g[1].w : cur.g[1].y};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        ab[m][q] = tf32_bits(v[q]);
-        as[m][q] = tf32_bits(v[q] - __uint_as_float(ab[m][q]));
-      }
+      split4(v, ab[m], as[m]);
     }
 #pragma unroll
     for (int j = 0; j < NT8; ++j) {
@@ -314,11 +319,7 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
       const uint32_t bb0 = tf32_bits(x0), bb1 = tf32_bits(x1);
       const uint32_t bs0 = tf32_bits(x0 - __uint_as_float(bb0)), bs1 = tf32_bits(x1 - __uint_as_float(bb1));
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        mma_tf32(acc[m][j], as[m][0], as[m][1], as[m][2], as[m][3], bb0, bb1);
-        mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bs0, bs1);
-        mma_tf32(acc[m][j], ab[m][0], ab[m][1], ab[m][2], ab[m][3], bb0, bb1);
-      }
+      for (int m = 0; m < 2; ++m) mma3(acc[m][j], ab[m], as[m], bb0, bb1, bs0, bs1);
     }
     if (last) {
 #pragma unroll

@@ -61,6 +61,14 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
+def _check_matrices(op: str, **named: torch.Tensor) -> None:
+    """ValueError naming the first of `named` that is not a float32 CUDA matrix."""
+    for name, t in named.items():
+        if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
+            raise ValueError(f"tall_gemm.{op}: {name} must be a float32 CUDA matrix, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+
+
 def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False,
        stats_shift: torch.Tensor | None = None):
     """x [n, K] @ b [K, N] (+ bias [N]) (ReLU): float32 [n, N] (see the module docstring). x, b and
@@ -70,10 +78,7 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
     mean and biased variance of the output, float64 [N] each, from the kernel's per-warp sums of
     (y - shift) and (y - shift)^2 added in float64 (a shift near the mean keeps the variance
     from cancelling): (y, mean, var). n must be >= 1 then."""
-    for name, t in (("x", x), ("b", b)):
-        if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
-            raise ValueError(f"tall_gemm.xb: {name} must be a float32 CUDA matrix, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device}")
+    _check_matrices("xb", x=x, b=b)
     n, k = (int(v) for v in x.shape)
     nout = int(b.shape[1])
     if b.shape[0] != k or b.device != x.device or not supports(k, nout):
@@ -120,10 +125,7 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
 def weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """g^T @ x for g [n, N], x [n, K] float32 on one GPU: float32 [N, K] (see the module
     docstring); ValueError for widths the kernel does not take (`supports_weight_grad`)."""
-    for name, t in (("g", g), ("x", x)):
-        if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2):
-            raise ValueError(f"tall_gemm.weight_grad: {name} must be a float32 CUDA matrix, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device}")
+    _check_matrices("weight_grad", g=g, x=x)
     n, nout = (int(v) for v in g.shape)
     k = int(x.shape[1])
     if x.shape[0] != n or x.device != g.device or not supports_weight_grad(k, nout):
