@@ -24,7 +24,7 @@ import os
 import numpy as np
 import torch
 
-from .launch import kernel, launch, sm_count
+from .launch import float4_rows, kernel, launch, sm_count
 
 __all__ = ["supports", "supports_weight_grad", "enabled", "xb", "weight_grad", "MAX_K", "MAX_N", "XB_WARPS",
            "BLOCKS_PER_SM", "TN_BLOCKS_PER_SM", "TN_CHUNK_ROWS"]
@@ -84,9 +84,7 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
     if b.shape[0] != k or b.device != x.device or not supports(k, nout):
         raise ValueError(f"tall_gemm.xb: x {tuple(x.shape)} @ b {tuple(b.shape)} on {x.device}, {b.device}: "
                          f"inner width a multiple of 4 up to {MAX_K}, outer width even up to {MAX_N}, one GPU")
-    x = x.contiguous()
-    if x.data_ptr() % 16:
-        x = x.clone()
+    x = float4_rows(x)
     if bias is not None:
         bias = bias.detach().to(torch.float32).contiguous()
         if bias.shape != (nout,) or bias.device != x.device:
@@ -131,7 +129,7 @@ def weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if x.shape[0] != n or x.device != g.device or not supports_weight_grad(k, nout):
         raise ValueError(f"tall_gemm.weight_grad: g {tuple(g.shape)}, x {tuple(x.shape)}: one row count, widths "
                          f"multiples of 4 up to {MAX_K}, one GPU")
-    g, x = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous().clone() for t in (g, x))
+    g, x = float4_rows(g), float4_rows(x)
     if n == 0:
         return torch.zeros(nout, k, device=g.device, dtype=torch.float32)
     nt8 = 2 if k <= 16 else 4 if k <= 32 else 8
