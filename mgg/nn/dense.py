@@ -43,6 +43,12 @@ TALL_ROWS = 1 << 20
 TALL_GEMM_ROWS = 1 << 16
 
 
+def _custom_backward(x: torch.Tensor) -> bool:
+    """Whether x (2-D, on CUDA) is tall enough for the autograd functions here (the G^T x weight
+    gradient, the tall-GEMM kernels): >= TALL_GEMM_ROWS or TALL_ROWS rows, the smaller."""
+    return x.is_cuda and x.dim() == 2 and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS)
+
+
 def tall_gemm(t: torch.Tensor, k: int, n: int, weight_grad: bool = False) -> bool:
     """Whether t @ B for the tall float32 matrix t [., k] and a B [k, n] runs on
     mgg/kernels/tall_gemm.cu (t on CUDA, >= TALL_GEMM_ROWS rows, widths the kernel takes, not
@@ -109,8 +115,9 @@ class _Project(torch.autograd.Function):
 
 def project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight^T (x float [N, F], weight [O, F] -> [N, O]), with the G^T x weight gradient
-    when x is a tall CUDA matrix (>= TALL_ROWS rows); plain autograd otherwise."""
-    if x.is_cuda and x.dim() == 2 and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS) and torch.is_grad_enabled():
+    (and the tall-GEMM kernels where they take the widths) when x is a tall CUDA matrix
+    (`_custom_backward`); plain autograd otherwise."""
+    if _custom_backward(x) and torch.is_grad_enabled():
         return _Project.apply(x, weight)
     return _mm_wt(x, weight) if x.dim() == 2 else x @ weight.t()
 
@@ -225,7 +232,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear(x, weight, bias) for x float [N, F], weight [O, F], bias [O] or None -> [N, O]:
     on the tall-GEMM kernel with the G^T x weight gradient when x is a tall CUDA matrix
     (`tall_gemm`), F.linear otherwise. Values as F.linear's up to float32 summation order."""
-    if x.dim() != 2 or not (x.is_cuda and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS)):
+    if not _custom_backward(x):
         return torch.nn.functional.linear(x, weight, bias)
     if not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad
                                            or (bias is not None and bias.requires_grad)):
