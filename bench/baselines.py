@@ -159,15 +159,20 @@ class SparseOperator:
 class PlainTorchGCN(torch.nn.Module):
     """GCN as a user writes it in plain torch: h = A_hat (h W) + b per layer, each Linear on the
     narrow side of its SpMM (they commute); `A_out` (the operator's rows the loss reads, e.g.
-    `A.rows(train)`) makes the last layer compute only those rows."""
+    `A.rows(train)`) makes the last layer compute only those rows. `dropout`: the probability of
+    the dropout before each layer in training (mgg's GNN: dropout -> conv -> ReLU)."""
 
-    def __init__(self, dims: list[int]):
+    def __init__(self, dims: list[int], dropout: float = 0.0):
         super().__init__()
         self.lins = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = float(dropout)
 
-    def forward(self, x, A, A_out=None):
+    def forward(self, x, A, A_out=None, out_index=None):
+        """out_index: unused (A_hat holds the self loops, so A_out alone gives the rows)."""
         last = len(self.lins) - 1
         for i, lin in enumerate(self.lins):
+            if self.dropout > 0.0:
+                x = torch.nn.functional.dropout(x, self.dropout, training=self.training)
             op = A_out if (i == last and A_out is not None) else A
             if lin.out_features <= lin.in_features:
                 x = op @ (x @ lin.weight.t()) + lin.bias
@@ -179,19 +184,26 @@ class PlainTorchGCN(torch.nn.Module):
 
 
 class PlainTorchGIN(torch.nn.Module):
-    """GIN (Linear-[BatchNorm1d]-ReLU-Linear MLP, trainable eps) in plain torch with the MLP's first
-    Linear before the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1.
+    """GIN (Linear-[BatchNorm1d]-ReLU-Linear MLP) in plain torch with the MLP's first Linear before
+    the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1.
     norm="batch" is mgg's default GIN (the first Linear without bias, torch.nn.BatchNorm1d over all
-    rows); "none" drops the norm."""
+    rows); "none" drops the norm. `train_eps`: a learnt eps per layer, else GIN-0 (eps = 0, mgg's
+    default: the node's own row added as is). `dropout`: the probability of the dropout before
+    each layer in training (mgg's GNN: dropout -> conv -> ReLU)."""
 
-    def __init__(self, dims: list[int], hidden: int, norm: str = "none"):
+    def __init__(self, dims: list[int], hidden: int, norm: str = "none", train_eps: bool = True,
+                 dropout: float = 0.0):
         super().__init__()
         if norm not in ("batch", "none"):
             raise ValueError(f"PlainTorchGIN: norm must be 'batch' or 'none', got {norm!r}")
         self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, hidden, bias=norm == "none") for a in dims[:-1])
         self.norms = torch.nn.ModuleList(torch.nn.BatchNorm1d(hidden) for _ in dims[:-1]) if norm == "batch" else None
         self.l2 = torch.nn.ModuleList(torch.nn.Linear(hidden, b) for b in dims[1:])
-        self.eps = torch.nn.Parameter(torch.zeros(len(self.l1)))
+        self.eps = torch.nn.Parameter(torch.zeros(len(self.l1))) if train_eps else None
+        self.dropout = float(dropout)
+
+    def _own(self, i: int, z: torch.Tensor) -> torch.Tensor:
+        return z if self.eps is None else (1 + self.eps[i]) * z
 
     def forward(self, x, A, A_out=None, out_index=None):
         """A_out / out_index: the operator's rows the loss reads and their ids (the last layer
@@ -199,12 +211,14 @@ class PlainTorchGIN(torch.nn.Module):
         only the last Linear is narrowed)."""
         last = len(self.l1) - 1
         for i, (l1, l2) in enumerate(zip(self.l1, self.l2)):
+            if self.dropout > 0.0:
+                x = torch.nn.functional.dropout(x, self.dropout, training=self.training)
             z = x @ l1.weight.t()
             rows_only = i == last and A_out is not None
             if rows_only and self.norms is None:
-                z = A_out @ z + (1 + self.eps[i]) * z[out_index]
+                z = A_out @ z + self._own(i, z[out_index])
             else:
-                z = A @ z + (1 + self.eps[i]) * z
+                z = A @ z + self._own(i, z)
             z = self.norms[i](z) if self.norms is not None else z + l1.bias
             if rows_only and self.norms is not None:
                 z = z[out_index]
@@ -214,10 +228,13 @@ class PlainTorchGIN(torch.nn.Module):
         return x
 
 
-def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm: str = "none"):
+def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm: str = "none",
+                      dropout: float = 0.0, train_eps: bool = True):
     """(model, op): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin') and its
     aggregation operator (a SparseOperator of D^-1/2 (A + I) D^-1/2 for GCN, of the plain
-    adjacency for GIN's sum). `norm`: GIN's MLP normalisation ("batch" | "none")."""
+    adjacency for GIN's sum). `graph`: indptr, indices (the row = target CSR), x, y, num_nodes.
+    `norm`: GIN's MLP normalisation ("batch" | "none"); `train_eps`: GIN's learnt eps (else
+    GIN-0); `dropout`: before each layer in training."""
     n = graph.num_nodes
     classes = int(graph.y.max()) + 1
     dims = [graph.x.shape[1]] + [hidden] * (layers - 1) + [classes]
@@ -230,7 +247,41 @@ def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm:
         A = _device_csr(graph.indptr, graph.indices, dinv[row] * dinv[col], n, device)
         A = (A.to_sparse_coo() + torch.sparse_coo_tensor(
             torch.arange(n, device=device).repeat(2, 1), dinv * dinv, (n, n))).coalesce().to_sparse_csr()
-        return PlainTorchGCN(dims).to(device), SparseOperator(A)
+        return PlainTorchGCN(dims, dropout).to(device), SparseOperator(A)
     if mname == "gin":
-        return PlainTorchGIN(dims, hidden, norm).to(device), SparseOperator(_device_csr(graph.indptr, graph.indices, None, n, device))
+        return PlainTorchGIN(dims, hidden, norm, train_eps, dropout).to(device), SparseOperator(_device_csr(graph.indptr, graph.indices, None, n, device))
     raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin)")
+
+
+class PygModel(torch.nn.Module):
+    """The same models in PyG: GCNConv (cached normalisation) or GINConv with mgg's
+    Linear-[BatchNorm1d]-ReLU-Linear MLP, dropout -> conv -> ReLU per layer (none after the last).
+    Raises ImportError without torch_geometric."""
+
+    def __init__(self, mname: str, dims: list[int], hidden: int, norm: str = "none", dropout: float = 0.0,
+                 train_eps: bool = True):
+        super().__init__()
+        from torch_geometric.nn import GCNConv, GINConv
+
+        if mname == "gcn":
+            convs = [GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])]
+        elif mname == "gin":
+            batch = norm == "batch"
+            convs = [GINConv(torch.nn.Sequential(
+                *([torch.nn.Linear(a, hidden, bias=False), torch.nn.BatchNorm1d(hidden)] if batch
+                  else [torch.nn.Linear(a, hidden)]),
+                torch.nn.ReLU(), torch.nn.Linear(hidden, b)), train_eps=train_eps) for a, b in zip(dims[:-1], dims[1:])]
+        else:
+            raise ValueError(f"PyG baseline: no model {mname!r} (gcn, gin)")
+        self.convs = torch.nn.ModuleList(convs)
+        self.dropout = float(dropout)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """x float32 [N, F], edge_index int64 [2, E] (source, target) -> logits [N, classes]."""
+        for i, conv in enumerate(self.convs):
+            if self.dropout > 0.0:
+                x = torch.nn.functional.dropout(x, self.dropout, training=self.training)
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x

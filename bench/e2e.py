@@ -7,8 +7,10 @@ For one graph file this runs, side by side in one invocation:
     GPU only), `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) and with 16-bit rows in
     the store, `--storage-dtype bf16` (`mgg-bf16`, `mgg-nodrop-bf16`), and with TF32 matmuls,
     `--tf32` (`mgg-tf32`, `mgg-nodrop-tf32`) (P = 1, or `--np P` under mpirun);
-  * the plain torch CSR-SpMM GCN with the first Linear before the aggregation (bench/plain_gcn.py);
-  * PyG GCNConv (skipped when PyG is not installed; out-of-memory is reported as a result).
+  * the same model (`--model`: gcn or gin, with mgg's default hyperparameters) in plain torch, CSR
+    SpMM with the first Linear before the aggregation (bench/plain_model.py);
+  * and in PyG, GCNConv or GINConv (skipped when PyG is not installed; out-of-memory is reported
+    as a result).
 and prints the time from process start to the end of the first epoch, the validation accuracy
 after the last epoch, the startup phases mgg reports (`phases` in its metrics JSON), the median epoch and the peak host RSS / GPU memory.
 Every run is a fresh process, so the kernel cache state is whatever the machine has: run twice
@@ -16,6 +18,7 @@ Every run is a fresh process, so the kernel cache state is whatever the machine 
 
     python bench/e2e.py --graph reddit-like --scale 1 --epochs 20          # writes the .npz once
     python bench/e2e.py --file my.npz --runs mgg,mgg-nodrop,torch --np 2
+    python bench/e2e.py --graph products-like --model gin --runs mgg,torch,pyg
 
 Results: a JSON per run under `--out` (default bench/results/e2e-<graph>-<time>/) and the table.
 """
@@ -103,7 +106,8 @@ def run_mgg(args, path: str, name: str, extra: list[str]) -> dict:
         if os.geteuid() == 0:
             launch.insert(1, "--allow-run-as-root")
         launch.append(sys.executable)
-    cmd = launch + ["-m", "mgg.train", "--dataset", path, "--epochs", str(args.epochs),
+    hidden = [] if args.hidden is None else ["--hidden", str(args.hidden)]
+    cmd = launch + ["-m", "mgg.train", "--dataset", path, "--model", args.model, *hidden, "--epochs", str(args.epochs),
                     "--metrics-json", metrics, *shlex.split(args.mgg_flags), *extra]
     r = timed(cmd, os.path.join(args.out, f"{name}.log"))
     if r["rc"] == 0 and os.path.exists(metrics):
@@ -119,8 +123,10 @@ def run_mgg(args, path: str, name: str, extra: list[str]) -> dict:
 
 
 def run_plain(args, path: str, impl: str) -> dict:
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "plain_gcn.py"), "--file", path, "--impl", impl,
-           "--epochs", str(args.epochs), "--hidden", str(args.hidden)]
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "plain_model.py"), "--file", path, "--impl", impl,
+           "--model", args.model, "--epochs", str(args.epochs)]
+    if args.hidden is not None:
+        cmd += ["--hidden", str(args.hidden)]
     r = timed(cmd, os.path.join(args.out, f"{impl}.log"))
     try:
         with open(r["log"]) as f:
@@ -172,13 +178,17 @@ def main(argv=None) -> int:
                    help="node order of the generated file (`mgg.prepare --reorder-nodes`); every run reads it")
     p.add_argument("--data-dir", default=os.environ.get("MGG_BENCH_DATA", "/tmp/mgg-bench-data"))
     p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--model", default="gcn", choices=("gcn", "gin"),
+                   help="the model every run trains (mgg's registered defaults: GIN 5 x 64 with batch norm)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden width of every run (the model's default)")
     p.add_argument("--np", type=int, default=1, help="ranks for the mgg runs (mpirun when > 1)")
     p.add_argument("--runs", default=",".join(DEFAULT_RUNS),
                    help=f"comma list of {', '.join(RUNS)} (default {','.join(DEFAULT_RUNS)})")
     p.add_argument("--mgg-flags", default="", help="extra flags for every mgg run (quoted)")
     p.add_argument("--out", help="result folder (default bench/results/e2e-<graph>-<time>)")
     args = p.parse_args(argv)
+    if "--model" in shlex.split(args.mgg_flags) or "--hidden" in shlex.split(args.mgg_flags):
+        p.error("--mgg-flags: give --model and --hidden to bench/e2e.py itself (every run takes them)")
     runs = [r for r in args.runs.split(",") if r]
     bad = [r for r in runs if r not in RUNS]
     if bad:
@@ -194,7 +204,7 @@ def main(argv=None) -> int:
         else:
             rows[name] = run_plain(args, path, name)
         print(f"{name}: {rows[name].get('status')} ({rows[name]['wall_s']:.1f} s)", flush=True)
-    doc = {"file": path, "generate_s": gen_s, "epochs": args.epochs, "np": args.np, "runs": rows,
+    doc = {"file": path, "generate_s": gen_s, "model": args.model, "epochs": args.epochs, "np": args.np, "runs": rows,
            "argv": sys.argv}
     with open(os.path.join(args.out, "e2e.json"), "w") as f:
         json.dump(doc, f, indent=2)

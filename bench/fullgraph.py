@@ -366,17 +366,16 @@ def plain_torch_epoch(g, mname, args, device, comm):
 
 
 def pyg_epoch(g, mname, args, device, comm):
+    """Median epoch ms of the same model in PyG (bench/baselines.py PygModel), loss on the
+    training rows."""
     import torch
     import torch.nn.functional as F
 
-    try:
-        from torch_geometric.nn import GCNConv, GINConv
-    except ImportError:
-        return None, "torch_geometric not installed"
+    from bench.baselines import PygModel
+
     m = model_spec(mname)
     if m["name"] not in ("gcn", "gin"):
         return None, f"no PyG baseline for {mname}"
-    batch_norm = m["options"].get("norm") == "batch"
     try:
         ei = torch.from_numpy(g.edge_index()).to(device)
         x = torch.from_numpy(g.x).to(device)
@@ -384,23 +383,15 @@ def pyg_epoch(g, mname, args, device, comm):
         tm = torch.from_numpy(g.train_mask).to(device)
         C = int(g.y.max()) + 1
         dims = [g.x.shape[1]] + [m["hidden"]] * (m["layers"] - 1) + [C]
-        if m["name"] == "gcn":
-            convs = [GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])]
-        else:  # mgg's GIN MLP: Linear-[BatchNorm1d]-ReLU-Linear
-            convs = [GINConv(torch.nn.Sequential(
-                *([torch.nn.Linear(a, b, bias=False), torch.nn.BatchNorm1d(b)] if batch_norm else [torch.nn.Linear(a, b)]),
-                torch.nn.ReLU(), torch.nn.Linear(b, b)), train_eps=True) for a, b in zip(dims[:-1], dims[1:])]
-        convs = torch.nn.ModuleList(convs).to(device)
-        opt = torch.optim.Adam(convs.parameters(), lr=0.01)
+        try:  # mgg's GIN MLP: Linear-[BatchNorm1d]-ReLU-Linear
+            model = PygModel(m["name"], dims, m["hidden"], m["options"].get("norm", "none")).to(device)
+        except ImportError:
+            return None, "torch_geometric not installed"
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
         def step():
             opt.zero_grad()
-            h = x
-            for i, c in enumerate(convs):
-                h = c(h, ei)
-                if i < len(convs) - 1:
-                    h = h.relu()
-            F.cross_entropy(h[tm], y[tm]).backward()
+            F.cross_entropy(model(x, ei)[tm], y[tm]).backward()
             opt.step()
         cuda_ms(step, args.warmup, comm, sync_all=False)
         ms, err = statistics.median(cuda_ms(step, args.epochs, comm, sync_all=False)), None

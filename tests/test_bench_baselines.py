@@ -70,3 +70,40 @@ def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname, norm):
     torch.testing.assert_close(part, full[idx], rtol=1e-5, atol=1e-6)
     for p, w in zip(model.parameters(), want):
         torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-6)
+
+
+def test_plain_gin0_and_dropout_options():
+    """train_eps=False is GIN-0 (the learnt-eps model at eps = 0); dropout acts in training only."""
+    g = load_dataset("karate")
+    torch.manual_seed(0)
+    learnt, op = plain_torch_model(g, "gin", 8, 3, "cpu", norm="batch")
+    gin0, _ = plain_torch_model(g, "gin", 8, 3, "cpu", norm="batch", train_eps=False, dropout=0.5)
+    assert gin0.eps is None and not any(n.startswith("eps") for n, _ in gin0.named_parameters())
+    gin0.load_state_dict({k: v for k, v in learnt.state_dict().items() if k != "eps"})
+    x = torch.from_numpy(g.x)
+    learnt.eval(), gin0.eval()
+    torch.testing.assert_close(gin0(x, op), learnt(x, op), rtol=0, atol=0)
+    gin0.train()
+    torch.manual_seed(1)
+    a = gin0(x, op)
+    torch.manual_seed(1)
+    assert torch.equal(gin0(x, op), a)  # the same draw
+    learnt.train()
+    assert not torch.allclose(a, learnt(x, op))  # dropout changed it
+
+
+@pytest.mark.parametrize("model", ["gcn", "gin"])
+def test_plain_model_cli_trains_the_model_and_reports(tmp_path, model, capsys):
+    """bench/plain_model.py (bench/e2e.py's torch run): the model's defaults, a JSON line with the
+    epoch time and a validation accuracy in [0, 1]."""
+    import json
+
+    from bench.plain_model import main
+    from mgg.data import save_npz
+
+    path = str(tmp_path / "g.npz")
+    save_npz(load_dataset("sbm", scale=0.02), path)
+    assert main(["--file", path, "--impl", "torch", "--model", model, "--epochs", "3"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["status"] == "ok", res
+    assert res["median_epoch_ms"] > 0 and 0.0 <= res["val_acc"] <= 1.0
