@@ -206,9 +206,7 @@ def bandwidths(comm) -> dict:
 
 
 def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
-    import torch.nn.functional as F
-
-    from mgg.nn import allreduce_gradients
+    from mgg.nn import allreduce_gradients, cross_entropy_sum
 
     sets = getattr(G, "bench_train_rows", None)  # mgg's per-layer row sets of the loss (as the CLI)
     layers = len(model.convs)
@@ -219,10 +217,10 @@ def epoch_fn(model, G, x, y, train_mask, n_train, opt, comm):
     def step():
         opt.zero_grad(set_to_none=False)
         if rows is not None:
-            loss = F.cross_entropy(model(x, G, None, rows=rows), y[rows[-1].index], reduction="sum") / n_train
+            loss = cross_entropy_sum(model(x, G, None, rows=rows), y[rows[-1].index]) / n_train
         else:
             out = model(x, G, None)
-            loss = F.cross_entropy(out.index_select(0, train_idx), y_train, reduction="sum") / n_train
+            loss = cross_entropy_sum(out.index_select(0, train_idx), y_train) / n_train
         loss.backward()
         if comm.size > 1:
             allreduce_gradients(model, comm, getattr(G, "store", None))

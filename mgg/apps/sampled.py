@@ -62,15 +62,14 @@ class SampledHooks(EpochHooks):
 
     def train_step(self, epoch: int):
         import torch
-        import torch.nn.functional as F
 
-        from ..nn import allreduce_gradients
+        from ..nn import allreduce_gradients, cross_entropy_sum
 
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.dg.device)  # on the device: no sync per step
         for batch in self.loader:
             self.opt.zero_grad(set_to_none=False)
             logits = self.model(batch.x, batch.blocks, self.drop_gen)
-            loss = F.cross_entropy(logits, batch.y, reduction="sum") / self.n_train
+            loss = cross_entropy_sum(logits, batch.y) / self.n_train
             loss.backward()
             allreduce_gradients(self.model, self.comm)
             self.opt.step()

@@ -14,6 +14,8 @@
 //
 // Kernels (one job each)
 //   mgg_bn_relu_forward          x -> y
+//   mgg_bn_forward               x -> t (no ReLU: batch norm's transform alone, or any per-column
+//                                affine map a x + c as mean 0, invstd 1, w = a, b = c)
 //   mgg_bn_relu_backward_reduce  (dy, x) -> per-block partial sums, float32 [gridDim.x, 2, D]
 //                                (row 0 sum_dy, row 1 sum_dy_xmu); the caller sums the blocks
 //                                (a fixed order: the result does not depend on scheduling)
@@ -54,10 +56,11 @@ __device__ __forceinline__ void to_array(const float4& v, float* a) {
   a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
 }
 
-extern "C" __global__ void mgg_bn_relu_forward(const float4* __restrict__ x, float4* __restrict__ y,
-                                               const float* __restrict__ mean, const float* __restrict__ invstd,
-                                               const float* __restrict__ weight, const float* __restrict__ bias,
-                                               long long n4, int d4) {
+template <bool RELU>
+__device__ __forceinline__ void bn_forward(const float4* __restrict__ x, float4* __restrict__ y,
+                                           const float* __restrict__ mean, const float* __restrict__ invstd,
+                                           const float* __restrict__ weight, const float* __restrict__ bias,
+                                           long long n4, int d4) {
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const ColParams p = load_params(mean, invstd, weight, bias, (int)(first % d4) * 4);
@@ -65,9 +68,26 @@ extern "C" __global__ void mgg_bn_relu_forward(const float4* __restrict__ x, flo
     float v[4], o[4];
     to_array(x[t], v);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) o[k] = fmaxf(bn_affine(v[k], p.m[k], p.is[k], p.w[k], p.b[k]), 0.0f);
+    for (int k = 0; k < 4; ++k) {
+      o[k] = bn_affine(v[k], p.m[k], p.is[k], p.w[k], p.b[k]);
+      if (RELU) o[k] = fmaxf(o[k], 0.0f);
+    }
     y[t] = make_float4(o[0], o[1], o[2], o[3]);
   }
+}
+
+extern "C" __global__ void mgg_bn_relu_forward(const float4* __restrict__ x, float4* __restrict__ y,
+                                               const float* __restrict__ mean, const float* __restrict__ invstd,
+                                               const float* __restrict__ weight, const float* __restrict__ bias,
+                                               long long n4, int d4) {
+  bn_forward<true>(x, y, mean, invstd, weight, bias, n4, d4);
+}
+
+extern "C" __global__ void mgg_bn_forward(const float4* __restrict__ x, float4* __restrict__ y,
+                                          const float* __restrict__ mean, const float* __restrict__ invstd,
+                                          const float* __restrict__ weight, const float* __restrict__ bias,
+                                          long long n4, int d4) {
+  bn_forward<false>(x, y, mean, invstd, weight, bias, n4, d4);
 }
 
 extern "C" __global__ void mgg_bn_relu_backward_reduce(const float4* __restrict__ dy, const float4* __restrict__ x,

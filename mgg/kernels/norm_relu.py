@@ -4,7 +4,8 @@ For float32 CUDA rows x [n, D] and per-column float32 [D] statistics (mean, invs
 parameters (weight, bias; None for 1 and 0):
 
 * `bn_relu_forward`: relu(weight (x - mean) invstd + bias), one pass (torch: batch_norm_elemt
-  then relu, two);
+  then relu, two); with `relu=False` the transform alone, also any per-column affine map
+  a x + c (mean 0, invstd 1, weight a, bias c);
 * `bn_relu_backward_reduce`: (sum_dy, sum_dy_xmu) over this process's rows, each float32 [D], of
   the gradient masked by that ReLU (recomputed from x, never stored);
 * `bn_relu_backward_elemt`: dx float32 [n, D] from the masked gradient and the two sums (summed
@@ -76,15 +77,16 @@ def _params(x, mean, invstd, weight, bias):
 
 
 def bn_relu_forward(x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
-                    weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-    """relu(weight (x - mean) invstd + bias): x float32 CUDA [n, D] -> float32 [n, D]."""
+                    weight: torch.Tensor | None, bias: torch.Tensor | None, relu: bool = True) -> torch.Tensor:
+    """relu(weight (x - mean) invstd + bias): x float32 CUDA [n, D] -> float32 [n, D]; without
+    the ReLU when `relu` is False (batch norm's transform, mgg_bn_forward)."""
     ptrs, keep = _params(x, mean, invstd, weight, bias)
     x = float4_rows(x)
     y = torch.empty_like(x)
     n4 = x.numel() // 4
     if n4 == 0:
         return y
-    _launch("mgg_bn_relu_forward", x.device, _grid(n4, x.device, BLOCKS_PER_SM),
+    _launch("mgg_bn_relu_forward" if relu else "mgg_bn_forward", x.device, _grid(n4, x.device, BLOCKS_PER_SM),
             (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), *ptrs, np.int64(n4), np.int32(x.shape[1] // 4)))
     del keep
     return y

@@ -172,6 +172,10 @@ def test_bn_relu_kernels_match_float64(d, affine):
     sums = (s_dy * 0.5, s_xmu * 2.0)  # as if summed over ranks: not this x's own
     dx_ref = bn_relu_reference(*args64, dy=dy.double(), count=2 * n, sums=sums)[2]
     y = bn_relu_forward(x, mean, invstd, w, b)
+    x64, m64, is64 = args64[:3]
+    t_ref = (x64 - m64) * is64 * (args64[3] if affine else 1.0) + (args64[4] if affine else 0.0)
+    t = bn_relu_forward(x, mean, invstd, w, b, relu=False)  # the transform alone (mgg_bn_forward)
+    assert torch.allclose(t.double(), t_ref, rtol=1e-5, atol=1e-5) and (t < 0).any()
     r_dy, r_xmu = bn_relu_backward_reduce(dy, x, mean, invstd, w, b)
     dx = bn_relu_backward_elemt(dy, x, mean, invstd, w, b, sums[0].float(), sums[1].float(), 2 * n)
     assert torch.allclose(y.double(), y_ref, rtol=1e-5, atol=1e-5)
