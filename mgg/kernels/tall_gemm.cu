@@ -20,6 +20,12 @@
 //                               [gridDim.x * XB_WARPS][2][N], for a batch norm reading Y (the
 //                               caller adds the warps in float64; a shift near the mean keeps
 //                               the variance from cancelling)
+//   mgg_tall_gemm_xbn_kKC_nNT8  Y = X B (no bias, no ReLU: the input gradient G W of a Linear
+//                               whose input was relu(bn(T))), and each warp's column sums of
+//                               dy' = (w (T - mean) invstd + b > 0 ? Y : 0) and dy' (T - mean),
+//                               in the same [gridDim.x * XB_WARPS][2][N] layout: the sums
+//                               norm_relu.cu's mgg_bn_relu_backward_reduce would take in a pass
+//                               over Y and T (the epilogue reads T where it writes Y)
 // Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
 // 16 bytes), Y 8-byte aligned (N even).
 // How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
@@ -88,11 +94,28 @@ __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __re
     }
 }
 
-template <int KC, int NT8, bool STATS>
+// what the epilogue also sums over the rows (per warp, into `stats`)
+#define EPI_NONE 0
+#define EPI_STATS 1    // (y - shift), (y - shift)^2: a batch norm's statistics of y
+#define EPI_BN_GRAD 2  // dy' = y masked by relu(bn(T)) > 0, and dy' (T - mean): bn's backward sums
+
+// the column parameters of a batch norm with the ReLU after it (EPI_BN_GRAD): its input rows T
+// [n, N] and float32 [N] mean, invstd, weight, bias (weight, bias null: 1, 0)
+struct BnParams {
+  const float* __restrict__ T;
+  const float* __restrict__ mean;
+  const float* __restrict__ invstd;
+  const float* __restrict__ weight;
+  const float* __restrict__ bias;
+};
+
+template <int KC, int NT8, int EPI>
 __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
                                               const float* __restrict__ B, long long sbk, long long sbn, int N,
                                               const float* __restrict__ bias, float* __restrict__ Y, int relu,
-                                              const float* __restrict__ shift, float* __restrict__ stats) {
+                                              const float* __restrict__ shift, BnParams bn,
+                                              float* __restrict__ stats) {
+  constexpr bool STATS = EPI != EPI_NONE;
   extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32], then [XB_WARPS][2][8 NT8] floats
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   float* wst = reinterpret_cast<float*>(bs + KC * 2 * NT8 * 32) + warp * 2 * 8 * NT8;  // this warp's sums
@@ -170,23 +193,39 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           }
         }
     }
-    if (STATS) {  // the tile's column sums of (y - shift) and (y - shift)^2, y as written
+    if (STATS) {  // EPI_STATS: the tile's column sums of (y - shift) and (y - shift)^2, y as
+                  // written; EPI_BN_GRAD: of dy' and dy' (T - mean) (N even: pairs in bounds)
 #pragma unroll
       for (int j = 0; j < NT8; ++j) {
         const int col = 8 * j + 2 * tig;
         const bool c0ok = col < N, c1ok = col + 1 < N;
         const float b0 = (bias && c0ok) ? bias[col] : 0.f, b1 = (bias && c1ok) ? bias[col + 1] : 0.f;
-        const float z0 = (shift && c0ok) ? shift[col] : 0.f, z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
+        float z0 = 0.f, z1 = 0.f, is0 = 0.f, is1 = 0.f, w0 = 1.f, w1 = 1.f, bb0 = 0.f, bb1 = 0.f;
+        if (EPI == EPI_STATS) {
+          z0 = (shift && c0ok) ? shift[col] : 0.f; z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
+        } else if (c0ok) {
+          z0 = bn.mean[col]; z1 = bn.mean[col + 1]; is0 = bn.invstd[col]; is1 = bn.invstd[col + 1];
+          if (bn.weight) { w0 = bn.weight[col]; w1 = bn.weight[col + 1]; }
+          if (bn.bias) { bb0 = bn.bias[col]; bb1 = bn.bias[col + 1]; }
+        }
         float s0 = 0.f, s1 = 0.f, q0 = 0.f, q1 = 0.f;
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            if (r0 + 16 * m + 8 * h + gid >= n) continue;
+            const long long row = r0 + 16 * m + 8 * h + gid;
+            if (row >= n || !c0ok) continue;
             float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
             if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
-            const float d0 = v0 - z0, d1 = v1 - z1;
-            s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
+            if (EPI == EPI_STATS) {
+              const float d0 = v0 - z0, d1 = v1 - z1;
+              s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
+            } else {  // norm_relu.cu's backward_reduce: t = w (x - mean) invstd + b, dy' = t > 0 ? dy : 0
+              const float2 t = __ldcs(reinterpret_cast<const float2*>(bn.T + row * N + col));
+              const float g0 = w0 * (t.x - z0) * is0 + bb0 > 0.f ? v0 : 0.f;
+              const float g1 = w1 * (t.y - z1) * is1 + bb1 > 0.f ? v1 : 0.f;
+              s0 += g0; s1 += g1; q0 += g0 * (t.x - z0); q1 += g1 * (t.y - z1);
+            }
           }
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) {  // over the 8 lanes of this tig (gid = 0..7)
@@ -219,13 +258,21 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8(               \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu) {                \
-    tall_gemm_xb<KC, NT8, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr);                  \
+    tall_gemm_xb<KC, NT8, EPI_NONE>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, BnParams{}, nullptr);   \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbs_k##KC##_n##NT8(              \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu,                  \
       const float* __restrict__ shift, float* __restrict__ stats) {                                           \
-    tall_gemm_xb<KC, NT8, true>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, stats);                       \
+    tall_gemm_xb<KC, NT8, EPI_STATS>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, BnParams{}, stats);      \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbn_k##KC##_n##NT8(              \
+      const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
+      long long sbn, int N, float* __restrict__ Y, const float* __restrict__ T,                               \
+      const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ weight,     \
+      const float* __restrict__ bias, float* __restrict__ stats) {                                            \
+    tall_gemm_xb<KC, NT8, EPI_BN_GRAD>(X, n, K, B, sbk, sbn, N, nullptr, Y, 0, nullptr,                      \
+                                       BnParams{T, mean, invstd, weight, bias}, stats);                       \
   }
 #define MGG_XB_K(KC) MGG_XB(KC, 2) MGG_XB(KC, 4) MGG_XB(KC, 6) MGG_XB(KC, 8)
 MGG_XB_K(1)

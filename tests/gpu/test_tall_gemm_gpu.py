@@ -245,3 +245,76 @@ def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
         model.cache_input_aggregation = False
         model(x, graph).sum().backward()
         assert len(calls) == want
+
+
+@pytest.mark.parametrize("n,k,m", [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_xb_batch_norm_backward_sums_match_float64(n, k, m, affine):
+    """xb with bn_relu_grad: the product G W as without it, and the batch-norm + ReLU backward
+    sums (sum dy', sum dy' (t - mean), dy' = dy where w (t - mean) invstd + b > 0) against
+    float64 over the rows it wrote; rows at the ReLU's edge, rows past n count nothing."""
+    from mgg.kernels.norm_relu import bn_relu_reference
+
+    gen = torch.Generator().manual_seed(n + k + m + affine)
+    g = torch.randn(n, k, generator=gen).cuda()
+    w = (torch.randn(k, m, generator=gen) / k ** 0.5).cuda()  # G W: b = the weight itself
+    t = (torch.randn(n, m, generator=gen) * 2 + 1).cuda()
+    mean, invstd = t.mean(0), torch.rsqrt(t.var(0, unbiased=False) + 1e-5)
+    bw = (torch.rand(m, generator=gen) + 0.5).cuda() if affine else None
+    bb = torch.randn(m, generator=gen).cuda() if affine else None
+    t[: min(n, 5)] = mean  # t = b exactly: masked as the norm's own kernels mask it
+    _poison(n * m * 4)
+    y, s_dy, s_xmu = tg.xb(g, w, bn_relu_grad=(t, mean, invstd, bw, bb))
+    assert torch.equal(y, tg.xb(g, w))
+    args64 = [v.double() if v is not None else None for v in (t, mean, invstd, bw, bb)]
+    r_dy, r_xmu, _ = bn_relu_reference(*args64, dy=y.double())
+    assert s_dy.dtype == s_xmu.dtype == torch.float32 and s_dy.shape == (m,)
+    scale = float(y.double().abs().sum(0).max()) * 1e-6 + 1e-6  # float32 sums of n terms
+    assert torch.allclose(s_dy.double(), r_dy, rtol=1e-5, atol=scale)
+    assert torch.allclose(s_xmu.double(), r_xmu, rtol=1e-5, atol=10 * scale)
+
+
+def test_xb_batch_norm_backward_refuses_bad_input():
+    g, w = torch.randn(100, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    t, v = torch.randn(100, 8, device="cuda"), torch.ones(8, device="cuda")
+    with pytest.raises(ValueError, match="takes no bias, relu or stats_shift"):
+        tg.xb(g, w, relu=True, bn_relu_grad=(t, v, v, None, None))
+    with pytest.raises(ValueError, match=r"rows \(99, 8\).*\[100, 8\]"):
+        tg.xb(g, w, bn_relu_grad=(t[:99], v, v, None, None))
+    with pytest.raises(ValueError, match="needs invstd"):
+        tg.xb(g, w, bn_relu_grad=(t, v, None, None, None))
+    with pytest.raises(ValueError, match="weight of shape \\(7,\\)"):
+        tg.xb(g, w, bn_relu_grad=(t, v, v, v[:7], None))
+
+
+def test_gin_norm_takes_its_backward_sums_from_the_linear(monkeypatch):
+    """GIN with batch norm on tall rows: each norm + ReLU hands the Linear after it a
+    NormReluGrad, that Linear's G W kernel sums the norm's backward terms, and no norm runs
+    bn_relu_backward_reduce; the step equals the one without the hand-off (each norm's own
+    pass) in float32 rounding. With MGG_TALL_GEMM=0 every norm runs its pass."""
+    import mgg.kernels.norm_relu as norm_kernels
+    from mgg.nn import GIN
+    from mgg.nn.conv import gin_conv
+    from tests.gpu.dense_gin import dense_gin_input
+
+    monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)
+    calls = []
+    real = norm_kernels.bn_relu_backward_reduce
+    monkeypatch.setattr(norm_kernels, "bn_relu_backward_reduce", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, graph = dense_gin_input(monkeypatch)
+    handoff_cls = gin_conv.NormReluGrad
+    outs = []
+    for env, handoff, want in (("1", True, 0), ("1", False, 3), ("0", True, 3)):
+        monkeypatch.setenv("MGG_TALL_GEMM", env)
+        monkeypatch.setattr(gin_conv, "NormReluGrad", handoff_cls if handoff else (lambda: None))
+        calls.clear()
+        torch.manual_seed(0)
+        model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
+        model.cache_input_aggregation = False
+        out = model(x, graph)
+        out.square().sum().backward()
+        assert len(calls) == want, (env, handoff)
+        outs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert torch.equal(outs[0][0], outs[1][0])  # the forward is the same kernels
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert rel(a, b.double().cpu()) < 1e-5
