@@ -25,7 +25,9 @@
 //                               dy' = (w (T - mean) invstd + b > 0 ? Y : 0) and dy' (T - mean),
 //                               in the same [gridDim.x * XB_WARPS][2][N] layout: the sums
 //                               norm_relu.cu's mgg_bn_relu_backward_reduce would take in a pass
-//                               over Y and T (the epilogue reads T where it writes Y)
+//                               over Y and T (each warp copies its tile's rows of T into shared
+//                               memory with cp.async while the tensor cores work, and the
+//                               epilogue reads them there)
 // Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
 // 16 bytes), Y 8-byte aligned (N even).
 // How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
@@ -109,6 +111,32 @@ struct BnParams {
   const float* __restrict__ bias;
 };
 
+// EPI_BN_GRAD: a warp's 32 rows of T, copied into shared memory (row stride TP = 8 NT8 + 8 floats:
+// the epilogue's float2 reads of 8 rows x 4 column pairs then fall in distinct banks) by cp.async
+// while the tensor cores work on the tile; rows past n are not copied (the epilogue skips them)
+template <int NT8>
+__device__ __forceinline__ void t_tile_async(float* tw, const float* __restrict__ T, long long n, int N,
+                                             long long r0, int lane) {
+  constexpr int TP = 8 * NT8 + 8;
+  const int rows = (int)(n - r0 < 32 ? n - r0 : 32);
+  if ((N & 3) == 0) {  // 16-byte pieces
+    const int per_row = N >> 2;
+    for (int i = lane; i < rows * per_row; i += 32) {
+      const int r = i / per_row, c = 4 * (i - r * per_row);
+      const uint32_t dst = (uint32_t)__cvta_generic_to_shared(tw + r * TP + c);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(T + (r0 + r) * N + c));
+    }
+  } else {  // N even: 8-byte pieces
+    const int per_row = N >> 1;
+    for (int i = lane; i < rows * per_row; i += 32) {
+      const int r = i / per_row, c = 2 * (i - r * per_row);
+      const uint32_t dst = (uint32_t)__cvta_generic_to_shared(tw + r * TP + c);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(T + (r0 + r) * N + c));
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
 template <int KC, int NT8, int EPI>
 __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
                                               const float* __restrict__ B, long long sbk, long long sbn, int N,
@@ -116,9 +144,12 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
                                               const float* __restrict__ shift, BnParams bn,
                                               float* __restrict__ stats) {
   constexpr bool STATS = EPI != EPI_NONE;
-  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32], then [XB_WARPS][2][8 NT8] floats
+  // [KC][2][NT8][32] float4, then [XB_WARPS][2][8 NT8] floats, then (EPI_BN_GRAD) [XB_WARPS][32][TP]
+  extern __shared__ __align__(128) float4 bs[];
+  constexpr int TP = 8 * NT8 + 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   float* wst = reinterpret_cast<float*>(bs + KC * 2 * NT8 * 32) + warp * 2 * 8 * NT8;  // this warp's sums
+  float* tw = reinterpret_cast<float*>(bs + KC * 2 * NT8 * 32) + XB_WARPS * 2 * 8 * NT8 + warp * 32 * TP;
   if (STATS)
     for (int i = lane; i < 2 * 8 * NT8; i += 32) wst[i] = 0.f;
   const long long tiles = (n + 31) >> 5, stride = (long long)gridDim.x * XB_WARPS;
@@ -139,6 +170,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   for (; t < tiles; t += stride) {
     float4 an[2][2][KC];
     const bool more = t + stride < tiles;
+    if (EPI == EPI_BN_GRAD) t_tile_async<NT8>(tw, bn.T, n, N, t << 5, lane);
     if (more) xb_load<KC>(an, X, n, K, (t + stride) << 5, gid, tig);
     float acc[2][NT8][4];
 #pragma unroll
@@ -195,6 +227,10 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
     }
     if (STATS) {  // EPI_STATS: the tile's column sums of (y - shift) and (y - shift)^2, y as
                   // written; EPI_BN_GRAD: of dy' and dy' (T - mean) (N even: pairs in bounds)
+      if (EPI == EPI_BN_GRAD) {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncwarp();
+      }
 #pragma unroll
       for (int j = 0; j < NT8; ++j) {
         const int col = 8 * j + 2 * tig;
@@ -221,10 +257,10 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
               const float d0 = v0 - z0, d1 = v1 - z1;
               s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
             } else {  // norm_relu.cu's backward_reduce: t = w (x - mean) invstd + b, dy' = t > 0 ? dy : 0
-              const float2 t = __ldcs(reinterpret_cast<const float2*>(bn.T + row * N + col));
-              const float g0 = w0 * (t.x - z0) * is0 + bb0 > 0.f ? v0 : 0.f;
-              const float g1 = w1 * (t.y - z1) * is1 + bb1 > 0.f ? v1 : 0.f;
-              s0 += g0; s1 += g1; q0 += g0 * (t.x - z0); q1 += g1 * (t.y - z1);
+              const float2 tv = *reinterpret_cast<const float2*>(tw + (16 * m + 8 * h + gid) * TP + col);
+              const float g0 = w0 * (tv.x - z0) * is0 + bb0 > 0.f ? v0 : 0.f;
+              const float g1 = w1 * (tv.y - z1) * is1 + bb1 > 0.f ? v1 : 0.f;
+              s0 += g0; s1 += g1; q0 += g0 * (tv.x - z0); q1 += g1 * (tv.y - z1);
             }
           }
 #pragma unroll
@@ -237,6 +273,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           if (c1ok) { wst[col + 1] += s1; wst[8 * NT8 + col + 1] += q1; }
         }
       }
+      if (EPI == EPI_BN_GRAD) __syncwarp();  // every lane has read the tile of T before the next copy
     }
     if (more) {
 #pragma unroll

@@ -116,6 +116,8 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
     smem = kc * 2 * nt8 * 32 * 16  # B, split, one float4 per (k-step, n8 tile, lane)
     if variant:
         smem += XB_WARPS * 2 * 8 * nt8 * 4  # each warp's column sums
+    if variant == "n":
+        smem += XB_WARPS * 32 * (8 * nt8 + 8) * 4  # each warp's tile of the norm's input rows
     fn.max_dynamic_shared_size_bytes = smem
     grid = max(1, min(-(-n // (32 * XB_WARPS)), sm_count(x.device) * BLOCKS_PER_SM))
     args = (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)), np.int32(nout))
@@ -147,7 +149,7 @@ def _bn_params(bn_relu_grad: tuple | None, n: int, nout: int, device: torch.devi
     if tuple(t.shape) != (n, nout) or t.device != device:
         raise ValueError(f"tall_gemm.xb: bn_relu_grad's rows {tuple(t.shape)} on {t.device}, the output is "
                          f"[{n}, {nout}] on {device}")
-    out = [t.contiguous()]
+    out = [float4_rows(t)]  # the kernel copies its rows in 16- (or 8-) byte pieces
     for v, name in zip(vecs, ("mean", "invstd", "weight", "bias")):
         if v is None and name in ("mean", "invstd"):
             raise ValueError(f"tall_gemm.xb: bn_relu_grad needs {name}")
