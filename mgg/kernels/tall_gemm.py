@@ -114,8 +114,6 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
     variant = "s" if stats else "n" if bn is not None else ""
     fn = kernel("tall_gemm", f"mgg_tall_gemm_xb{variant}_k{kc}_n{nt8}", x.device)
     smem = kc * 2 * nt8 * 32 * 16  # B, split, one float4 per (k-step, n8 tile, lane)
-    if variant:
-        smem += XB_WARPS * 2 * 8 * nt8 * 4  # each warp's column sums
     if variant == "n":
         smem += XB_WARPS * 32 * (8 * nt8 + 8) * 4  # each warp's tile of the norm's input rows
     fn.max_dynamic_shared_size_bytes = smem
