@@ -20,14 +20,6 @@
 //                               [gridDim.x * XB_WARPS][2][N], for a batch norm reading Y (the
 //                               caller adds the warps in float64; a shift near the mean keeps
 //                               the variance from cancelling)
-//   mgg_tall_gemm_xbn_kKC_nNT8  Y = X B (no bias, no ReLU: the input gradient G W of a Linear
-//                               whose input was relu(bn(T))), and each warp's column sums of
-//                               dy' = (w (T - mean) invstd + b > 0 ? Y : 0) and dy' (T - mean),
-//                               in the same [gridDim.x * XB_WARPS][2][N] layout: the sums
-//                               norm_relu.cu's mgg_bn_relu_backward_reduce would take in a pass
-//                               over Y and T (each warp copies its tile's rows of T into shared
-//                               memory with cp.async while the tensor cores work, and the
-//                               epilogue reads them there)
 // Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
 // 16 bytes), Y 8-byte aligned (N even).
 // How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
@@ -41,10 +33,10 @@
 // quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU applied there.
 // Launch geometry: blockDim.x = 32 * XB_WARPS, grid-stride over 32-row tiles by warp (tile =
 // blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * 2 * NT8 * 32 float4, filled once per
-// block, + (xbn) XB_WARPS * 32 * (8 NT8 + 8) floats (each warp's tile of T); about 250 registers a
-// thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks a SM (the launcher's grid).
-// xbs and xbn keep each lane's column sums in registers over all its tiles and add them over the
-// warp once, at the end (adding them over the warp at every tile cost xbs 0.2 ms of 0.65).
+// block; about 250 registers a thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks
+// a SM (the launcher's grid). xbs keeps each lane's column sums in registers over all its tiles
+// and adds them over the warp once, at the end (adding them over the warp at every tile, through
+// shared memory, made xbs 0.66 ms a call against 0.64).
 #include <stdint.h>
 
 #define XB_WARPS 4
@@ -98,61 +90,15 @@ __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __re
     }
 }
 
-// what the epilogue also sums over the rows (per warp, into `stats`)
-#define EPI_NONE 0
-#define EPI_STATS 1    // (y - shift), (y - shift)^2: a batch norm's statistics of y
-#define EPI_BN_GRAD 2  // dy' = y masked by relu(bn(T)) > 0, and dy' (T - mean): bn's backward sums
-
-// the column parameters of a batch norm with the ReLU after it (EPI_BN_GRAD): its input rows T
-// [n, N] and float32 [N] mean, invstd, weight, bias (weight, bias null: 1, 0)
-struct BnParams {
-  const float* __restrict__ T;
-  const float* __restrict__ mean;
-  const float* __restrict__ invstd;
-  const float* __restrict__ weight;
-  const float* __restrict__ bias;
-};
-
-// EPI_BN_GRAD: a warp's 32 rows of T, copied into shared memory (row stride TP = 8 NT8 + 8 floats:
-// the epilogue's float2 reads of 8 rows x 4 column pairs then fall in distinct banks) by cp.async
-// while the tensor cores work on the tile; rows past n are not copied (the epilogue skips them)
-template <int NT8>
-__device__ __forceinline__ void t_tile_async(float* tw, const float* __restrict__ T, long long n, int N,
-                                             long long r0, int lane) {
-  constexpr int TP = 8 * NT8 + 8;
-  const int rows = (int)(n - r0 < 32 ? n - r0 : 32);
-  if ((N & 3) == 0) {  // 16-byte pieces
-    const int per_row = N >> 2;
-    for (int i = lane; i < rows * per_row; i += 32) {
-      const int r = i / per_row, c = 4 * (i - r * per_row);
-      const uint32_t dst = (uint32_t)__cvta_generic_to_shared(tw + r * TP + c);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(T + (r0 + r) * N + c));
-    }
-  } else {  // N even: 8-byte pieces
-    const int per_row = N >> 1;
-    for (int i = lane; i < rows * per_row; i += 32) {
-      const int r = i / per_row, c = 2 * (i - r * per_row);
-      const uint32_t dst = (uint32_t)__cvta_generic_to_shared(tw + r * TP + c);
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(T + (r0 + r) * N + c));
-    }
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int KC, int NT8, int EPI>
+template <int KC, int NT8, bool STATS>
 __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
                                               const float* __restrict__ B, long long sbk, long long sbn, int N,
                                               const float* __restrict__ bias, float* __restrict__ Y, int relu,
-                                              const float* __restrict__ shift, BnParams bn,
-                                              float* __restrict__ stats) {
-  constexpr bool STATS = EPI != EPI_NONE;
-  // [KC][2][NT8][32] float4, then (EPI_BN_GRAD) [XB_WARPS][32][TP] floats
-  extern __shared__ __align__(128) float4 bs[];
-  constexpr int TP = 8 * NT8 + 8;
+                                              const float* __restrict__ shift, float* __restrict__ stats) {
+  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  float* tw = reinterpret_cast<float*>(bs + KC * 2 * NT8 * 32) + warp * 32 * TP;
-  // this lane's running column sums over its rows of every tile (cols 8 j + 2 tig, + 1): sum,
-  // sum of the second kind, for each of the two; added over the warp's lanes once, at the end
+  // this lane's running column sums over its rows of every tile (cols 8 j + 2 tig, + 1): of
+  // y - shift and of its square, for each of the two; added over the warp once, at the end
   float csum[NT8][4];
 #pragma unroll
   for (int j = 0; j < NT8; ++j)
@@ -176,7 +122,6 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   for (; t < tiles; t += stride) {
     float4 an[2][2][KC];
     const bool more = t + stride < tiles;
-    if (EPI == EPI_BN_GRAD) t_tile_async<NT8>(tw, bn.T, n, N, t << 5, lane);
     if (more) xb_load<KC>(an, X, n, K, (t + stride) << 5, gid, tig);
     float acc[2][NT8][4];
 #pragma unroll
@@ -231,47 +176,26 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           }
         }
     }
-    if (STATS) {  // EPI_STATS: the tile's column sums of (y - shift) and (y - shift)^2, y as
-                  // written; EPI_BN_GRAD: of dy' and dy' (T - mean) (N even: pairs in bounds)
-      if (EPI == EPI_BN_GRAD) {
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        __syncwarp();
-      }
+    if (STATS) {  // the tile's column sums of (y - shift) and (y - shift)^2, y as written
 #pragma unroll
       for (int j = 0; j < NT8; ++j) {
         const int col = 8 * j + 2 * tig;
         const bool c0ok = col < N, c1ok = col + 1 < N;
         const float b0 = (bias && c0ok) ? bias[col] : 0.f, b1 = (bias && c1ok) ? bias[col + 1] : 0.f;
-        float z0 = 0.f, z1 = 0.f, is0 = 0.f, is1 = 0.f, w0 = 1.f, w1 = 1.f, bb0 = 0.f, bb1 = 0.f;
-        if (EPI == EPI_STATS) {
-          z0 = (shift && c0ok) ? shift[col] : 0.f; z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
-        } else if (c0ok) {
-          z0 = bn.mean[col]; z1 = bn.mean[col + 1]; is0 = bn.invstd[col]; is1 = bn.invstd[col + 1];
-          if (bn.weight) { w0 = bn.weight[col]; w1 = bn.weight[col + 1]; }
-          if (bn.bias) { bb0 = bn.bias[col]; bb1 = bn.bias[col + 1]; }
-        }
+        const float z0 = (shift && c0ok) ? shift[col] : 0.f, z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
         float s0 = 0.f, s1 = 0.f, q0 = 0.f, q1 = 0.f;
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const long long row = r0 + 16 * m + 8 * h + gid;
-            if (row >= n || !c0ok) continue;
+            if (r0 + 16 * m + 8 * h + gid >= n) continue;
             float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
             if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
-            if (EPI == EPI_STATS) {
-              const float d0 = v0 - z0, d1 = v1 - z1;
-              s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
-            } else {  // norm_relu.cu's backward_reduce: t = w (x - mean) invstd + b, dy' = t > 0 ? dy : 0
-              const float2 tv = *reinterpret_cast<const float2*>(tw + (16 * m + 8 * h + gid) * TP + col);
-              const float g0 = w0 * (tv.x - z0) * is0 + bb0 > 0.f ? v0 : 0.f;
-              const float g1 = w1 * (tv.y - z1) * is1 + bb1 > 0.f ? v1 : 0.f;
-              s0 += g0; s1 += g1; q0 += g0 * (tv.x - z0); q1 += g1 * (tv.y - z1);
-            }
+            const float d0 = v0 - z0, d1 = v1 - z1;
+            s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
           }
         csum[j][0] += s0; csum[j][1] += s1; csum[j][2] += q0; csum[j][3] += q1;
       }
-      if (EPI == EPI_BN_GRAD) __syncwarp();  // every lane has read the tile of T before the next copy
     }
     if (more) {
 #pragma unroll
@@ -304,21 +228,13 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8(               \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu) {                \
-    tall_gemm_xb<KC, NT8, EPI_NONE>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, BnParams{}, nullptr);   \
+    tall_gemm_xb<KC, NT8, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr);                  \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbs_k##KC##_n##NT8(              \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu,                  \
       const float* __restrict__ shift, float* __restrict__ stats) {                                           \
-    tall_gemm_xb<KC, NT8, EPI_STATS>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, BnParams{}, stats);      \
-  }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbn_k##KC##_n##NT8(              \
-      const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
-      long long sbn, int N, float* __restrict__ Y, const float* __restrict__ T,                               \
-      const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ weight,     \
-      const float* __restrict__ bias, float* __restrict__ stats) {                                            \
-    tall_gemm_xb<KC, NT8, EPI_BN_GRAD>(X, n, K, B, sbk, sbn, N, nullptr, Y, 0, nullptr,                      \
-                                       BnParams{T, mean, invstd, weight, bias}, stats);                       \
+    tall_gemm_xb<KC, NT8, true>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, stats);                       \
   }
 #define MGG_XB_K(KC) MGG_XB(KC, 2) MGG_XB(KC, 4) MGG_XB(KC, 6) MGG_XB(KC, 8)
 MGG_XB_K(1)

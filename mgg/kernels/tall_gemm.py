@@ -2,7 +2,6 @@
 tensor cores by the 3xTF32 split (float32 accuracy; the .cu's header says how and why).
 
     xb(x, b, bias, relu)   x [n, K] @ b [K, N] (+ bias [N]) (ReLU)  -> float32 [n, N]
-                           (+ a batch norm's statistics of the output, or its backward sums)
 
     weight_grad(g, x)      g^T @ x for g [n, N], x [n, K]            -> float32 [N, K]
 
@@ -71,21 +70,14 @@ def _check_matrices(op: str, **named: torch.Tensor) -> None:
 
 
 def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False,
-       stats_shift: torch.Tensor | None = None, bn_relu_grad: tuple | None = None):
+       stats_shift: torch.Tensor | None = None):
     """x [n, K] @ b [K, N] (+ bias [N]) (ReLU): float32 [n, N] (see the module docstring). x, b and
     bias float32 on one GPU; ValueError for widths the kernel does not take (`supports`).
 
     stats_shift (float32 [N] on x's GPU, e.g. a batch norm's running mean): also return the column
     mean and biased variance of the output, float64 [N] each, from the kernel's per-warp sums of
     (y - shift) and (y - shift)^2 added in float64 (a shift near the mean keeps the variance
-    from cancelling): (y, mean, var). n must be >= 1 then.
-
-    bn_relu_grad (t, mean, invstd, weight, bias): y is the gradient dy of relu(batch_norm(t))
-    (t float32 [n, N], the rest float32 [N], weight and bias may be None; no `bias`/`relu` of
-    the product then): also return batch norm's backward sums over these rows, float32 [N] each,
-    sum dy' and sum dy' (t - mean) with dy' = dy where weight (t - mean) invstd + bias > 0, else
-    0 (mgg.kernels.norm_relu.bn_relu_backward_reduce's, from the epilogue instead of a pass):
-    (y, sum_dy, sum_dy_xmu)."""
+    from cancelling): (y, mean, var). n must be >= 1 then."""
     _check_matrices("xb", x=x, b=b)
     n, k = (int(v) for v in x.shape)
     nout = int(b.shape[1])
@@ -107,57 +99,23 @@ def xb(x: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, relu:
         if stats_shift.shape != (nout,) or stats_shift.device != x.device:
             raise ValueError(f"tall_gemm.xb: stats_shift of shape {tuple(stats_shift.shape)} on "
                              f"{stats_shift.device} for {nout} outputs on {x.device}")
-    bn = _bn_params(bn_relu_grad, n, nout, x.device, stats or bias is not None or relu)
     if n == 0:
-        return out if bn is None else (out, out.new_zeros(nout), out.new_zeros(nout))
+        return out
     kc, nt8 = _r(k, 16) // 16, 2 * (_r(nout, 16) // 16)
-    variant = "s" if stats else "n" if bn is not None else ""
-    fn = kernel("tall_gemm", f"mgg_tall_gemm_xb{variant}_k{kc}_n{nt8}", x.device)
+    fn = kernel("tall_gemm", f"mgg_tall_gemm_xb{'s' if stats else ''}_k{kc}_n{nt8}", x.device)
     smem = kc * 2 * nt8 * 32 * 16  # B, split, one float4 per (k-step, n8 tile, lane)
-    if variant == "n":
-        smem += XB_WARPS * 32 * (8 * nt8 + 8) * 4  # each warp's tile of the norm's input rows
     fn.max_dynamic_shared_size_bytes = smem
     grid = max(1, min(-(-n // (32 * XB_WARPS)), sm_count(x.device) * BLOCKS_PER_SM))
-    args = (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)), np.int32(nout))
-    if not variant:
-        launch(fn, x.device, grid, 32 * XB_WARPS, args + (_p(bias), _p(out), np.int32(bool(relu))), shared_mem=smem)
+    args = (_p(x), np.int64(n), np.int32(k), _p(b), np.int64(b.stride(0)), np.int64(b.stride(1)),
+            np.int32(nout), _p(bias), _p(out), np.int32(bool(relu)))
+    if not stats:
+        launch(fn, x.device, grid, 32 * XB_WARPS, args, shared_mem=smem)
         return out
     partial = torch.empty(grid * XB_WARPS, 2, nout, device=x.device, dtype=torch.float32)
-    if bn is not None:
-        launch(fn, x.device, grid, 32 * XB_WARPS, args + (_p(out), *map(_p, bn), _p(partial)), shared_mem=smem)
-        sums = partial.to(torch.float64).sum(0).to(torch.float32)  # [2, N]: sum dy', sum dy' (t - mean)
-        return out, sums[0], sums[1]
-    launch(fn, x.device, grid, 32 * XB_WARPS,
-           args + (_p(bias), _p(out), np.int32(bool(relu)), _p(stats_shift), _p(partial)), shared_mem=smem)
+    launch(fn, x.device, grid, 32 * XB_WARPS, args + (_p(stats_shift), _p(partial)), shared_mem=smem)
     sums = partial.to(torch.float64).sum(0)  # [2, N]: sum (y - c), sum (y - c)^2
     d = sums[0] / n
     return out, stats_shift.to(torch.float64) + d, (sums[1] / n - d * d).clamp(min=0.0)
-
-
-def _bn_params(bn_relu_grad: tuple | None, n: int, nout: int, device: torch.device,
-               conflict: bool) -> list[torch.Tensor | None] | None:
-    """xb's `bn_relu_grad` checked: [t, mean, invstd, weight, bias] contiguous float32 (weight and
-    bias may be None), or None."""
-    if bn_relu_grad is None:
-        return None
-    if conflict:
-        raise ValueError("tall_gemm.xb: bn_relu_grad takes no bias, relu or stats_shift (the output is a gradient)")
-    t, *vecs = bn_relu_grad
-    _check_matrices("xb", t=t)
-    if tuple(t.shape) != (n, nout) or t.device != device:
-        raise ValueError(f"tall_gemm.xb: bn_relu_grad's rows {tuple(t.shape)} on {t.device}, the output is "
-                         f"[{n}, {nout}] on {device}")
-    out = [float4_rows(t)]  # the kernel copies its rows in 16- (or 8-) byte pieces
-    for v, name in zip(vecs, ("mean", "invstd", "weight", "bias")):
-        if v is None and name in ("mean", "invstd"):
-            raise ValueError(f"tall_gemm.xb: bn_relu_grad needs {name}")
-        if v is not None:
-            v = v.detach().to(torch.float32).contiguous()
-            if v.shape != (nout,) or v.device != device:
-                raise ValueError(f"tall_gemm.xb: bn_relu_grad's {name} of shape {tuple(v.shape)} on {v.device} for "
-                                 f"{nout} columns on {device}")
-        out.append(v)
-    return out
 
 
 def weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -32,12 +32,10 @@ F.linear with all of the above.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 __all__ = ["project", "dropout_project", "fused_input_projection", "linear", "linear_relu", "linear_with_stats",
-           "tall_gemm", "NormReluGrad", "TALL_ROWS", "TALL_GEMM_ROWS"]
+           "tall_gemm", "TALL_ROWS", "TALL_GEMM_ROWS"]
 
 #: inputs with at least this many rows (on CUDA) take the custom backward
 TALL_ROWS = 1 << 20
@@ -79,47 +77,17 @@ def _mm_wt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return torch._addmm_activation(bias, x, weight.t())
 
 
-@dataclass
-class NormReluGrad:
-    """A hand-off between a batch norm + ReLU and the one Linear that reads its output (GINConv's
-    MLP: Linear -> DistBatchNorm -> ReLU -> Linear). The norm's forward fills `t` (its input rows,
-    float32 [n, D]) and its column parameters (float32 [D]; weight and bias None without affine);
-    the Linear's backward, where its input gradient dy = G W runs on the tall-GEMM kernel, also
-    sums the norm's backward terms in that GEMM's epilogue (mgg_tall_gemm_xbn: sum dy' and
-    sum dy' (t - mean), dy' = dy where the ReLU passed) and leaves them in `sums`; the norm's
-    backward then takes them instead of a pass over dy and t. Only valid when that Linear is the
-    norm output's only reader (then the gradient the norm gets is exactly dy)."""
-    t: torch.Tensor | None = None
-    mean: torch.Tensor | None = None
-    invstd: torch.Tensor | None = None
-    weight: torch.Tensor | None = None
-    bias: torch.Tensor | None = None
-    sums: tuple[torch.Tensor, torch.Tensor] | None = None
-
-
-def _input_grad(g: torch.Tensor, weight: torch.Tensor, norm_grad: NormReluGrad | None) -> torch.Tensor:
-    """G W (the input gradient of y = x W^T) on the tall-GEMM kernel where it takes the shapes,
-    else cuBLAS; with a filled `norm_grad` the kernel also leaves the norm's backward sums there."""
-    if not (weight.dtype == torch.float32 and tall_gemm(g, int(g.shape[1]), int(weight.shape[1]))):
-        return g @ weight
-    from ..kernels.tall_gemm import xb
-
-    if norm_grad is None or norm_grad.t is None or tuple(norm_grad.t.shape) != (g.shape[0], weight.shape[1]):
-        return xb(g, weight.detach())
-    gx, sum_dy, sum_dy_xmu = xb(g, weight.detach(), bn_relu_grad=(
-        norm_grad.t, norm_grad.mean, norm_grad.invstd, norm_grad.weight, norm_grad.bias))
-    norm_grad.sums = (sum_dy, sum_dy_xmu)
-    return gx
-
-
 def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
     """(grad x = G W, grad W = G^T x) of y = x W^T, each None where autograd does not need it
-    (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above). A
-    `ctx.norm_grad` (NormReluGrad, when x is a batch norm + ReLU's output) gets that norm's
-    backward sums from the G W kernel."""
+    (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above)."""
     gx = gw = None
     if ctx.needs_input_grad[0]:
-        gx = _input_grad(g, weight, getattr(ctx, "norm_grad", None))
+        if weight.dtype == torch.float32 and tall_gemm(g, int(g.shape[1]), int(weight.shape[1])):
+            from ..kernels.tall_gemm import xb
+
+            gx = xb(g, weight.detach())
+        else:
+            gx = g @ weight
     if ctx.needs_input_grad[1]:
         if x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
                 tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
@@ -226,8 +194,8 @@ class _Linear(torch.autograd.Function):
     (no gradient: a batch norm reading y has its own backward through them)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, stats=None, norm_grad=None):  # type: ignore[override]
-        ctx.has_bias, ctx.norm_grad = bias is not None, norm_grad
+    def forward(ctx, x, weight, bias, stats=None):  # type: ignore[override]
+        ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight)
         if stats is not None:
             from ..kernels.tall_gemm import xb
@@ -242,7 +210,7 @@ class _Linear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         g = g.contiguous()
         gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return (*_linear_grads(ctx, g, x, weight), gb, None, None)
+        return (*_linear_grads(ctx, g, x, weight), gb, None)
 
 
 def linear_with_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -260,18 +228,16 @@ def linear_with_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return y, out[0]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           norm_grad: NormReluGrad | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) for x float [N, F], weight [O, F], bias [O] or None -> [N, O]:
     on the tall-GEMM kernel with the G^T x weight gradient when x is a tall CUDA matrix
-    (`tall_gemm`), F.linear otherwise. Values as F.linear's up to float32 summation order.
-    `norm_grad`: x is that batch norm + ReLU's output, read by this Linear alone (NormReluGrad)."""
+    (`tall_gemm`), F.linear otherwise. Values as F.linear's up to float32 summation order."""
     if not _custom_backward(x):
         return torch.nn.functional.linear(x, weight, bias)
     if not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad
                                            or (bias is not None and bias.requires_grad)):
         return _mm_wt(x, weight, bias)
-    return _Linear.apply(x, weight, bias, None, norm_grad)
+    return _Linear.apply(x, weight, bias)
 
 
 class _LinearReLU(torch.autograd.Function):
@@ -279,9 +245,9 @@ class _LinearReLU(torch.autograd.Function):
     0), grad x = G' W, grad W = G'^T x, grad b = sum of G' over rows."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, norm_grad=None):  # type: ignore[override]
+    def forward(ctx, x, weight, bias):  # type: ignore[override]
         y = _relu_linear(x, weight, bias)
-        ctx.has_bias, ctx.norm_grad = bias is not None, norm_grad
+        ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight, y)
         return y
 
@@ -298,18 +264,17 @@ class _LinearReLU(torch.autograd.Function):
         if gb is None:
             g = torch.ops.aten.threshold_backward(g, y, 0.0)  # relu's own backward
             gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return (*_linear_grads(ctx, g, x, weight), gb, None)
+        return (*_linear_grads(ctx, g, x, weight), gb)
 
 
-def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                norm_grad: NormReluGrad | None = None) -> torch.Tensor:
+def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """relu(x @ weight^T + bias): x float [N, F], weight [O, F], bias [O] or None -> [N, O], the
     same values as torch.relu(F.linear(x, weight, bias)) (the ReLU applied to the same sums), in
     one GEMM with a ReLU epilogue where there is a bias. Gradients as autograd's, up to float
-    summation order of the weight gradient. `norm_grad`: as `linear`'s."""
+    summation order of the weight gradient."""
     if x.dim() != 2:
         raise ValueError(f"linear_relu: x must be 2-D [N, F], got shape {tuple(x.shape)}")
     if not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad
                                            or (bias is not None and bias.requires_grad)):
         return _relu_linear(x, weight, bias)
-    return _LinearReLU.apply(x, weight, bias, norm_grad)
+    return _LinearReLU.apply(x, weight, bias)

@@ -22,8 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dense import NormReluGrad
-
 __all__ = ["DistBatchNorm", "allreduce_sum", "combine_rank_stats", "make_norm", "NORMS"]
 
 NORMS = ("batch", "layer", "none")
@@ -94,15 +92,11 @@ class _SyncBatchNormGPU(torch.autograd.Function):
     [k] distinct rows, or None): only those rows are transformed and returned (statistics of
     all). `local_stats` (None, or this rank's column mean and biased variance of x, float [D]
     each, from the op that wrote x: mgg.nn.dense.linear_with_stats) stands in for
-    torch.batch_norm_stats, a pass over x. `norm_grad` (None, or mgg.nn.dense.NormReluGrad, with
-    `relu` and no index): filled here for the one Linear reading the output; when its backward
-    leaves this rank's two sums there, the backward takes them instead of
-    bn_relu_backward_reduce's pass. Shapes: x float32 [n_local, D] (contiguous CUDA). dg None:
-    one process."""
+    torch.batch_norm_stats, a pass over x. Shapes: x float32 [n_local, D] (contiguous CUDA). dg
+    None: one process."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None, local_stats=None,  # type: ignore[override]
-                norm_grad=None):
+    def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None, local_stats=None):  # type: ignore[override]
         d = x.shape[1]
         p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
         buf = x.new_zeros(p, 2 * d)
@@ -123,10 +117,6 @@ class _SyncBatchNormGPU(torch.autograd.Function):
         mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
         ctx.save_for_backward(x, weight, bias, mean32, invstd32, index)
         ctx.dg, ctx.count, ctx.n, ctx.relu, ctx.world = dg, count32, n, relu, p
-        ctx.norm_grad = norm_grad if (relu and index is None and x.shape[0] > 0) else None
-        if ctx.norm_grad is not None:  # for the Linear reading the output (mgg.nn.dense.NormReluGrad)
-            norm_grad.t, norm_grad.mean, norm_grad.invstd = x, mean32, invstd32
-            norm_grad.weight, norm_grad.bias, norm_grad.sums = weight, bias, None
         rows = x if index is None else x[index]  # the rows written (statistics: all of x)
         if rows.shape[0] == 0:  # torch's kernel refuses an empty input; this rank still took part above
             return x.new_empty(rows.shape)
@@ -153,13 +143,9 @@ class _SyncBatchNormGPU(torch.autograd.Function):
             sum_dy = sum_dy_xmu = x.new_zeros(d)
             gw = gb = None if weight is None else torch.zeros_like(weight)
         elif ctx.relu:
-            handed = ctx.norm_grad.sums if ctx.norm_grad is not None else None
-            if handed is not None:  # summed by the Linear's G W kernel that wrote grad
-                (sum_dy, sum_dy_xmu), ctx.norm_grad.sums = handed, None
-            else:
-                from ..kernels.norm_relu import bn_relu_backward_reduce
+            from ..kernels.norm_relu import bn_relu_backward_reduce
 
-                sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
+            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
             if weight is not None:  # what batch_norm_backward_reduce returns for them
                 gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
         else:
@@ -181,7 +167,7 @@ class _SyncBatchNormGPU(torch.autograd.Function):
                 gx = torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
             if index is not None:
                 gx = _scatter_rows(gx, index, x, mean, invstd, weight, sums[:d], sums[d:], ctx.n)
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None, None, None
+        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None, None
 
 
 def _scatter_rows(g_rows: torch.Tensor, index: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
@@ -235,7 +221,6 @@ class DistBatchNorm(nn.Module):
     takes_relu = True   # ... and `relu=True` when a ReLU follows it
     takes_rows = True   # ... and `rows=` when only some rows of the output are read
     takes_stats = True  # ... and `local_stats=` when the Linear before it summed its columns
-    takes_norm_grad = True  # ... and `norm_grad=` when the Linear after it can sum its backward terms
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, fuse_relu: bool = True):
@@ -333,18 +318,14 @@ class DistBatchNorm(nn.Module):
         return torch.zeros(self.num_features, device=device)
 
     def forward(self, x: torch.Tensor, dg=None, relu: bool = False, rows: torch.Tensor | None = None,
-                local_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
-                norm_grad: NormReluGrad | None = None) -> torch.Tensor:
+                local_stats: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x float [n_local, D] -> batch_norm(x), or relu(batch_norm(x)) with `relu`. Collective
         while training with several ranks. `rows` (int64 [k] distinct local rows, on x's device):
         only those rows of the result, float [k, D], in that order; the statistics are still
         those of every row (and the gradient reaches every row of x through them). On a GPU
         only the k rows are transformed. `local_stats`: this rank's column mean and biased
         variance of x (float64 [D] each), computed by the op that wrote x; the GPU path uses
-        them instead of a pass over x (others compute their own). `norm_grad`
-        (mgg.nn.dense.NormReluGrad): with `relu`, on the fused GPU path with every row written, it
-        is filled for the Linear that alone reads the output, whose backward then hands back
-        this norm's backward sums."""
+        them instead of a pass over x (others compute their own)."""
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"DistBatchNorm: expected [n, {self.num_features}] input, got {tuple(x.shape)}")
         use_batch = self.training or not self.track_running_stats
@@ -356,8 +337,7 @@ class DistBatchNorm(nn.Module):
             if fused or (rows is not None and x.dtype == torch.float32):
                 # statistics, then the transform (and the ReLU: one kernel) of the rows written
                 out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, None,
-                                              np.array([x.shape[0]], dtype=np.int64), fused, rows, local_stats,
-                                              norm_grad)
+                                              np.array([x.shape[0]], dtype=np.int64), fused, rows, local_stats)
                 return torch.relu(out) if relu and not fused else out
             track = self.training and self.track_running_stats
             if track:
@@ -371,7 +351,7 @@ class DistBatchNorm(nn.Module):
             if counts.sum() < 1:
                 raise ValueError("DistBatchNorm: the graph has no rows to normalise")
             out = _SyncBatchNormGPU.apply(x.contiguous(), self.weight, self.bias, self, dg, counts, fused, rows,
-                                          local_stats, norm_grad)
+                                          local_stats)
             return torch.relu(out) if relu and not fused else out
         if use_batch:
             mean, var, n = self._global_stats(x, dg)

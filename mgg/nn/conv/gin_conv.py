@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..dense import NormReluGrad, linear, linear_relu, linear_with_stats, project
+from ..dense import linear, linear_relu, linear_with_stats, project
 from ..functional import aggregate
 
 __all__ = ["GINConv"]
@@ -29,12 +29,7 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
     one that needs the graph run on every row (batch statistics are over all nodes); that stage
     writes only the k rows (`stage(h, dg, rows=out_rows)` where it `takes_rows`, else it is
-    sliced after), and the stages after it run on the k rows alone.
-
-    A norm + ReLU followed by an `nn.Linear` (with `fuse`, every row written, CUDA rows, a norm
-    with `takes_norm_grad = True`: DistBatchNorm) hands that Linear a
-    mgg.nn.dense.NormReluGrad: the Linear's input-gradient GEMM then also sums the norm's
-    backward terms, and the norm's backward skips its pass over the rows for them."""
+    sliced after), and the stages after it run on the k rows alone."""
     cut = -1
     if out_rows is not None:
         cut = max((k for k, m in enumerate(stages) if getattr(m, "needs_graph", False)), default=-1)
@@ -42,15 +37,14 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             h = h[out_rows]
     i = 0
     stats = None  # the column statistics the last Linear computed for the norm after it
-    norm_grad = None  # the hand-off of a norm + ReLU to the Linear reading its output alone
     while i < len(stages):
         m = stages[i]
         nxt = stages[i + 1] if i + 1 < len(stages) else None
         rows_kw = {"rows": out_rows} if i == cut and getattr(m, "takes_rows", False) else {}
         kw = dict(rows_kw, local_stats=stats) if stats is not None else rows_kw
-        stats, handed, norm_grad = None, norm_grad, None
+        stats = None
         if fuse and type(m) is nn.Linear and (isinstance(nxt, nn.ReLU) or (nxt is None and relu_out)):
-            h = linear_relu(h, m.weight, m.bias, norm_grad=handed)
+            h = linear_relu(h, m.weight, m.bias)
             if nxt is None:
                 relu_out = False  # done in the epilogue
             i += 2 if nxt is not None else 1
@@ -58,14 +52,10 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             h, stats = linear_with_stats(h, m.weight, m.bias, nxt.stats_shift(h.device))
             i += 1
         elif fuse and type(m) is nn.Linear:
-            h, i = linear(h, m.weight, m.bias, norm_grad=handed), i + 1
+            h, i = linear(h, m.weight, m.bias), i + 1
         elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
-            after = stages[i + 2] if i + 2 < len(stages) else None
-            if (fuse and out_rows is None and h.is_cuda and getattr(m, "takes_norm_grad", False)
-                    and type(after) is nn.Linear):  # its output is read by that Linear alone
-                norm_grad = kw["norm_grad"] = NormReluGrad()
             h, i = m(h, dg, relu=True, **kw), i + 2
         else:
             h, i = m(h, dg, **kw), i + 1
