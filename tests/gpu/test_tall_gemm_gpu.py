@@ -245,3 +245,29 @@ def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
         model.cache_input_aggregation = False
         model(x, graph).sum().backward()
         assert len(calls) == want
+
+
+def test_gin_asks_for_statistics_only_where_the_norm_uses_them(monkeypatch):
+    """The Linear before a batch norm sums its columns (linear_with_stats) only when the norm
+    will take them (DistBatchNorm.uses_local_stats): training on the fused GPU path; not with
+    fuse_relu off at one rank without rows (F.batch_norm computes its own), nor in eval."""
+    from mgg.nn import GIN
+    from mgg.nn.conv import gin_conv
+    from mgg.nn.norm import DistBatchNorm
+    from tests.gpu.dense_gin import dense_gin_input
+
+    monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)
+    asked = []
+    real = gin_conv.linear_with_stats
+    monkeypatch.setattr(gin_conv, "linear_with_stats", lambda *a, **k: asked.append(1) or real(*a, **k))
+    x, graph = dense_gin_input(monkeypatch)
+    model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
+    model.cache_input_aggregation = False
+    for fuse, train, want in ((True, True, 3), (False, True, 0), (True, False, 0)):
+        for mod in model.modules():
+            if isinstance(mod, DistBatchNorm):
+                mod.fuse_relu = fuse
+        model.train(train)
+        asked.clear()
+        model(x, graph)
+        assert len(asked) == want, (fuse, train)

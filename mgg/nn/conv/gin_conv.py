@@ -15,6 +15,20 @@ def _modules(mlp: nn.Module) -> list[nn.Module]:
     return list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
 
 
+def _norm_takes_stats(stages: list[nn.Module], k: int, h: torch.Tensor, dg, cut: int) -> bool:
+    """Whether stage k, a norm reading the output of the Linear at k - 1 (whose input is h), takes
+    that Linear's column statistics (`takes_stats` and `uses_local_stats` for rows of its width
+    on h's device, with the ReLU after it when one follows, and `rows=` when k is the cut)."""
+    if k >= len(stages):
+        return False
+    norm, lin = stages[k], stages[k - 1]
+    if not getattr(norm, "takes_stats", False):
+        return False
+    relu = getattr(norm, "takes_relu", False) and k + 1 < len(stages) and isinstance(stages[k + 1], nn.ReLU)
+    out = h.new_empty(0, lin.out_features)  # no data: what the Linear writes, for its shape and place
+    return norm.uses_local_stats(out, dg, relu, rows=k == cut and getattr(norm, "takes_rows", False))
+
+
 def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, fuse: bool = True,
          out_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Apply `stages` in order, then a ReLU when `relu_out`. A stage with `needs_graph = True`
@@ -23,8 +37,9 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     mgg.kernels.norm_relu). With `fuse`, an `nn.Linear` followed by an `nn.ReLU` (or last, with
     `relu_out`) runs as `linear_relu`: the ReLU in the GEMM's epilogue, no pass of its own; any
     other `nn.Linear` as mgg.nn.dense.linear (the tall-GEMM kernel on tall CUDA rows); one followed
-    by a training norm that `takes_stats` (DistBatchNorm) as linear_with_stats, whose column
-    statistics the norm then uses instead of reading the rows for them.
+    by a norm that `takes_stats` (DistBatchNorm) and would use them (`uses_local_stats`: training
+    on its GPU path) as linear_with_stats, whose column statistics the norm then uses instead of
+    reading the rows for them.
 
     `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
     one that needs the graph run on every row (batch statistics are over all nodes); that stage
@@ -48,7 +63,7 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             if nxt is None:
                 relu_out = False  # done in the epilogue
             i += 2 if nxt is not None else 1
-        elif fuse and type(m) is nn.Linear and getattr(nxt, "takes_stats", False) and nxt.training:
+        elif fuse and type(m) is nn.Linear and _norm_takes_stats(stages, i + 1, h, dg, cut):
             h, stats = linear_with_stats(h, m.weight, m.bias, nxt.stats_shift(h.device))
             i += 1
         elif fuse and type(m) is nn.Linear:
