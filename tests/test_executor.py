@@ -24,21 +24,36 @@ def test_single_rank_matches_reference(kind, transposed, ps, dist, wpb):
     assert rel_err(out, ref) < 1e-5
 
 
-def test_chunked_partitions_match_unchunked():
+def test_partitioned_aggregator_matches_edge_sums_in_float64():
+    """PartitionedAggregator (one sparse CSR product of the plan's edges) against the sum over
+    the plan's edges, partition by partition, in float64; a graph with repeated edges; a 16-bit
+    table read as its 16-bit values; no partitions at all."""
     from mgg.kernels.cpu import PartitionedAggregator
 
-    indptr, indices = random_csr(100, 3000, seed=5)
+    indptr, indices = random_csr(100, 3000, seed=5)  # 3000 edges on 100 nodes: repeats
     with DistGraph(indptr, indices, Communicator(), RuntimeConfig(3, 1, 1, backend="cpu")) as dg:
-        p = dg.plan("sum")
+        p = dg.plan("gcn")
     x = torch.randn(100, 4)
-    outs = []
-    for chunk in (7, 1 << 20):
-        agg = PartitionedAggregator(p.local_parts, p.local_indices, p.local_weight, chunk_edges=chunk)
-        assert (len(agg.chunks) > 1) == (chunk == 7)
-        o = torch.zeros(100, 4)
-        agg.add_into(o, x)
-        outs.append(o)
-    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    ref = np.zeros((100, 4))
+    for t, a, b in p.local_parts:
+        for e in range(a, b):
+            ref[t] += float(p.local_weight[e]) * x[p.local_indices[e]].double().numpy()
+    agg = PartitionedAggregator(p.local_parts, p.local_indices, p.local_weight)
+    out = torch.full((100, 4), 0.5)
+    agg.add_into(out, x)
+    np.testing.assert_allclose(out.numpy(), ref + 0.5, rtol=1e-5, atol=1e-5)
+    half = x.to(torch.bfloat16)
+    ref16 = np.zeros((100, 4))
+    for t, a, b in p.local_parts:
+        for e in range(a, b):
+            ref16[t] += float(p.local_weight[e]) * half[p.local_indices[e]].double().numpy()
+    out16 = torch.zeros(100, 4)
+    agg.add_into(out16, half)
+    np.testing.assert_allclose(out16.numpy(), ref16, rtol=1e-5, atol=1e-5)
+    empty = PartitionedAggregator(np.zeros((0, 3), np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+    z = torch.zeros(100, 4)
+    empty.add_into(z, x)
+    assert not z.any()
 
 
 def test_set_params_keeps_results():
