@@ -87,7 +87,10 @@ def _dims(args, graph) -> list[int]:
     return [graph.x.shape[1]] + [args.hidden] * (args.layers - 1) + [int(graph.y.max()) + 1]
 
 
-def run_torch(args) -> dict:
+def _timed(args, build) -> dict:
+    """Load the file, `build(graph, train_np, device)` -> (model, forward: the training rows'
+    logits, logits: every row's, target) or None (PyG missing), then train `args.epochs` steps
+    with Adam (the model's lr and weight decay) and measure the validation accuracy."""
     import torch
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -96,46 +99,51 @@ def run_torch(args) -> dict:
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    y = torch.from_numpy(graph.y).to(dev)
-    train = torch.nonzero(torch.from_numpy(train_np).to(dev) & (y >= 0)).reshape(-1)
-    model, A = plain_torch_model(graph, args.model, args.hidden, args.layers, dev, norm=args.norm,
-                                 dropout=args.dropout, train_eps=False)
-    A_train = A.rows(train)  # the rows the loss reads
-    x = torch.from_numpy(graph.x).to(dev)
+    built = build(graph, train_np, dev)
+    if built is None:
+        return {"status": "missing"}
+    model, forward, logits, target = built
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     build_s = time.perf_counter() - t0
-    res = {"load_s": load_s, "build_s": build_s,
-           **_train(lambda: model(x, A, A_train, train), y[train], opt, args.epochs, dev)}
-    return dict(res, val_acc=_val_acc(model, lambda: model(x, A), graph, dev))
+    res = {"load_s": load_s, "build_s": build_s, **_train(forward, target, opt, args.epochs, dev)}
+    return dict(res, val_acc=_val_acc(model, logits, graph, dev))
+
+
+def run_torch(args) -> dict:
+    import torch
+
+    def build(graph, train_np, dev):
+        y = torch.from_numpy(graph.y).to(dev)
+        train = torch.nonzero(torch.from_numpy(train_np).to(dev) & (y >= 0)).reshape(-1)
+        model, A = plain_torch_model(graph, args.model, args.hidden, args.layers, dev, norm=args.norm,
+                                     dropout=args.dropout, train_eps=False)
+        A_train = A.rows(train)  # the rows the loss reads
+        x = torch.from_numpy(graph.x).to(dev)
+        return model, lambda: model(x, A, A_train, train), lambda: model(x, A), y[train]
+
+    return _timed(args, build)
 
 
 def run_pyg(args) -> dict:
     import torch
 
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    t0 = time.perf_counter()
-    graph, train_np = _load(args.file)
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    torch.manual_seed(0)
-    try:
-        model = PygModel(args.model, _dims(args, graph), args.hidden, args.norm, args.dropout, train_eps=False)
-    except ImportError:
-        return {"status": "missing"}
-    model = model.to(dev)
-    ptr = torch.from_numpy(graph.indptr).to(dev)
-    dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=dev), ptr[1:] - ptr[:-1])
-    edge_index = torch.stack([torch.from_numpy(graph.indices).to(dev), dst])
-    x = torch.from_numpy(graph.x).to(dev)
-    y = torch.from_numpy(graph.y).to(dev)
-    train = torch.from_numpy(train_np).to(dev) & (y >= 0)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    build_s = time.perf_counter() - t0
-    res = {"load_s": load_s, "build_s": build_s,
-           **_train(lambda: model(x, edge_index)[train], y[train], opt, args.epochs, dev)}
-    return dict(res, val_acc=_val_acc(model, lambda: model(x, edge_index), graph, dev))
+    def build(graph, train_np, dev):
+        try:
+            model = PygModel(args.model, _dims(args, graph), args.hidden, args.norm, args.dropout, train_eps=False)
+        except ImportError:
+            return None
+        model = model.to(dev)
+        ptr = torch.from_numpy(graph.indptr).to(dev)
+        dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=dev), ptr[1:] - ptr[:-1])
+        edge_index = torch.stack([torch.from_numpy(graph.indices).to(dev), dst])
+        x = torch.from_numpy(graph.x).to(dev)
+        y = torch.from_numpy(graph.y).to(dev)
+        train = torch.from_numpy(train_np).to(dev) & (y >= 0)
+        return model, lambda: model(x, edge_index)[train], lambda: model(x, edge_index), y[train]
+
+    return _timed(args, build)
 
 
 def main(argv=None) -> int:
