@@ -152,11 +152,12 @@ def table(rows: dict) -> str:
                      f"{_fmt(r.get('first_epoch_end_s')):>11} {_fmt(r.get('median_epoch_ms'), '.2f'):>9} "
                      f"{_fmt(r.get('val_acc'), '.4f'):>7} "
                      f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} {_fmt(r.get('peak_gpu_mb'), '.0f'):>8}  {phs}")
-    base = rows.get("torch", {}).get("median_epoch_ms")
-    for name in MGG_RUNS:
-        ours = rows.get(name, {}).get("median_epoch_ms")
-        if ours and base:
-            lines.append(f"{name}: {base / ours:.2f}x the plain torch epoch")
+    for ref, label in (("torch", "plain torch"), ("pyg", "PyG")):
+        base = rows.get(ref, {}).get("median_epoch_ms")
+        for name in MGG_RUNS:
+            ours = rows.get(name, {}).get("median_epoch_ms")
+            if ours and base:
+                lines.append(f"{name}: {base / ours:.2f}x the {label} epoch")
     if rows.get("mgg", {}).get("median_epoch_ms") and rows.get("mgg-eager", {}).get("median_epoch_ms"):
         lines.append(f"--no-cuda-graph / default flags: "
                      f"{rows['mgg-eager']['median_epoch_ms'] / rows['mgg']['median_epoch_ms']:.2f}x")
