@@ -16,6 +16,8 @@ they are weighted and summed, and the output is float32 (docs/storage-dtype.md).
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -46,16 +48,19 @@ class PartitionedAggregator:
         self.edge_target = np.repeat(parts[:, 0], sizes) if self.num_parts else np.zeros(0, np.int64)
         self.sources = np.ascontiguousarray(sources, dtype=np.int64)
         self.weight = np.ascontiguousarray(weight, dtype=np.float32)
-        self._matrix: torch.Tensor | None = None  # built on first use, for (n_out, rows)
+        self._matrix: torch.Tensor | None = None  # built on first use, for (n_out, rows) and a dtype
 
-    def matrix(self, n_out: int, rows: int) -> torch.Tensor:
-        """M float32 sparse CSR [n_out, rows] with M[target, source] = the sum of the weights of
-        the edges between them (cached per shape)."""
+    def matrix(self, n_out: int, rows: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """M sparse CSR [n_out, rows] of `dtype` with M[target, source] = the sum of the float32
+        weights of the edges between them (the last shape and dtype asked for is kept)."""
         m = self._matrix
-        if m is None or tuple(m.shape) != (n_out, rows):
+        if m is None or tuple(m.shape) != (n_out, rows) or m.dtype != dtype:
             idx = torch.from_numpy(np.stack([self.edge_target, self.sources]))
-            m = torch.sparse_coo_tensor(idx, torch.from_numpy(self.weight), (n_out, rows)).coalesce().to_sparse_csr()
-            self._matrix = m
+            with warnings.catch_warnings():  # torch's "sparse CSR support is in beta", once a process
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+                m = torch.sparse_coo_tensor(idx, torch.from_numpy(self.weight), (n_out, rows),
+                                            check_invariants=False).coalesce()
+                self._matrix = m = m.to(dtype).to_sparse_csr()
         return m
 
     def add_into(self, out: torch.Tensor, table: torch.Tensor) -> None:
@@ -65,9 +70,8 @@ class PartitionedAggregator:
         each 16-bit value is what the sum reads); out: float [n, D]."""
         if self.num_parts == 0 or table.shape[1] == 0:
             return
-        m = self.matrix(out.shape[0], table.shape[0])
         t = table if table.dtype == out.dtype else table.to(out.dtype)
-        out.add_(torch.sparse.mm(m.to(out.dtype) if out.dtype != torch.float32 else m, t))
+        out.add_(torch.sparse.mm(self.matrix(out.shape[0], table.shape[0], out.dtype), t))
 
 
 class CPUExecutor:
