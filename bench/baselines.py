@@ -228,6 +228,11 @@ class PlainTorchGIN(torch.nn.Module):
         return x
 
 
+def layer_widths(in_dim: int, hidden: int, layers: int, classes: int) -> list[int]:
+    """[in_dim, hidden, ..., hidden, classes]: the widths between `layers` layers."""
+    return [int(in_dim)] + [int(hidden)] * (layers - 1) + [int(classes)]
+
+
 def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm: str = "none",
                       dropout: float = 0.0, train_eps: bool = True):
     """(model, op): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin') and its
@@ -236,8 +241,7 @@ def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm:
     `norm`: GIN's MLP normalisation ("batch" | "none"); `train_eps`: GIN's learnt eps (else
     GIN-0); `dropout`: before each layer in training."""
     n = graph.num_nodes
-    classes = int(graph.y.max()) + 1
-    dims = [graph.x.shape[1]] + [hidden] * (layers - 1) + [classes]
+    dims = layer_widths(graph.x.shape[1], hidden, layers, int(graph.y.max()) + 1)
     if mname == "gcn":
         deg = torch.from_numpy(np.diff(graph.indptr).astype(np.float32) + 1).to(device)
         dinv = deg.rsqrt()
@@ -258,10 +262,12 @@ class PygModel(torch.nn.Module):
     Linear-[BatchNorm1d]-ReLU-Linear MLP, dropout -> conv -> ReLU per layer (none after the last).
     Raises ImportError without torch_geometric."""
 
-    def __init__(self, mname: str, dims: list[int], hidden: int, norm: str = "none", dropout: float = 0.0,
-                 train_eps: bool = True):
+    def __init__(self, mname: str, in_dim: int, hidden: int, layers: int, classes: int, norm: str = "none",
+                 dropout: float = 0.0, train_eps: bool = True):
         super().__init__()
         from torch_geometric.nn import GCNConv, GINConv
+
+        dims = layer_widths(in_dim, hidden, layers, classes)
 
         if mname == "gcn":
             convs = [GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])]

@@ -379,10 +379,9 @@ def pyg_epoch(g, mname, args, device, comm):
         x = torch.from_numpy(g.x).to(device)
         y = torch.from_numpy(g.y).to(device)
         tm = torch.from_numpy(g.train_mask).to(device)
-        C = int(g.y.max()) + 1
-        dims = [g.x.shape[1]] + [m["hidden"]] * (m["layers"] - 1) + [C]
         try:  # mgg's GIN MLP: Linear-[BatchNorm1d]-ReLU-Linear
-            model = PygModel(m["name"], dims, m["hidden"], m["options"].get("norm", "none")).to(device)
+            model = PygModel(m["name"], g.x.shape[1], m["hidden"], m["layers"], int(g.y.max()) + 1,
+                             m["options"].get("norm", "none")).to(device)
         except ImportError:
             return None, "torch_geometric not installed"
         opt = torch.optim.Adam(model.parameters(), lr=0.01)

@@ -83,10 +83,6 @@ def _train(forward, target, opt, epochs: int, dev) -> dict:
             "peak_gpu_mb": peak, "final_loss": loss.item()}
 
 
-def _dims(args, graph) -> list[int]:
-    return [graph.x.shape[1]] + [args.hidden] * (args.layers - 1) + [int(graph.y.max()) + 1]
-
-
 def _timed(args, build) -> dict:
     """Load the file, `build(graph, train_np, device)` -> (model, forward: the training rows'
     logits, logits: every row's, target) or None (PyG missing), then train `args.epochs` steps
@@ -131,7 +127,8 @@ def run_pyg(args) -> dict:
 
     def build(graph, train_np, dev):
         try:
-            model = PygModel(args.model, _dims(args, graph), args.hidden, args.norm, args.dropout, train_eps=False)
+            model = PygModel(args.model, graph.x.shape[1], args.hidden, args.layers, int(graph.y.max()) + 1,
+                             args.norm, args.dropout, train_eps=False)
         except ImportError:
             return None
         model = model.to(dev)
