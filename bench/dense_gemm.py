@@ -8,7 +8,11 @@ first 65,536 rows.
     python bench/dense_gemm.py [--rows 2449029] [--shapes 64x64,100x64,64x47] [--reps 20]
 
 The default row count is products-like's node count; GIN 5x64 on it runs these widths (the first
-layer's 100 -> 64 on the cached input aggregation, 64 -> 64 in every MLP, 64 -> 47 last).
+layer's 100 -> 64 on the cached input aggregation, 64 -> 64 in every MLP, 64 -> 47 last). Also
+"x W^T + column stats" (a Linear before a batch norm: cuBLAS then torch.batch_norm_stats, against
+the kernel's epilogue sums), and a second table for the batch norm + ReLU applied in the next
+GEMM's prologue (mgg.nn.norm_linear): mgg's two steps (the norm + ReLU kernel writing z, then the
+GEMM reading it) against the fused kernels, forward and weight gradient.
 """
 from __future__ import annotations
 
@@ -65,6 +69,12 @@ def main() -> None:
                       lambda x=x, w=w, b=b: torch._addmm_activation(b, x, w.t()),
                       (lambda x=x, w=w, b=b: tg.xb(x, w.t(), b, True)) if tg.supports(k, m) else None,
                       lambda x=x, w=w, b=b: torch.relu(x[:head].double() @ w.double().t() + b.double())))
+        zero = torch.zeros(m, device="cuda")
+        cases.append((f"x W^T + col stats [{n}, {k}] -> {m}", nbytes,
+                      lambda x=x, w=w: torch.batch_norm_stats(x @ w.t(), 1e-5),
+                      (lambda x=x, w=w, z=zero: tg.xb(x, w.t(), None, False, stats_shift=z)) if tg.supports(k, m)
+                      else None,
+                      lambda x=x, w=w: x[:head].double() @ w.double().t()))
         cases.append((f"G W (grad x)     [{n}, {m}] -> {k}", nbytes,
                       lambda g=g, w=w: g @ w, (lambda g=g, w=w: tg.xb(g, w)) if tg.supports(m, k) else None,
                       lambda g=g, w=w: g[:head].double() @ w.double()))
@@ -84,6 +94,7 @@ def main() -> None:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             ms = median_ms(fn, reps)
             got = fn()
+            got = got[0] if isinstance(got, tuple) else got  # (y, stats...): y
             got = got[:head] if got.shape[0] == n else got
             err = float((got.double() - want).norm() / want.norm())
             cells.append(f"{ms:6.3f} {100 * floor / ms:3.0f}% {err:5.0e}")
@@ -91,6 +102,46 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         ratio = f"{ms_of[0] / ms_of[2]:5.2f}x" if len(ms_of) == 3 else "  -"
         print(f"{name:46s} | {' | '.join(cells)} | {ratio}")
+    prologue_table(n, args.shapes, reps, gbps)
+
+
+def prologue_table(n: int, shapes: str, reps: int, gbps: float) -> None:
+    """Batch norm + ReLU then a Linear (+ ReLU): mgg's two steps against the norm in the GEMM's
+    prologue, forward and weight gradient, for the shapes the prologue kernels take."""
+    from mgg.kernels import tall_gemm as tg
+    from mgg.kernels.norm_relu import bn_relu_forward
+    from mgg.kernels.relu_grad import relu_backward_colsum
+
+    print(f"\n{'batch norm + ReLU, then the GEMM':46s} | {'two steps':>10s} | {'prologue':>10s} | speedup | "
+          f"prologue % floor")
+    for shape in shapes.split(","):
+        k, m = (int(v) for v in shape.split("x"))
+        if not (tg.supports(k, m, prologue=True) and tg.supports_weight_grad(k, m, prologue=True)):
+            continue
+        t = torch.randn(n, k, device="cuda") * 2 + 1
+        mean, invstd = t.mean(0), torch.rsqrt(t.var(0, unbiased=False) + 1e-5)
+        w, b = torch.rand(k, device="cuda") + 0.5, torch.randn(k, device="cuda") * 0.1
+        s = w * invstd
+        o = b - mean * s
+        lw = torch.randn(m, k, device="cuda") / k ** 0.5
+        lb = torch.randn(m, device="cuda")
+        g = torch.randn(n, m, device="cuda")
+        y = torch.relu(torch.randn(n, m, device="cuda"))
+        rows = [(f"relu(bn(t)) W^T + b, ReLU [{n}, {k}] -> {m}", (n * k + n * m) * 4,
+                 lambda: tg.xb(bn_relu_forward(t, mean, invstd, w, b), lw.t(), lb, True),
+                 lambda: tg.xb(t, lw.t(), lb, True, prologue=(s, o))),
+                (f"G^T relu(bn(t))  [{m}, {n}] x [{n}, {k}]", (n * k + n * m) * 4,
+                 lambda: tg.weight_grad(g, bn_relu_forward(t, mean, invstd, w, b)),
+                 lambda: tg.weight_grad(g, t, prologue=(s, o))),
+                # the output ReLU's backward too: mask + bias sums (relu_grad.cu), then the GEMM
+                ("G' = G (y > 0), sums, G'^T relu(bn(t))", (n * k + 3 * n * m) * 4,
+                 lambda: tg.weight_grad(relu_backward_colsum(g, y)[0], t, prologue=(s, o)),
+                 lambda: tg.relu_weight_grad(g, y, t, prologue=(s, o))[0])]
+        for name, nbytes, two, fused in rows:
+            a, f = median_ms(two, reps), median_ms(fused, reps)
+            err = float((fused() - two()).double().norm() / two().double().norm())
+            print(f"{name:46s} | {a:10.3f} | {f:10.3f} | {a / f:6.2f}x | {100 * nbytes / (gbps * 1e6) / f:3.0f}% "
+                  f"(rel diff {err:.0e})")
 
 
 if __name__ == "__main__":

@@ -49,13 +49,17 @@ def test_linear_on_cpu_is_f_linear_and_tall_gemm_needs_cuda():
 
 def test_tall_gemm_kernel_limits_are_stated():
     """Widths the tall-GEMM kernel takes (mgg/kernels/tall_gemm.cu: 4 register chunks of 16 inner
-    columns, 8 n8 accumulator tiles, float4 rows in and float2 pairs out), checked without a GPU."""
+    columns a pass, two passes, 8 n8 accumulator tiles, float4 rows in and float2 pairs out; the
+    prologue in one pass; the weight gradient both widths up to 64), checked without a GPU."""
     from mgg.kernels.tall_gemm import MAX_K, MAX_N, supports
 
     assert supports(64, 64) and supports(4, 2) and supports(12, 20) and supports(60, 48)
-    assert not supports(0, 64) and not supports(MAX_K + 4, 16) and not supports(100, 64)
+    assert supports(100, 64) and supports(128, 64) and supports(68, 2)
+    assert not supports(0, 64) and not supports(MAX_K + 4, 16) and not supports(102, 64)
     assert not supports(62, 64) and not supports(64, 47) and not supports(64, MAX_N + 2)
+    assert supports(64, 64, prologue=True) and not supports(68, 64, prologue=True)
     from mgg.kernels.tall_gemm import supports_weight_grad
 
     assert supports_weight_grad(64, 64) and supports_weight_grad(4, 48) and not supports_weight_grad(64, 62)
     assert not supports_weight_grad(100, 64) and not supports_weight_grad(64, 47)
+    assert supports_weight_grad(64, 64, prologue=True) and not supports_weight_grad(100, 64, prologue=True)

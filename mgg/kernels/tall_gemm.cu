@@ -75,7 +75,7 @@ __device__ __forceinline__ void mma3(float* acc, const uint32_t (&ab)[4], const 
 
 template <int KC>
 __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __restrict__ X, long long n, int K,
-                                         long long r0, int gid, int tig) {
+                                         long long r0, int col0, int gid, int tig) {
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -83,19 +83,31 @@ __device__ __forceinline__ void xb_load(float4 (&a)[2][2][KC], const float* __re
       const long long row = r0 + 16 * m + 8 * h + gid;
 #pragma unroll
       for (int c = 0; c < KC; ++c) {
-        const int col = 16 * c + 4 * tig;
+        const int col = col0 + 16 * c + 4 * tig;
         a[m][h][c] = (row < n && col < K) ? __ldcs(reinterpret_cast<const float4*>(X + row * K + col))
                                           : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
 }
 
-template <int KC, int NT8, bool STATS>
+// relu(s v + o), componentwise: the prologue's batch norm + ReLU of an X value
+__device__ __forceinline__ float4 affine_relu4(const float4& v, const float4& s, const float4& o) {
+  return make_float4(fmaxf(fmaf(v.x, s.x, o.x), 0.f), fmaxf(fmaf(v.y, s.y, o.y), 0.f),
+                     fmaxf(fmaf(v.z, s.z, o.z), 0.f), fmaxf(fmaf(v.w, s.w, o.w), 0.f));
+}
+
+// KC 16-column chunks of X a pass, NP passes a tile (K <= 16 KC NP); PRO: X's values go through
+// relu(pro_s[k] x + pro_o[k]) as they are used (a batch norm + ReLU in the prologue)
+template <int KC, int NP, int NT8, bool STATS, bool PRO>
 __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long long n, int K,
                                               const float* __restrict__ B, long long sbk, long long sbn, int N,
                                               const float* __restrict__ bias, float* __restrict__ Y, int relu,
-                                              const float* __restrict__ shift, float* __restrict__ stats) {
-  extern __shared__ __align__(128) float4 bs[];  // [KC][2][NT8][32]
+                                              const float* __restrict__ shift, float* __restrict__ stats,
+                                              const float* __restrict__ pro_s, const float* __restrict__ pro_o) {
+  constexpr int CH = KC * NP;                    // chunks of B in shared memory
+  extern __shared__ __align__(128) float4 bs[];  // [CH][2][NT8][32], then (PRO) scale and offset [CH * 4] each
+  float4* const ps = bs + CH * 2 * NT8 * 32;     // PRO: float4 (16 c + 4 tig .. + 3) at [4 c + tig]
+  float4* const po = ps + CH * 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   // this lane's running column sums over its rows of every tile (cols 8 j + 2 tig, + 1): of
   // y - shift and of its square, for each of the two; added over the warp once, at the end
@@ -106,10 +118,11 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
     for (int q = 0; q < 4; ++q) csum[j][q] = 0.f;
   const long long tiles = (n + 31) >> 5, stride = (long long)gridDim.x * XB_WARPS;
   long long t = (long long)blockIdx.x * XB_WARPS + warp;
+  int p = 0;  // this step's pass over the tile's columns [16 KC p, 16 KC (p + 1))
   float4 a[2][2][KC];
-  if (t < tiles) xb_load<KC>(a, X, n, K, t << 5, gid, tig);
+  if (t < tiles) xb_load<KC>(a, X, n, K, t << 5, 0, gid, tig);
 
-  for (int i = threadIdx.x; i < KC * 2 * NT8 * 32; i += blockDim.x) {
+  for (int i = threadIdx.x; i < CH * 2 * NT8 * 32; i += blockDim.x) {
     const int l = i & 31, j = (i >> 5) % NT8, se = (i >> 5) / NT8;  // se = 2 c + e
     const int k0 = 16 * (se >> 1) + 4 * (l & 3) + 2 * (se & 1), col = 8 * j + (l >> 2);
     const float v0 = (k0 < K && col < N) ? B[k0 * sbk + col * sbn] : 0.f;
@@ -117,21 +130,42 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
     const float g0 = __uint_as_float(tf32_bits(v0)), g1 = __uint_as_float(tf32_bits(v1));
     bs[i] = make_float4(g0, g1, __uint_as_float(tf32_bits(v0 - g0)), __uint_as_float(tf32_bits(v1 - g1)));
   }
+  if (PRO) {
+    float* const psf = reinterpret_cast<float*>(ps);
+    float* const pof = reinterpret_cast<float*>(po);
+    for (int k = threadIdx.x; k < CH * 16; k += blockDim.x) {
+      psf[k] = k < K ? pro_s[k] : 0.f;  // columns past K: relu(0 x + 0) = 0
+      pof[k] = k < K ? pro_o[k] : 0.f;
+    }
+  }
   __syncthreads();
 
-  for (; t < tiles; t += stride) {
+  float acc[2][NT8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
+  while (t < tiles) {
+    // the next step: this tile's next pass, or the first pass of the warp's next tile
+    const bool lastp = p == NP - 1;
+    const long long tn = lastp ? t + stride : t;
+    const int pn = lastp ? 0 : p + 1;
+    const bool more = tn < tiles;
     float4 an[2][2][KC];
-    const bool more = t + stride < tiles;
-    if (more) xb_load<KC>(an, X, n, K, (t + stride) << 5, gid, tig);
-    float acc[2][NT8][4];
+    if (more) xb_load<KC>(an, X, n, K, tn << 5, 16 * KC * pn, gid, tig);
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int c = 0; c < KC; ++c) {
+      const int cc = KC * p + c;  // the chunk of B
+      if (NP > 1 && 16 * cc >= K) continue;  // a second pass's chunks past K: zeros, no products
+      if (PRO) {
+        const float4 s = ps[4 * cc + tig], o = po[4 * cc + tig];
 #pragma unroll
-      for (int j = 0; j < NT8; ++j)
+        for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
+          for (int h = 0; h < 2; ++h) a[m][h][c] = affine_relu4(a[m][h][c], s, o);
+      }
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         uint32_t ab[2][4], as[2][4];
@@ -144,58 +178,67 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
-          const float4 b = bs[((2 * c + e) * NT8 + j) * 32 + lane];
+          const float4 b = bs[((2 * cc + e) * NT8 + j) * 32 + lane];
           const uint32_t bb0 = __float_as_uint(b.x), bb1 = __float_as_uint(b.y);
           const uint32_t bs0 = __float_as_uint(b.z), bs1 = __float_as_uint(b.w);
 #pragma unroll
           for (int m = 0; m < 2; ++m) mma3(acc[m][j], ab[m], as[m], bb0, bb1, bs0, bs1);
         }
       }
-    // c0, c1: (row gid, cols 8 j + 2 tig, + 1); c2, c3: (row gid + 8, the same cols)
-    const long long r0 = t << 5;
-    const bool pairs = (N & 1) == 0;
-#pragma unroll
-    for (int j = 0; j < NT8; ++j) {
-      const int col = 8 * j + 2 * tig;
-      if (col >= N) continue;
-      const float b0 = bias ? bias[col] : 0.f;
-      const float b1 = (bias && col + 1 < N) ? bias[col + 1] : 0.f;
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const long long row = r0 + 16 * m + 8 * h + gid;
-          if (row >= n) continue;
-          float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
-          if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
-          if (pairs) {
-            __stcs(reinterpret_cast<float2*>(Y + row * N + col), make_float2(v0, v1));
-          } else {
-            __stcs(Y + row * N + col, v0);
-            if (col + 1 < N) __stcs(Y + row * N + col + 1, v1);
-          }
-        }
     }
-    if (STATS) {  // the tile's column sums of (y - shift) and (y - shift)^2, y as written
+    if (lastp) {
+      // c0, c1: (row gid, cols 8 j + 2 tig, + 1); c2, c3: (row gid + 8, the same cols)
+      const long long r0 = t << 5;
+      const bool pairs = (N & 1) == 0;
 #pragma unroll
       for (int j = 0; j < NT8; ++j) {
         const int col = 8 * j + 2 * tig;
-        const bool c0ok = col < N, c1ok = col + 1 < N;
-        const float b0 = (bias && c0ok) ? bias[col] : 0.f, b1 = (bias && c1ok) ? bias[col + 1] : 0.f;
-        const float z0 = (shift && c0ok) ? shift[col] : 0.f, z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
-        float s0 = 0.f, s1 = 0.f, q0 = 0.f, q1 = 0.f;
+        if (col >= N) continue;
+        const float b0 = bias ? bias[col] : 0.f;
+        const float b1 = (bias && col + 1 < N) ? bias[col + 1] : 0.f;
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            if (r0 + 16 * m + 8 * h + gid >= n) continue;
+            const long long row = r0 + 16 * m + 8 * h + gid;
+            if (row >= n) continue;
             float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
             if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
-            const float d0 = v0 - z0, d1 = v1 - z1;
-            s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
+            if (pairs) {
+              __stcs(reinterpret_cast<float2*>(Y + row * N + col), make_float2(v0, v1));
+            } else {
+              __stcs(Y + row * N + col, v0);
+              if (col + 1 < N) __stcs(Y + row * N + col + 1, v1);
+            }
           }
-        csum[j][0] += s0; csum[j][1] += s1; csum[j][2] += q0; csum[j][3] += q1;
       }
+      if (STATS) {  // the tile's column sums of (y - shift) and (y - shift)^2, y as written
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+          const int col = 8 * j + 2 * tig;
+          const bool c0ok = col < N, c1ok = col + 1 < N;
+          const float b0 = (bias && c0ok) ? bias[col] : 0.f, b1 = (bias && c1ok) ? bias[col + 1] : 0.f;
+          const float z0 = (shift && c0ok) ? shift[col] : 0.f, z1 = (shift && c1ok) ? shift[col + 1] : 0.f;
+          float s0 = 0.f, s1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (r0 + 16 * m + 8 * h + gid >= n) continue;
+              float v0 = acc[m][j][2 * h] + b0, v1 = acc[m][j][2 * h + 1] + b1;
+              if (relu) { v0 = fmaxf(v0, 0.f); v1 = fmaxf(v1, 0.f); }
+              const float d0 = v0 - z0, d1 = v1 - z1;
+              s0 += d0; s1 += d1; q0 += d0 * d0; q1 += d1 * d1;
+            }
+          csum[j][0] += s0; csum[j][1] += s1; csum[j][2] += q0; csum[j][3] += q1;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
     }
     if (more) {
 #pragma unroll
@@ -205,6 +248,8 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
 #pragma unroll
           for (int c = 0; c < KC; ++c) a[m][h][c] = an[m][h][c];
     }
+    t = tn;
+    p = pn;
   }
   if (STATS) {  // the warp's sums into stats[blockIdx.x * XB_WARPS + warp][2][N]
     float* out = stats + ((long long)blockIdx.x * XB_WARPS + warp) * 2 * N;
@@ -224,23 +269,40 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   }
 }
 
-#define MGG_XB(KC, NT8)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8(               \
+// xb (plain), xbs (with the column statistics), xbp (the affine + ReLU prologue on X); the kernel
+// names carry KC and NT8, and _p2 for two passes (64 < K <= 32 KC)
+#define MGG_XB_NAMED(SUF, KC, NP, NT8)                                                                       \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xb_k##KC##_n##NT8##SUF(          \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu) {                \
-    tall_gemm_xb<KC, NT8, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr);                  \
+    tall_gemm_xb<KC, NP, NT8, false, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr,        \
+                                            nullptr, nullptr);                                                \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbs_k##KC##_n##NT8(              \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbs_k##KC##_n##NT8##SUF(         \
       const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
       long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu,                  \
       const float* __restrict__ shift, float* __restrict__ stats) {                                           \
-    tall_gemm_xb<KC, NT8, true>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, stats);                       \
+    tall_gemm_xb<KC, NP, NT8, true, false>(X, n, K, B, sbk, sbn, N, bias, Y, relu, shift, stats, nullptr,    \
+                                           nullptr);                                                          \
   }
+#define MGG_XBP(KC, NT8)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * XB_WARPS) mgg_tall_gemm_xbp_k##KC##_n##NT8(              \
+      const float* __restrict__ X, long long n, int K, const float* __restrict__ B, long long sbk,            \
+      long long sbn, int N, const float* __restrict__ bias, float* __restrict__ Y, int relu,                  \
+      const float* __restrict__ pro_s, const float* __restrict__ pro_o) {                                     \
+    tall_gemm_xb<KC, 1, NT8, false, true>(X, n, K, B, sbk, sbn, N, bias, Y, relu, nullptr, nullptr, pro_s,   \
+                                          pro_o);                                                             \
+  }
+#define MGG_XB(KC, NT8) MGG_XB_NAMED(, KC, 1, NT8) MGG_XBP(KC, NT8)
 #define MGG_XB_K(KC) MGG_XB(KC, 2) MGG_XB(KC, 4) MGG_XB(KC, 6) MGG_XB(KC, 8)
+#define MGG_XB_K2(KC) MGG_XB_NAMED(_p2, KC, 2, 2) MGG_XB_NAMED(_p2, KC, 2, 4) MGG_XB_NAMED(_p2, KC, 2, 6) \
+  MGG_XB_NAMED(_p2, KC, 2, 8)
 MGG_XB_K(1)
 MGG_XB_K(2)
 MGG_XB_K(3)
 MGG_XB_K(4)
+MGG_XB_K2(3)
+MGG_XB_K2(4)
 
 // ---- mgg_tall_gemm_tn_kNT8: P [block] = G^T X over the block's rows, G [n, N], X [n, K] ----
 // The weight gradient G^T x of a tall G and x (N, K multiples of 4 up to 64): a reduction over n.
@@ -259,21 +321,26 @@ MGG_XB_K(4)
 // memory.
 #define TN_CHUNK_STEPS 16  // 128 rows a chunk
 
-template <int NT8>
-struct TnRows {  // one k-step's loads of a lane: G and X at rows 2 tig and 2 tig + 1
+template <int NT8, bool GM>
+struct TnRows {  // one k-step's loads of a lane: G (and GM: the ReLU output M) and X at rows 2 tig, 2 tig + 1
   float4 g[2];
+  float4 mk[GM ? 2 : 1];
   float4 x[2][NT8 / 4 > 0 ? NT8 / 4 : 1];
 };
 
-template <int NT8>
-__device__ __forceinline__ void tn_load(TnRows<NT8>& v, const float* __restrict__ G, const float* __restrict__ X,
-                                        long long n, int N, int K, long long r, int gcol, int xcol) {
+template <int NT8, bool GM>
+__device__ __forceinline__ void tn_load(TnRows<NT8, GM>& v, const float* __restrict__ G, const float* __restrict__ M,
+                                        const float* __restrict__ X, long long n, int N, int K, long long r, int gcol,
+                                        int xcol) {
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     const long long row = r + q;
     const bool ok = row < n;
     v.g[q] = (ok && gcol < N) ? __ldcs(reinterpret_cast<const float4*>(G + row * N + gcol))
                               : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (GM)
+      v.mk[q] = (ok && gcol < N) ? __ldcs(reinterpret_cast<const float4*>(M + row * N + gcol))
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int u = 0; u < (NT8 >= 4 ? NT8 / 4 : 1); ++u) {
       const int c = xcol + 4 * u;
@@ -290,11 +357,36 @@ __device__ __forceinline__ void tn_load(TnRows<NT8>& v, const float* __restrict_
 
 __device__ __forceinline__ float f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-template <int NT8>
+__device__ __forceinline__ float4 relu_mask4(const float4& g, const float4& m) {
+  return make_float4(m.x > 0.f ? g.x : 0.f, m.y > 0.f ? g.y : 0.f, m.z > 0.f ? g.z : 0.f, m.w > 0.f ? g.w : 0.f);
+}
+
+// PRO: X's values through relu(pro_s x + pro_o). GM: G is the gradient of a ReLU's output M: the
+// kernel uses G' = G where M > 0 (else 0), writes G' to Gout and each block's column sums of G'
+// to gsum [gridDim.x, N] (the bias gradient of the Linear before the ReLU).
+template <int NT8, bool PRO, bool GM>
 __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const float* __restrict__ X, long long n,
-                                             int N, int K, float* __restrict__ partial) {
+                                             int N, int K, float* __restrict__ partial,
+                                             const float* __restrict__ pro_s, const float* __restrict__ pro_o,
+                                             const float* __restrict__ M, float* __restrict__ Gout,
+                                             float* __restrict__ gsum) {
   const int half = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int gcol = 32 * half + 4 * gid, xcol = NT8 * gid;
+  constexpr int XU = NT8 / 4 > 0 ? NT8 / 4 : 1;
+  float4 ps[XU], po[XU];  // PRO: relu(s x + o) of this lane's X columns (0 past K)
+#pragma unroll
+  for (int u = 0; u < XU; ++u) {
+    float sv[4], ov[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = xcol + 4 * u + q;
+      sv[q] = (PRO && c < K) ? pro_s[c] : 0.f;
+      ov[q] = (PRO && c < K) ? pro_o[c] : 0.f;
+    }
+    ps[u] = make_float4(sv[0], sv[1], sv[2], sv[3]);
+    po[u] = make_float4(ov[0], ov[1], ov[2], ov[3]);
+  }
+  float4 csum = make_float4(0.f, 0.f, 0.f, 0.f);  // GM: this lane's sums of G' (cols gcol .. + 3)
   float total[2][NT8][4], acc[2][NT8][4];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -305,15 +397,25 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
   const long long chunks = (n + 8 * TN_CHUNK_STEPS - 1) / (8 * TN_CHUNK_STEPS);
   long long ch = blockIdx.x;
   int s = 0;
-  TnRows<NT8> cur;
-  if (ch < chunks) tn_load<NT8>(cur, G, X, n, N, K, ch * 8 * TN_CHUNK_STEPS + 2 * tig, gcol, xcol);
+  TnRows<NT8, GM> cur;
+  long long r = ch * 8 * TN_CHUNK_STEPS + 2 * tig;  // cur's first row
+  if (ch < chunks) tn_load<NT8, GM>(cur, G, M, X, n, N, K, r, gcol, xcol);
   while (ch < chunks) {
     // the next step's rows: the next 8 of this chunk, or the first 8 of the block's next chunk
     const bool last = s == TN_CHUNK_STEPS - 1;
     const long long nch = last ? ch + gridDim.x : ch;
     const int ns = last ? 0 : s + 1;
-    TnRows<NT8> nxt;
-    if (nch < chunks) tn_load<NT8>(nxt, G, X, n, N, K, nch * 8 * TN_CHUNK_STEPS + 8 * ns + 2 * tig, gcol, xcol);
+    TnRows<NT8, GM> nxt;
+    const long long nr = nch * 8 * TN_CHUNK_STEPS + 8 * ns + 2 * tig;
+    if (nch < chunks) tn_load<NT8, GM>(nxt, G, M, X, n, N, K, nr, gcol, xcol);
+    if (GM) {  // the ReLU's mask as the values are used; G' written and summed (rows past n are 0)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        cur.g[q] = relu_mask4(cur.g[q], cur.mk[q]);
+        if (r + q < n && gcol < N) __stcs(reinterpret_cast<float4*>(Gout + (r + q) * N + gcol), cur.g[q]);
+        csum.x += cur.g[q].x; csum.y += cur.g[q].y; csum.z += cur.g[q].z; csum.w += cur.g[q].w;
+      }
+    }
     uint32_t ab[2][4], as[2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
@@ -324,7 +426,13 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
     }
 #pragma unroll
     for (int j = 0; j < NT8; ++j) {
-      const float x0 = f4(cur.x[0][j / 4], j % 4), x1 = f4(cur.x[1][j / 4], j % 4);
+      float x0 = f4(cur.x[0][j / 4], j % 4), x1 = f4(cur.x[1][j / 4], j % 4);
+      if (PRO) {  // as the values are used, not as they load (the loads stay in flight); a row
+                  // past n is 0 in G, so whatever the map makes of it adds nothing
+        const float sj = f4(ps[j / 4], j % 4), oj = f4(po[j / 4], j % 4);
+        x0 = fmaxf(fmaf(x0, sj, oj), 0.f);
+        x1 = fmaxf(fmaf(x1, sj, oj), 0.f);
+      }
       const uint32_t bb0 = tf32_bits(x0), bb1 = tf32_bits(x1);
       const uint32_t bs0 = tf32_bits(x0 - __uint_as_float(bb0)), bs1 = tf32_bits(x1 - __uint_as_float(bb1));
 #pragma unroll
@@ -338,7 +446,15 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
 #pragma unroll
           for (int q = 0; q < 4; ++q) { total[m][j][q] += acc[m][j][q]; acc[m][j][q] = 0.f; }
     }
-    ch = nch; s = ns; cur = nxt;
+    ch = nch; s = ns; cur = nxt; r = nr;
+  }
+  if (GM) {  // the block's column sums of G': over the 4 lanes of a gid (rows 2 tig, + 1), then the warp
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      csum.x += __shfl_xor_sync(0xffffffffu, csum.x, o); csum.y += __shfl_xor_sync(0xffffffffu, csum.y, o);
+      csum.z += __shfl_xor_sync(0xffffffffu, csum.z, o); csum.w += __shfl_xor_sync(0xffffffffu, csum.w, o);
+    }
+    if (tig == 0 && gcol < N) *reinterpret_cast<float4*>(gsum + (long long)blockIdx.x * N + gcol) = csum;
   }
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -359,12 +475,20 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
       }
 }
 
-#define MGG_TN(NT8)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(64) mgg_tall_gemm_tn_k##NT8(                                   \
+// tn: plain; tnp: X through the prologue relu(pro_s x + pro_o), applied as the values are used;
+// tnm / tnpm: also G through the ReLU's backward (G' = G where M > 0), G' written and summed
+#define MGG_TN_NAMED(NAME, NT8, PRO, GM)                                                                     \
+  extern "C" __global__ void __launch_bounds__(64) NAME(                                                      \
       const float* __restrict__ G, const float* __restrict__ X, long long n, int N, int K,                    \
-      float* __restrict__ partial) {                                                                          \
-    tall_gemm_tn<NT8>(G, X, n, N, K, partial);                                                                \
+      float* __restrict__ partial, const float* __restrict__ pro_s, const float* __restrict__ pro_o,          \
+      const float* __restrict__ M, float* __restrict__ Gout, float* __restrict__ gsum) {                     \
+    tall_gemm_tn<NT8, PRO, GM>(G, X, n, N, K, partial, pro_s, pro_o, M, Gout, gsum);                        \
   }
+#define MGG_TN(NT8)                                            \
+  MGG_TN_NAMED(mgg_tall_gemm_tn_k##NT8, NT8, false, false)     \
+  MGG_TN_NAMED(mgg_tall_gemm_tnp_k##NT8, NT8, true, false)     \
+  MGG_TN_NAMED(mgg_tall_gemm_tnm_k##NT8, NT8, false, true)     \
+  MGG_TN_NAMED(mgg_tall_gemm_tnpm_k##NT8, NT8, true, true)
 MGG_TN(2)
 MGG_TN(4)
 MGG_TN(8)

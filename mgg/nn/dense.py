@@ -13,7 +13,9 @@ cuBLASLt): on one H200 at [2.45M, 64] x [64, 64] it takes 0.713 ms, the same as 
 bias alone (0.711), where the GEMM then a ReLU pass take 1.026 ms (bench/results/
 2026-11-26-h200x1-40dc2d0/c9/gemm_probe.py). Its backward is autograd's (the ReLU's gradient from
 its output), with the G^T x weight gradient; on a GPU the ReLU's mask and the bias gradient run
-in one pass (mgg/kernels/relu_grad.cu: threshold_backward 0.452 ms + the bias sum 0.250 ms there).
+in one pass (mgg/kernels/relu_grad.cu: threshold_backward 0.452 ms + the bias sum 0.250 ms there),
+and where the tall-GEMM kernels take the widths, inside the weight gradient's kernel
+(mgg.kernels.tall_gemm.relu_weight_grad: it reads g and y, writes the masked g and sums it).
 
 `dropout_project` goes further for an input layer that starts with dropout: the hash dropout
 (mgg.nn.functional.global_dropout's mask, bit for bit) runs inside the projection kernel and its
@@ -22,12 +24,13 @@ nor read back: on papers-like@0.1 it replaces a dropout pass (write and read of 
 GEMMs.
 
 x W^T and G W of a tall float32 CUDA matrix with narrow sides (`tall_gemm`: inner width a
-multiple of 4 up to 64, outer width even up to 64, as GIN's 64-wide MLPs) run on
+multiple of 4 up to 128, outer width even up to 64, as GIN's 64-wide MLPs and a 100-wide first
+layer) run on
 mgg/kernels/tall_gemm.cu: TF32 tensor cores with the 3xTF32 split, which keeps float32's
 accuracy. cuBLAS runs these float32 GEMMs on the SIMT units: on one H200 at [2.45M, 64] x
 [64, 64], 0.67-0.69 ms against the kernel's 0.47-0.55 (bench/dense_gemm.py); the weight
-gradient G^T x takes its own kernel of the same file where both widths are multiples of 4 up to
-64. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS everywhere. `linear` is
+gradient G^T x takes its own kernel of the same file where both widths are multiples of 4, one
+up to 64 and the other up to 128. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS everywhere. `linear` is
 F.linear with all of the above.
 """
 from __future__ import annotations
@@ -49,16 +52,18 @@ def _custom_backward(x: torch.Tensor) -> bool:
     return x.is_cuda and x.dim() == 2 and x.shape[0] >= min(TALL_ROWS, TALL_GEMM_ROWS)
 
 
-def tall_gemm(t: torch.Tensor, k: int, n: int, weight_grad: bool = False) -> bool:
+def tall_gemm(t: torch.Tensor, k: int, n: int, weight_grad: bool = False, prologue: bool = False) -> bool:
     """Whether t @ B for the tall float32 matrix t [., k] and a B [k, n] runs on
     mgg/kernels/tall_gemm.cu (t on CUDA, >= TALL_GEMM_ROWS rows, widths the kernel takes, not
     switched off: mgg.kernels.tall_gemm.supports, enabled); `weight_grad`: whether t^T x for an
-    x [., k] and t [., n] does (supports_weight_grad)."""
+    x [., k] and t [., n] does (supports_weight_grad); `prologue`: with the affine + ReLU map on
+    the [., k] operand."""
     if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2 and t.shape[0] >= TALL_GEMM_ROWS):
         return False
     from ..kernels import tall_gemm as tg
 
-    return (tg.supports_weight_grad(k, n) if weight_grad else tg.supports(k, n)) and tg.enabled()
+    ok = tg.supports_weight_grad(k, n, prologue) if weight_grad else tg.supports(k, n, prologue)
+    return ok and tg.enabled()
 
 
 def _mm_wt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -77,10 +82,11 @@ def _mm_wt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return torch._addmm_activation(bias, x, weight.t())
 
 
-def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
+def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, gw: torch.Tensor | None = None):
     """(grad x = G W, grad W = G^T x) of y = x W^T, each None where autograd does not need it
-    (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above)."""
-    gx = gw = None
+    (ctx.needs_input_grad[0], [1]): the G^T x form of the weight gradient (see above). `gw`:
+    the weight gradient, already computed."""
+    gx = None
     if ctx.needs_input_grad[0]:
         if weight.dtype == torch.float32 and tall_gemm(g, int(g.shape[1]), int(weight.shape[1])):
             from ..kernels.tall_gemm import xb
@@ -88,7 +94,7 @@ def _linear_grads(ctx, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
             gx = xb(g, weight.detach())
         else:
             gx = g @ weight
-    if ctx.needs_input_grad[1]:
+    if ctx.needs_input_grad[1] and gw is None:
         if x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
                 tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
             from ..kernels.tall_gemm import weight_grad
@@ -256,6 +262,14 @@ class _LinearReLU(torch.autograd.Function):
         x, weight, y = ctx.saved_tensors
         g = g.contiguous()
         gb = None
+        if ctx.needs_input_grad[1] and x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
+                tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
+            # the ReLU's mask, the bias gradient and the weight gradient in one pass over g, y, x
+            from ..kernels.tall_gemm import relu_weight_grad
+
+            gw, g, gb = relu_weight_grad(g, y.contiguous(), x)
+            gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
+            return (*_linear_grads(ctx, g, x, weight, gw.to(weight.dtype)), gb)
         if ctx.has_bias and ctx.needs_input_grad[2] and g.is_cuda and g.dtype == torch.float32:
             from ..kernels.relu_grad import relu_backward_colsum, supports
 

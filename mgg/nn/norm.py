@@ -97,24 +97,7 @@ class _SyncBatchNormGPU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, bn, dg, counts, relu, index=None, local_stats=None):  # type: ignore[override]
-        d = x.shape[1]
-        p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
-        buf = x.new_zeros(p, 2 * d)
-        if x.shape[0] > 0 and local_stats is not None:  # this rank's, from the op that wrote x
-            mean_r, var_r = local_stats
-            buf[r, :d], buf[r, d:] = mean_r, torch.rsqrt(var_r + bn.eps)
-        elif x.shape[0] > 0:
-            mean_r, invstd_r = torch.batch_norm_stats(x, bn.eps)
-            buf[r, :d], buf[r, d:] = mean_r, invstd_r
-        else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
-            buf[r, d:] = 1.0
-        if p > 1:
-            buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d)
-        n_r, count32 = bn._device_counts(counts, x.device)
-        n = float(counts.sum())
-        mean, var = combine_rank_stats(buf[:, :d], buf[:, d:], n_r, n, bn.eps)
-        bn._update_running(mean, var, n)
-        mean32, invstd32 = mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype)
+        mean32, invstd32, count32, n, p = gpu_batch_stats(x, bn, dg, counts, local_stats)
         rows = x if index is None else x[index]  # the rows written (statistics: all of x)
         # the gathered rows are kept for the backward (a second gather cost 0.12 ms at 196,615 x 64)
         ctx.save_for_backward(x, weight, bias, mean32, invstd32, index, None if index is None else rows)
@@ -135,40 +118,74 @@ class _SyncBatchNormGPU(torch.autograd.Function):
         affine map a x + c at every other row (one pass); the rows written get the batch-norm
         (+ ReLU) backward kernels' own values."""
         x, weight, bias, mean, invstd, index, gathered = ctx.saved_tensors
-        grad = grad.contiguous()
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        d = x.shape[1]
-        rows = x if index is None else gathered  # the rows grad belongs to
-        gw = gb = None
+        gx, gw, gb = gpu_norm_backward(ctx, grad, x, weight, bias, mean, invstd, index, gathered)
+        return gx, gw, gb, None, None, None, None, None, None
+
+
+def gpu_batch_stats(x: torch.Tensor, bn: "DistBatchNorm", dg, counts: np.ndarray, local_stats=None):
+    """The training statistics of batch norm `bn` over the rows x (float32 [n_local, D], CUDA) of
+    every rank, as _SyncBatchNormGPU's forward computes them (running statistics updated):
+    (mean, invstd: float32 [D]; the row counts int32 [P] on x's GPU; N; P). Collective with
+    several ranks."""
+    d = x.shape[1]
+    p, r = (1, 0) if dg is None else (dg.world_size, dg.rank)
+    buf = x.new_zeros(p, 2 * d)
+    if x.shape[0] > 0 and local_stats is not None:  # this rank's, from the op that wrote x
+        mean_r, var_r = local_stats
+        buf[r, :d], buf[r, d:] = mean_r, torch.rsqrt(var_r + bn.eps)
+    elif x.shape[0] > 0:
+        mean_r, invstd_r = torch.batch_norm_stats(x, bn.eps)
+        buf[r, :d], buf[r, d:] = mean_r, invstd_r
+    else:  # an empty rank: weight 0 in the combination (invstd 1 keeps its variance finite)
+        buf[r, d:] = 1.0
+    if p > 1:
+        buf = _sum_over_ranks(buf.view(-1), dg).view(p, 2 * d)
+    n_r, count32 = bn._device_counts(counts, x.device)
+    n = float(counts.sum())
+    mean, var = combine_rank_stats(buf[:, :d], buf[:, d:], n_r, n, bn.eps)
+    bn._update_running(mean, var, n)
+    return mean.to(x.dtype), torch.rsqrt(var + bn.eps).to(x.dtype), count32, n, p
+
+
+def gpu_norm_backward(ctx, grad: torch.Tensor, x: torch.Tensor, weight, bias, mean: torch.Tensor,
+                      invstd: torch.Tensor, index=None, gathered=None):
+    """(grad x, grad weight, grad bias) of _SyncBatchNormGPU's forward (ctx: its `needs_input_grad`
+    [x, weight, bias first], `relu`, `dg`, `world`, `n`, `count`) for grad float32 [rows written,
+    D]. Collective with several ranks when x needs its gradient."""
+    grad = grad.contiguous()
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    d = x.shape[1]
+    rows = x if index is None else gathered  # the rows grad belongs to
+    gw = gb = None
+    if rows.shape[0] == 0:
+        sum_dy = sum_dy_xmu = x.new_zeros(d)
+        gw = gb = None if weight is None else torch.zeros_like(weight)
+    elif ctx.relu:
+        from ..kernels.norm_relu import bn_relu_backward_reduce
+
+        sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
+        if weight is not None:  # what batch_norm_backward_reduce returns for them
+            gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
+    else:
+        sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
+            grad, rows, mean, invstd, weight, need_x, need_w and weight is not None,
+            need_b and weight is not None)
+    gx = None
+    if need_x:  # every rank reaches this (all need x's gradient), so the sum is collective
+        sums = torch.cat([sum_dy, sum_dy_xmu])
+        if ctx.world > 1:
+            sums = _sum_over_ranks(sums, ctx.dg)
         if rows.shape[0] == 0:
-            sum_dy = sum_dy_xmu = x.new_zeros(d)
-            gw = gb = None if weight is None else torch.zeros_like(weight)
+            gx = torch.zeros_like(rows)
         elif ctx.relu:
-            from ..kernels.norm_relu import bn_relu_backward_reduce
+            from ..kernels.norm_relu import bn_relu_backward_elemt
 
-            sum_dy, sum_dy_xmu = bn_relu_backward_reduce(grad, rows, mean, invstd, weight, bias)
-            if weight is not None:  # what batch_norm_backward_reduce returns for them
-                gw, gb = sum_dy_xmu * invstd, sum_dy.clone()
+            gx = bn_relu_backward_elemt(grad, rows, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
         else:
-            sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(
-                grad, rows, mean, invstd, weight, need_x, need_w and weight is not None,
-                need_b and weight is not None)
-        gx = None
-        if need_x:  # every rank reaches this (all need x's gradient), so the sum is collective
-            sums = torch.cat([sum_dy, sum_dy_xmu])
-            if ctx.world > 1:
-                sums = _sum_over_ranks(sums, ctx.dg)
-            if rows.shape[0] == 0:
-                gx = torch.zeros_like(rows)
-            elif ctx.relu:
-                from ..kernels.norm_relu import bn_relu_backward_elemt
-
-                gx = bn_relu_backward_elemt(grad, rows, mean, invstd, weight, bias, sums[:d], sums[d:], ctx.n)
-            else:
-                gx = torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
-            if index is not None:
-                gx = _scatter_rows(gx, index, x, mean, invstd, weight, sums[:d], sums[d:], ctx.n)
-        return gx, (gw if need_w else None), (gb if need_b else None), None, None, None, None, None, None
+            gx = torch.batch_norm_backward_elemt(grad, rows, mean, invstd, weight, sums[:d], sums[d:], ctx.count)
+        if index is not None:
+            gx = _scatter_rows(gx, index, x, mean, invstd, weight, sums[:d], sums[d:], ctx.n)
+    return gx, (gw if need_w else None), (gb if need_b else None)
 
 
 def _scatter_rows(g_rows: torch.Tensor, index: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
@@ -322,6 +339,28 @@ class DistBatchNorm(nn.Module):
             fused = relu and self.fuse_relu and self._fusable(x)
             return fused or (rows and x.dtype == torch.float32)
         return getattr(dg, "bounds", None) is not None and x.dtype == torch.float32
+
+    def fuses_linear(self, x: torch.Tensor, dg=None) -> bool:
+        """Whether `forward(x', dg, relu=True)` on rows x' shaped and placed like x runs the GPU path
+        whose statistics and backward mgg.nn.norm_linear reuses (training statistics, float32 CUDA
+        rows, the fused ReLU kernels; every rank's rows from a DistGraph's bounds at P > 1): a
+        Linear reading relu(bn(x)) may then apply the norm inside its GEMM. Decided from values
+        every rank shares."""
+        if not (self.training or not self.track_running_stats) or not self.fuse_relu:
+            return False
+        if not (x.is_cuda and x.dtype == torch.float32 and self._fusable(x)):
+            return False
+        comm = None if dg is None else dg.comm
+        return comm is None or comm.size == 1 or getattr(dg, "bounds", None) is not None
+
+    def gpu_counts(self, x: torch.Tensor, dg=None) -> np.ndarray:
+        """Every rank's row count (int64 [P]) for the GPU path (`fuses_linear`); ValueError when
+        the graph has no rows or x does not hold this rank's."""
+        comm = None if dg is None else dg.comm
+        counts = np.array([x.shape[0]], dtype=np.int64) if comm is None or comm.size == 1 else self._gpu_counts(x, dg)
+        if counts is None or counts.sum() < 1:
+            raise ValueError("DistBatchNorm: the graph has no rows to normalise")
+        return counts
 
     def stats_shift(self, device: torch.device) -> torch.Tensor:
         """float32 [D] on `device`: a value near each column's mean for an op that sums x's

@@ -5,7 +5,6 @@ CUDA, cupy and nvshmem4py. Outputs, input gradients and the (rank-summed) parame
 GATConv must equal the dense masked-softmax reference of tests/test_gat.py within 1e-5 (relative
 to the largest entry), for both strategies (node- and edge-centric) and both attentions.
 """
-import numpy as np
 import pytest
 import torch
 

@@ -29,7 +29,9 @@ def _poison(nbytes: int) -> None:
 
 
 SHAPES = [(1, 4, 4), (31, 64, 64), (33, 16, 16), (1000, 60, 64), (100_003, 64, 64), (70_001, 64, 48),
-          (5000, 48, 64), (3000, 4, 2), (2000, 36, 10), (4097, 12, 20), (64, 20, 62)]
+          (5000, 48, 64), (3000, 4, 2), (2000, 36, 10), (4097, 12, 20), (64, 20, 62),
+          # two passes over X's columns (K > 64)
+          (100_003, 100, 64), (5000, 100, 48), (3001, 68, 10), (64, 128, 62), (33, 96, 2)]
 
 
 @pytest.mark.parametrize("n,k,m", SHAPES)
@@ -78,25 +80,114 @@ def test_weight_grad_matches_float64(n, m, k):
     assert torch.equal(out, tg.weight_grad(g.cuda(), x.cuda()))  # block sums in a fixed order
 
 
+PROLOGUE_SHAPES = [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48), (129, 60, 2)]
+
+
+def _prologue(k: int, gen: torch.Generator):
+    """A batch norm's map s x + o with some scales negative and offsets either side of 0."""
+    return torch.randn(k, generator=gen), torch.randn(k, generator=gen)
+
+
+@pytest.mark.parametrize("n,k,m", PROLOGUE_SHAPES)
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, True)])
+def test_xb_prologue_matches_float64(n, k, m, bias, relu):
+    """xb(x, b, prologue=(s, o)) == relu(s x + o) @ b (+ bias) (ReLU) in float64; rows past n
+    and columns past K (where the map of a 0 would be relu(o)) add nothing."""
+    gen = torch.Generator().manual_seed(11 * n + k + m)
+    x = torch.randn(n, k, generator=gen)
+    w = torch.randn(m, k, generator=gen) / k ** 0.5
+    b = torch.randn(m, generator=gen) if bias else None
+    s, o = _prologue(k, gen)
+    _poison(n * m * 4)
+    out = tg.xb(x.cuda(), w.cuda().t(), None if b is None else b.cuda(), relu, prologue=(s.cuda(), o.cuda()))
+    z = torch.relu(x.double() * s.double() + o.double())
+    ref = z @ w.double().t() + (0 if b is None else b.double())
+    if relu:
+        ref = torch.relu(ref)
+    assert out.shape == (n, m) and not out.isnan().any()
+    assert rel(out, ref) < TOL
+
+
+@pytest.mark.parametrize("n,m,k", [(1, 4, 4), (127, 64, 64), (100_003, 64, 64), (5000, 64, 48), (3000, 32, 16),
+                                   (2000, 36, 8)])
+def test_weight_grad_prologue_matches_float64(n, m, k):
+    """weight_grad(g, x, prologue=(s, o)) == g^T relu(s x + o); the last chunk's rows past n are
+    0 in g, so relu(o) there adds nothing."""
+    gen = torch.Generator().manual_seed(n + 5 * k + m)
+    g = torch.randn(n, m, generator=gen)
+    x = torch.randn(n, k, generator=gen)
+    s, o = _prologue(k, gen)
+    out = tg.weight_grad(g.cuda(), x.cuda(), prologue=(s.cuda(), o.cuda()))
+    z = torch.relu(x.double() * s.double() + o.double())
+    ref = g.double().t() @ z
+    cublas = rel(g.cuda().t() @ z.float().cuda(), ref)
+    assert out.shape == (m, k) and rel(out, ref) < max(TOL, 3 * cublas)
+
+
+@pytest.mark.parametrize("n,m,k", [(1, 4, 4), (127, 64, 64), (100_003, 64, 64), (5000, 48, 64), (3000, 32, 16),
+                                   (2000, 36, 8), (0, 64, 64)])
+@pytest.mark.parametrize("prologue", [False, True])
+def test_relu_weight_grad_matches_float64(n, m, k, prologue):
+    """relu_weight_grad(g, y, x) == (g'^T x, g', column sums of g') with g' = g where y > 0: the
+    masked gradient written in full (poisoned first), its sums, the GEMM on it (and on
+    relu(s x + o) with the prologue)."""
+    gen = torch.Generator().manual_seed(3 * n + k + m + prologue)
+    g = torch.randn(n, m, generator=gen)
+    y = torch.relu(torch.randn(n, m, generator=gen))  # a ReLU's output: about half zeros
+    x = torch.randn(n, k, generator=gen)
+    pro = _prologue(k, gen) if prologue else None
+    _poison(1 << 24)
+    gw, gm, gs = tg.relu_weight_grad(g.cuda(), y.cuda(), x.cuda(),
+                                     None if pro is None else (pro[0].cuda(), pro[1].cuda()))
+    gref = torch.where(y > 0, g, torch.zeros(()))
+    assert gm.shape == (n, m) and torch.equal(gm.cpu(), gref)  # a copy or 0: exact
+    assert gs.shape == (m,) and gw.shape == (m, k)
+    if n == 0:
+        assert (gw == 0).all() and (gs == 0).all()
+        return
+    z = x.double() if pro is None else torch.relu(x.double() * pro[0].double() + pro[1].double())
+    ref = gref.double().t() @ z
+    cublas = rel(gref.cuda().t() @ z.float().cuda(), ref)
+    assert rel(gw, ref) < max(TOL, 3 * cublas)
+    assert torch.allclose(gs.cpu().double(), gref.double().sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_prologue_refuses_what_it_cannot_take():
+    x = torch.zeros(10, 100, device="cuda")
+    s = torch.ones(100, device="cuda")
+    with pytest.raises(ValueError, match="prologue takes inner widths up to 64"):
+        tg.xb(x, torch.zeros(100, 4, device="cuda"), prologue=(s, s))
+    with pytest.raises(ValueError, match="prologue scale"):
+        tg.xb(x[:, :64], torch.zeros(64, 4, device="cuda"), prologue=(s, s))
+    with pytest.raises(ValueError, match="no column statistics"):
+        tg.xb(x[:, :64], torch.zeros(64, 4, device="cuda"), stats_shift=s[:4], prologue=(s[:64], s[:64]))
+    with pytest.raises(ValueError, match="multiples of 4 up to 64"):
+        tg.weight_grad(torch.zeros(10, 4, device="cuda"), x, prologue=(s, s))
+
+
 def test_tall_gemm_refuses_what_it_cannot_take():
     x = torch.zeros(10, 68, device="cuda")
-    with pytest.raises(ValueError, match="multiple of 4 up to 64"):
-        tg.xb(x, torch.zeros(68, 4, device="cuda"))
+    with pytest.raises(ValueError, match="multiple of 4 up to 128"):
+        tg.xb(torch.zeros(10, 132, device="cuda"), torch.zeros(132, 4, device="cuda"))
     with pytest.raises(ValueError, match="even up to 64"):
         tg.xb(x[:, :64], torch.zeros(64, 47, device="cuda"))
     with pytest.raises(ValueError, match="float32 CUDA"):
         tg.xb(x.double(), torch.zeros(68, 4, device="cuda", dtype=torch.float64))
+    with pytest.raises(ValueError, match="multiple of 4 up to 128"):
+        tg.xb(x[:, :66], torch.zeros(66, 4, device="cuda"))
     with pytest.raises(ValueError, match="bias"):
         tg.xb(x[:, :64], torch.zeros(64, 4, device="cuda"), torch.zeros(5, device="cuda"))
     with pytest.raises(ValueError, match="one row count"):
         tg.weight_grad(torch.zeros(10, 4, device="cuda"), torch.zeros(11, 4, device="cuda"))
     with pytest.raises(ValueError, match="multiples of 4"):
         tg.weight_grad(torch.zeros(10, 6, device="cuda"), torch.zeros(10, 4, device="cuda"))
+    with pytest.raises(ValueError, match="multiples of 4 up to 64"):
+        tg.weight_grad(torch.zeros(10, 64, device="cuda"), torch.zeros(10, 100, device="cuda"))
 
 
 def _count_kernel(monkeypatch):
     used = []
-    for name in ("xb", "weight_grad"):
+    for name in ("xb", "weight_grad", "relu_weight_grad"):
         real = getattr(tg, name)
         monkeypatch.setattr(tg, name, lambda *a, _r=real, _n=name, **k: used.append(_n) or _r(*a, **k))
     return used
@@ -131,7 +222,10 @@ def test_dense_ops_take_the_kernel_and_match_float64(op, monkeypatch):
     assert rel(xc.grad, xr.grad) < TOL and rel(wc.grad, wr.grad) < TOL
     if op != "project":
         assert rel(bc.grad, br.grad) < 1e-5
-    assert used == ["xb", "xb", "weight_grad"]  # forward, grad x, grad W
+    if op == "linear_relu":  # forward; the mask, grad b and grad W in one kernel; grad x
+        assert used == ["xb", "relu_weight_grad", "xb"]
+    else:
+        assert used == ["xb", "xb", "weight_grad"]  # forward, grad x, grad W
 
 
 def test_switches_keep_cublas(monkeypatch):
@@ -171,7 +265,7 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
         out.square().sum().backward()
         outs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
         if env == "1":
-            assert "xb" in used and "weight_grad" in used
+            assert "xb" in used and ("weight_grad" in used or "relu_weight_grad" in used)
             used.clear()
     assert used == []
     # float32 rounding, grown through three layers (batch norm divides by small deviations)
@@ -180,7 +274,8 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
         assert rel(a, b.double().cpu()) < 1e-3
 
 
-@pytest.mark.parametrize("n,k,m", [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48)])
+@pytest.mark.parametrize("n,k,m", [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48),
+                                   (70_001, 100, 64), (33, 128, 6)])
 @pytest.mark.parametrize("shifted,bias,relu", [(False, False, False), (True, True, False), (True, False, True)])
 def test_xb_column_statistics_match_float64(n, k, m, shifted, bias, relu):
     """The kernel's column mean and biased variance of its output (per-warp sums of (y - shift)

@@ -6,6 +6,8 @@ from torch import nn
 
 from ..dense import linear, linear_relu, linear_with_stats, project
 from ..functional import aggregate
+from ..norm_linear import fuses as norm_linear_fuses
+from ..norm_linear import norm_relu_linear
 
 __all__ = ["GINConv"]
 
@@ -30,7 +32,7 @@ def _norm_takes_stats(stages: list[nn.Module], k: int, h: torch.Tensor, dg, cut:
 
 
 def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, fuse: bool = True,
-         out_rows: torch.Tensor | None = None) -> torch.Tensor:
+         out_rows: torch.Tensor | None = None, fuse_norm: bool = True) -> torch.Tensor:
     """Apply `stages` in order, then a ReLU when `relu_out`. A stage with `needs_graph = True`
     (DistBatchNorm) also gets `dg`, and one with `takes_relu = True` followed by an `nn.ReLU`
     runs that ReLU itself (`stage(h, dg, relu=True)`: one fused kernel on a GPU,
@@ -39,7 +41,9 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     other `nn.Linear` as mgg.nn.dense.linear (the tall-GEMM kernel on tall CUDA rows); one followed
     by a norm that `takes_stats` (DistBatchNorm) and would use them (`uses_local_stats`: training
     on its GPU path) as linear_with_stats, whose column statistics the norm then uses instead of
-    reading the rows for them.
+    reading the rows for them. With `fuse_norm` too, a norm + ReLU followed by an `nn.Linear`
+    (then a ReLU, or last with `relu_out`) runs as mgg.nn.norm_linear.norm_relu_linear where it
+    `fuses`: the norm applied in the GEMM's prologue, its output never written.
 
     `out_rows` (int64 [k] distinct rows of h): return only those rows. The stages up to the last
     one that needs the graph run on every row (batch statistics are over all nodes); that stage
@@ -70,6 +74,14 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             h, i = linear(h, m.weight, m.bias), i + 1
         elif not getattr(m, "needs_graph", False):
             h, i = m(h), i + 1
+        elif fuse and fuse_norm and getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU) \
+                and not rows_kw and i + 2 < len(stages) and norm_linear_fuses(m, h, dg, stages[i + 2]):
+            after = stages[i + 3] if i + 3 < len(stages) else None
+            relu_after = isinstance(after, nn.ReLU) or (after is None and relu_out)
+            h = norm_relu_linear(m, h, dg, stages[i + 2], relu_after, local_stats=kw.get("local_stats"))
+            if after is None:
+                relu_out = False if relu_after else relu_out  # done in the epilogue
+            i += 4 if isinstance(after, nn.ReLU) else 3
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
             h, i = m(h, dg, relu=True, **kw), i + 2
         else:
@@ -103,6 +115,8 @@ class GINConv(nn.Module):
         eps: initial epsilon. train_eps: make epsilon a learnable parameter.
     Attributes:
         fuse_relu: False runs every Linear and ReLU as separate steps (benchmarks, A/B).
+        fuse_norm_linear: False keeps a batch norm + ReLU and the Linear after it as two steps
+            (mgg.nn.norm_linear; benchmarks, A/B).
     Shapes:
         input float32 [n_local, F] -> mlp(float32 [n_local, F]).
     """
@@ -115,6 +129,7 @@ class GINConv(nn.Module):
         self.nn = mlp
         self.initial_eps = eps
         self.fuse_relu = True
+        self.fuse_norm_linear = True
         if train_eps:
             self.eps = nn.Parameter(torch.tensor([float(eps)]))
         else:
@@ -159,7 +174,8 @@ class GINConv(nn.Module):
         if self.projects_first:
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact, relu_out)
         agg_rows, out_rows = self._row_split(rows, compact)
-        return _run(stages, self._sum(x, dg, agg_rows, compact), dg, relu_out, self.fuse_relu, out_rows)
+        return _run(stages, self._sum(x, dg, agg_rows, compact), dg, relu_out, self.fuse_relu, out_rows,
+                    self.fuse_norm_linear)
 
     def _row_split(self, rows, compact: bool):
         """(the rows to aggregate, the rows the MLP's graph-wide stage writes): (rows, None) when
@@ -189,7 +205,7 @@ class GINConv(nn.Module):
             agg, own = agg[agg_rows.index], x[agg_rows.index]
         if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
             agg = agg + self.eps * own
-        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu, out_rows)
+        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu, out_rows, self.fuse_norm_linear)
 
     def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
         """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
@@ -213,7 +229,7 @@ class GINConv(nn.Module):
         out = self._sum(h, dg, agg_rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
-        return _run(rest, out, dg, relu_out, self.fuse_relu, out_rows)
+        return _run(rest, out, dg, relu_out, self.fuse_relu, out_rows, self.fuse_norm_linear)
 
     def extra_repr(self) -> str:
         return f"train_eps={isinstance(self.eps, nn.Parameter)}, projects_first={self.projects_first}"
