@@ -1,7 +1,7 @@
 // x W^T and G W for tall node matrices with narrow sides (mgg/kernels/tall_gemm.py, used by
-// mgg.nn.dense): Y [n, N] = X [n, K] B [K, N] (+ bias) (ReLU) with n in the millions, K <= 64
-// (K % 4 == 0) and N <= 64 (N even), in float32 values computed on TF32 tensor cores by the
-// 3xTF32 split.
+// mgg.nn.dense and mgg.nn.norm_linear): Y [n, N] = X [n, K] B [K, N] (+ bias) (ReLU) with n in the
+// millions, K <= 128 (K % 4 == 0) and N <= 64 (N even), and the weight gradient G^T X (both widths
+// up to 64), in float32 values computed on TF32 tensor cores by the 3xTF32 split.
 //
 // Why: cuBLAS runs these float32 GEMMs on the SIMT units (FFMA): at [2.45M, 64] x [64, 64] one
 // takes 0.67-0.69 ms on an H200, where reading and writing the rows once takes about 0.30 ms. A
@@ -11,7 +11,7 @@
 // a_small b_small term, below 2^-22 relative, is dropped), each on the tensor cores with float32
 // accumulation: relative error 4e-7 to 5e-7 against float64, cuBLAS's float32 1e-7.
 //
-// Kernel (one job)
+// Kernels (one job each)
 //   mgg_tall_gemm_xb_kKC_nNT8   Y = X B (+ bias [N]) (ReLU); B any strides (W^T of a [N, K]
 //                               weight for x W^T, the weight itself for the input gradient G W);
 //                               KC = ceil(K / 16) in 1..4, NT8 = 2 ceil(N / 16) in 2, 4, 6, 8
@@ -20,23 +20,38 @@
 //                               [gridDim.x * XB_WARPS][2][N], for a batch norm reading Y (the
 //                               caller adds the warps in float64; a shift near the mean keeps
 //                               the variance from cancelling)
+//   ..._kKC_nNT8_p2             xb / xbs for 64 < K <= 32 KC (KC = 3, 4): two passes over X's
+//                               columns a tile, KC chunks each, the accumulators kept between
+//                               them (a first layer's 100-wide input: at [2.45M, 100] -> 64 with
+//                               the statistics 1.17 ms against cuBLAS + batch_norm_stats 1.23)
+//   mgg_tall_gemm_xbp_kKC_nNT8  Y = relu(s X + o) B (+ bias) (ReLU), s, o [K] per column: a batch
+//                               norm + ReLU of X applied to its values in registers as they are
+//                               used (mgg.nn.norm_linear: the normalised X is never written)
+//   mgg_tall_gemm_tn_kNT8       the weight gradient G^T X (below); tnp: X through relu(s X + o);
+//                               tnm / tnpm: also G through a ReLU's backward (G' = G where M > 0,
+//                               M the ReLU's output), G' written and its column sums per block
 // Layout: X and Y contiguous row-major float32, X 16-byte aligned (K % 4 == 0: each row starts on
 // 16 bytes), Y 8-byte aligned (N even).
-// How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4) of a warp owning rows [r0, r0 + 32) loads, for each 16-column
+// How (mma.sync.m16n8k8, X never staged in shared memory): lane (gid = lane / 4, tig = lane % 4)
+// of a warp owning rows [r0, r0 + 32) loads, for each 16-column
 // chunk c of X, the float4 X[r0 + 16 m + 8 h + gid][16 c + 4 tig .. + 3] (m, h in {0, 1}) straight
 // into registers (each load instruction reads 64 contiguous bytes of 8 rows), the next tile's
-// while it multiplies this one. The k order inside a chunk is permuted (a sum does not care):
-// k-step 2c + e gives A slot tig the column 16 c + 4 tig + 2 e and slot tig + 4 the next one, and
-// B is laid out in shared memory to match, one float4 (big b0, big b1, small b0, small b1) per
-// (k-step, n8 tile, lane): one conflict-free 16-byte load per fragment. The accumulators
-// (2 m16 tiles x NT8 n8 tiles) are written to Y straight from registers (float2 per lane: each
-// quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU applied there.
+// (or the next pass's) while it multiplies this one. The k order inside a chunk is permuted (a sum
+// does not care): k-step 2c + e gives A slot tig the column 16 c + 4 tig + 2 e and slot tig + 4
+// the next one, and B is laid out in shared memory to match, one float4 (big b0, big b1, small
+// b0, small b1) per (k-step, n8 tile, lane): one conflict-free 16-byte load per fragment. The
+// accumulators (2 m16 tiles x NT8 n8 tiles) are written to Y straight from registers (float2 per
+// lane: each quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU
+// applied there. A prologue's map is applied when a chunk is used, not when it loads: an
+// instruction on a value as it arrives would wait on the load and stop the prefetch (tnp with
+// the map at load time took 0.67 ms a call against tn's 0.50; at use time 0.56, c1 / c2 of
+// bench/results/2026-11-26-h200x1-d399e4f).
 // Launch geometry: blockDim.x = 32 * XB_WARPS, grid-stride over 32-row tiles by warp (tile =
-// blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * 2 * NT8 * 32 float4, filled once per
-// block; about 250 registers a thread at KC = 4, NT8 = 8 (two tiles of X in flight), so 2 blocks
-// a SM (the launcher's grid). xbs keeps each lane's column sums in registers over all its tiles
-// and adds them over the warp once, at the end (adding them over the warp at every tile, through
-// shared memory, made xbs 0.66 ms a call against 0.64).
+// blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * NP * (2 * NT8 * 32 + (xbp: 8)) float4
+// (B; xbp: s and o), filled once per block; about 250 registers a thread at KC = 4, NT8 = 8 (two
+// tiles of X in flight), so 2 blocks a SM (the launcher's grid). xbs keeps each lane's column
+// sums in registers over all its tiles and adds them over the warp once, at the end (adding them
+// over the warp at every tile, through shared memory, made xbs 0.66 ms a call against 0.64).
 #include <stdint.h>
 
 #define XB_WARPS 4
@@ -477,6 +492,9 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
 
 // tn: plain; tnp: X through the prologue relu(pro_s x + pro_o), applied as the values are used;
 // tnm / tnpm: also G through the ReLU's backward (G' = G where M > 0), G' written and summed
+// (G' float4 per lane and row, each element by one lane; gsum [gridDim.x, N]: the caller adds
+// the blocks' sums in a fixed order). This replaces a pass that reads G and M and writes G'
+// (mgg/kernels/relu_grad.cu) before the GEMM reads G': 0.864 ms against 1.030 (c2 above).
 #define MGG_TN_NAMED(NAME, NT8, PRO, GM)                                                                     \
   extern "C" __global__ void __launch_bounds__(64) NAME(                                                      \
       const float* __restrict__ G, const float* __restrict__ X, long long n, int N, int K,                    \
