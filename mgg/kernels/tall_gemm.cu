@@ -111,6 +111,17 @@ __device__ __forceinline__ float4 affine_relu4(const float4& v, const float4& s,
                      fmaxf(fmaf(v.z, s.z, o.z), 0.f), fmaxf(fmaf(v.w, s.w, o.w), 0.f));
 }
 
+// the accumulators of 2 m16 tiles x NT8 n8 tiles, to 0
+template <int NT8>
+__device__ __forceinline__ void zero_acc(float (&acc)[2][NT8][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
+}
+
 // KC 16-column chunks of X a pass, NP passes a tile (K <= 16 KC NP); PRO: X's values go through
 // relu(pro_s[k] x + pro_o[k]) as they are used (a batch norm + ReLU in the prologue)
 template <int KC, int NP, int NT8, bool STATS, bool PRO>
@@ -156,12 +167,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
   __syncthreads();
 
   float acc[2][NT8][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < NT8; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
+  zero_acc<NT8>(acc);
   while (t < tiles) {
     // the next step: this tile's next pass, or the first pass of the warp's next tile
     const bool lastp = p == NP - 1;
@@ -248,12 +254,7 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
           csum[j][0] += s0; csum[j][1] += s1; csum[j][2] += q0; csum[j][3] += q1;
         }
       }
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int j = 0; j < NT8; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[m][j][q] = 0.f;
+      zero_acc<NT8>(acc);
     }
     if (more) {
 #pragma unroll
