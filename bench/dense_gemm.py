@@ -116,7 +116,7 @@ def prologue_table(n: int, shapes: str, reps: int, gbps: float) -> None:
           f"prologue % floor")
     for shape in shapes.split(","):
         k, m = (int(v) for v in shape.split("x"))
-        if not (tg.supports(k, m, prologue=True) and tg.supports_weight_grad(k, m, prologue=True)):
+        if not (tg.supports(k, m, prologue=True) and tg.supports_weight_grad(k, m)):
             continue
         t = torch.randn(n, k, device="cuda") * 2 + 1
         mean, invstd = t.mean(0), torch.rsqrt(t.var(0, unbiased=False) + 1e-5)

@@ -62,4 +62,3 @@ def test_tall_gemm_kernel_limits_are_stated():
 
     assert supports_weight_grad(64, 64) and supports_weight_grad(4, 48) and not supports_weight_grad(64, 62)
     assert not supports_weight_grad(100, 64) and not supports_weight_grad(64, 47)
-    assert supports_weight_grad(64, 64, prologue=True) and not supports_weight_grad(100, 64, prologue=True)

@@ -17,7 +17,7 @@ multiple of 4 up to 128: above 64 in two passes over X's columns, as a first lay
 input; N even up to 64; the prologue up to K = 64), `supports_weight_grad(k, n)` which
 weight_grad takes (both multiples of 4 up to 64); mgg.nn.dense runs cuBLAS for the others (at
 [2.45M, 100] the weight gradient as (x^T g)^T on four warps a block took 0.92-1.05 ms against
-cuBLAS's 0.84-0.90: bench/results/2026-11-26-h200x1-05222a6/c1). weight_grad adds its
+cuBLAS's 0.84-0.90: bench/results/2026-11-26-h200x1-d399e4f/c1). weight_grad adds its
 per-block partial sums in a fixed order: the same result every run. Launched on torch's current
 stream of x's GPU; built as a plain cubin (no NVSHMEM) by mgg.kernels.build.
 
@@ -60,9 +60,9 @@ def supports(k: int, n: int, prologue: bool = False) -> bool:
     return 0 < k <= top and k % 4 == 0 and 0 < n <= MAX_N and n % 2 == 0
 
 
-def supports_weight_grad(k: int, n: int, prologue: bool = False) -> bool:
-    """Whether `weight_grad` takes g [., n] and x [., k] (with the prologue on x or not): both
-    multiples of 4 up to 64."""
+def supports_weight_grad(k: int, n: int) -> bool:
+    """Whether `weight_grad` (and `relu_weight_grad`) takes g [., n] and x [., k], with a
+    prologue on x or not: both multiples of 4 up to 64."""
     return 0 < k <= MAX_K_ONE_PASS and k % 4 == 0 and 0 < n <= MAX_N and n % 4 == 0
 
 

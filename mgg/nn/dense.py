@@ -29,8 +29,8 @@ layer) run on
 mgg/kernels/tall_gemm.cu: TF32 tensor cores with the 3xTF32 split, which keeps float32's
 accuracy. cuBLAS runs these float32 GEMMs on the SIMT units: on one H200 at [2.45M, 64] x
 [64, 64], 0.67-0.69 ms against the kernel's 0.47-0.55 (bench/dense_gemm.py); the weight
-gradient G^T x takes its own kernel of the same file where both widths are multiples of 4, one
-up to 64 and the other up to 128. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS everywhere. `linear` is
+gradient G^T x takes its own kernel of the same file where both widths are multiples of 4 up to
+64. `MGG_TALL_GEMM=0`, or torch's TF32 matmuls (`--tf32`), keep cuBLAS everywhere. `linear` is
 F.linear with all of the above.
 """
 from __future__ import annotations
@@ -56,13 +56,13 @@ def tall_gemm(t: torch.Tensor, k: int, n: int, weight_grad: bool = False, prolog
     """Whether t @ B for the tall float32 matrix t [., k] and a B [k, n] runs on
     mgg/kernels/tall_gemm.cu (t on CUDA, >= TALL_GEMM_ROWS rows, widths the kernel takes, not
     switched off: mgg.kernels.tall_gemm.supports, enabled); `weight_grad`: whether t^T x for an
-    x [., k] and t [., n] does (supports_weight_grad); `prologue`: with the affine + ReLU map on
-    the [., k] operand."""
+    x [., k] and t [., n] does (supports_weight_grad: the same widths with a prologue or not);
+    `prologue`: with the affine + ReLU map on the [., k] operand."""
     if not (t.is_cuda and t.dtype == torch.float32 and t.dim() == 2 and t.shape[0] >= TALL_GEMM_ROWS):
         return False
     from ..kernels import tall_gemm as tg
 
-    ok = tg.supports_weight_grad(k, n, prologue) if weight_grad else tg.supports(k, n, prologue)
+    ok = tg.supports_weight_grad(k, n) if weight_grad else tg.supports(k, n, prologue)
     return ok and tg.enabled()
 
 
@@ -260,25 +260,36 @@ class _LinearReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         x, weight, y = ctx.saved_tensors
-        g = g.contiguous()
-        gb = None
-        if ctx.needs_input_grad[1] and x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
-                tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
-            # the ReLU's mask, the bias gradient and the weight gradient in one pass over g, y, x
-            from ..kernels.tall_gemm import relu_weight_grad
+        g, gw, gb = relu_backward(g.contiguous(), y, x, ctx.needs_input_grad[1],
+                                  ctx.has_bias and ctx.needs_input_grad[2])
+        return (*_linear_grads(ctx, g, x, weight, None if gw is None else gw.to(weight.dtype)), gb)
 
-            gw, g, gb = relu_weight_grad(g, y.contiguous(), x)
-            gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
-            return (*_linear_grads(ctx, g, x, weight, gw.to(weight.dtype)), gb)
-        if ctx.has_bias and ctx.needs_input_grad[2] and g.is_cuda and g.dtype == torch.float32:
-            from ..kernels.relu_grad import relu_backward_colsum, supports
 
-            if supports(g):  # the mask and the bias gradient in one pass (mgg/kernels/relu_grad.cu)
-                g, gb = relu_backward_colsum(g, y)
-        if gb is None:
-            g = torch.ops.aten.threshold_backward(g, y, 0.0)  # relu's own backward
-            gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return (*_linear_grads(ctx, g, x, weight), gb)
+def relu_backward(g: torch.Tensor, y: torch.Tensor, x: torch.Tensor, need_w: bool, need_b: bool,
+                  prologue: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """The ReLU's part of the backward of y = relu(z W^T + b), given g = dL/dy float [n, O] and
+    the Linear's input x [n, K] (z = x, or z = relu(s x + o) with `prologue` (s, o)):
+    (g' = g where y > 0 else 0, grad W = g'^T z or None, grad b = sum of g' over rows or None).
+    Where the tall-GEMM kernels take the widths (and need_w), the mask, the bias sums and the
+    weight gradient run in one kernel (mgg.kernels.tall_gemm.relu_weight_grad); else the mask and
+    the bias gradient run in one pass (mgg/kernels/relu_grad.cu, or torch) and grad W is None:
+    the caller computes it from g' (without a prologue: _linear_grads)."""
+    if need_w and x.dtype == torch.float32 and x.shape[0] == g.shape[0] and \
+            tall_gemm(g, int(x.shape[1]), int(g.shape[1]), weight_grad=True):
+        from ..kernels.tall_gemm import relu_weight_grad
+
+        gw, g, gb = relu_weight_grad(g, y, x, prologue)
+        return g, gw, (gb if need_b else None)
+    gb = None
+    if need_b and g.is_cuda and g.dtype == torch.float32:
+        from ..kernels.relu_grad import relu_backward_colsum, supports
+
+        if supports(g):  # the mask and the bias gradient in one pass (mgg/kernels/relu_grad.cu)
+            g, gb = relu_backward_colsum(g, y)
+    if gb is None:
+        g = torch.ops.aten.threshold_backward(g, y, 0.0)  # relu's own backward
+        gb = g.sum(0) if need_b else None
+    return g, None, gb
 
 
 def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -51,26 +51,19 @@ class _NormReluLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy):  # type: ignore[override]
-        from ..kernels.tall_gemm import relu_weight_grad, weight_grad, xb
+        from ..kernels.tall_gemm import weight_grad, xb
+        from .dense import relu_backward
 
         x, weight, bias, mean, invstd, lin_w, y, scale, offset = ctx.saved_tensors
         g = gy.contiguous()
-        glb = glw = None
-        need_lb = ctx.has_lin_b and ctx.needs_input_grad[4]
-        if ctx.relu_out and ctx.needs_input_grad[3]:  # the mask, its sums and G'^T z in one kernel
-            glw, g, sums = relu_weight_grad(g, y, x, prologue=(scale, offset))
-            glw, glb = glw.to(lin_w.dtype), (sums if need_lb else None)
-        elif ctx.relu_out:
-            from ..kernels.relu_grad import relu_backward_colsum, supports
-
-            if need_lb and supports(g):  # the mask and the bias gradient in one pass
-                g, glb = relu_backward_colsum(g, y)
-            else:
-                g = torch.ops.aten.threshold_backward(g, y, 0.0)
-        if need_lb and glb is None:
-            glb = g.sum(0)
-        if ctx.needs_input_grad[3] and glw is None:
-            glw = weight_grad(g, x, prologue=(scale, offset)).to(lin_w.dtype)
+        need_lw, need_lb = ctx.needs_input_grad[3], ctx.has_lin_b and ctx.needs_input_grad[4]
+        if ctx.relu_out:  # the mask, its sums and G'^T z in one kernel where it takes them
+            g, glw, glb = relu_backward(g, y, x, need_lw, need_lb, prologue=(scale, offset))
+        else:
+            glw, glb = None, (g.sum(0) if need_lb else None)
+        if need_lw and glw is None:
+            glw = weight_grad(g, x, prologue=(scale, offset))
+        glw = None if glw is None else glw.to(lin_w.dtype)
         gx = gw = gb = None
         if any(ctx.needs_input_grad[:3]):
             dz = xb(g, lin_w.detach())  # G' W: the gradient of relu(bn(x))
@@ -90,7 +83,7 @@ def fuses(norm: nn.Module, x: torch.Tensor, dg, linear: nn.Module) -> bool:
     from .dense import tall_gemm
 
     k, o = int(linear.in_features), int(linear.out_features)
-    return tall_gemm(x, k, o, prologue=True) and tall_gemm(x, k, o, weight_grad=True, prologue=True)
+    return tall_gemm(x, k, o, prologue=True) and tall_gemm(x, k, o, weight_grad=True)
 
 
 def norm_relu_linear(norm: DistBatchNorm, x: torch.Tensor, dg, linear: nn.Linear, relu_out: bool = False,

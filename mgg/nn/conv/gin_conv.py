@@ -80,7 +80,7 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             relu_after = isinstance(after, nn.ReLU) or (after is None and relu_out)
             h = norm_relu_linear(m, h, dg, stages[i + 2], relu_after, local_stats=kw.get("local_stats"))
             if after is None:
-                relu_out = False if relu_after else relu_out  # done in the epilogue
+                relu_out = False  # done in the epilogue (relu_after was relu_out)
             i += 4 if isinstance(after, nn.ReLU) else 3
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
             h, i = m(h, dg, relu=True, **kw), i + 2
