@@ -739,7 +739,31 @@ def csr_rows_gather_ms(p, kind, dim: int, comm) -> float | None:
     return ms
 
 
-def gather_floor(p, kind, dim: int, comm, rates: list | None = None) -> dict:
+#: source-segment counts the gather floor also times (segmented_gather_ms)
+FLOOR_SEGMENTS = (2, 3, 4, 6)
+
+
+def segmented_gather_ms(ptr, idx, n: int, dim: int, hbm_GBps: float, comm) -> dict:
+    """The floor of an aggregation that reads its entries in S passes over source ranges (the
+    order of mgg.kernels.source_segments): per S in FLOOR_SEGMENTS, the bare gather of the
+    stream in that order (gather_bandwidth's flat shapes: each pass's rows are a table S times
+    smaller, more of it in L2) plus the output passes it needs beyond one write -- S - 1 reads
+    and S - 1 writes of the n output rows -- at the HBM copy bandwidth. Returns {S: ms}."""
+    import torch
+
+    from mgg.kernels.source_segments import source_segment_order
+
+    row = padded_dim(dim) * 4
+    ip, ix = torch.from_numpy(np.asarray(ptr, np.int64)), torch.from_numpy(np.asarray(idx).astype(np.int32))
+    out = {}
+    for S in FLOOR_SEGMENTS:
+        order = source_segment_order(ip, ix, n, S)
+        rate = gather_bandwidth(dim, comm, indices=ix[order].numpy(), table_rows=n)
+        out[S] = row * len(ix) / (rate * 1e6) + (2 * S - 2) * n * row / (hbm_GBps * 1e6)
+    return out
+
+
+def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: float | None = None) -> dict:
     """The gather floor of one aggregation of plan `p` at width `dim`: the fastest bare gather
     measured of the rows the aggregation reads -- every entry's source row and, with a self
     term, every row's own (the stream of A + I: with_self_entries; sequential self rows come at
@@ -748,7 +772,10 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None) -> dict:
     schedule with its stores off (csr_rows_gather_ms). Remote entries count at the local
     stream's rate. Returns ms, the GB/s it is taken at, and with a self term `without_self_ms`
     (the plain stream's floor, for comparison); the bytes are floor_bytes' "gathered". `rates`:
-    gets each stream's best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows)."""
+    gets each stream's best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows).
+    With `hbm_GBps` (a plan without remote work), the source-segmented orders are candidates too
+    (segmented_gather_ms, their extra output passes included): `segmented_ms` {S: ms}. A kernel
+    may take its entries in any order, so the floor is the best of all."""
     row = padded_dim(dim) * 4
     remote = row * p.num_remote_edges
     rate = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local,
@@ -767,6 +794,13 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None) -> dict:
             rates.append(local / (own * 1e6))
         if own < out["ms"]:
             out.update(ms=own, GBps=local / (own * 1e6))
+    if hbm_GBps and not p.num_remote_edges and p.num_local_edges:
+        ptr, idx = (with_self_entries(p.local_indptr, p.local_indices) if p.has_self
+                    else (p.local_indptr, p.local_indices))
+        out["segmented_ms"] = segmented_gather_ms(ptr, idx, p.n_local, dim, hbm_GBps, comm)
+        best = min(out["segmented_ms"].values())
+        if best < out["ms"]:
+            out.update(ms=best, GBps=local / (best * 1e6))
     out["ms"] += remote / (rate * 1e6)
     return out
 
@@ -782,7 +816,7 @@ def agg_floor(dg, kind, dim, bw, comm, reps=20, wanted: tuple[str, ...] | None =
 
     p = dg.plan(kind)
     dp = padded_dim(dim)
-    gf = gather_floor(p, kind, dim, comm)
+    gf = gather_floor(p, kind, dim, comm, hbm_GBps=bw["hbm_GBps"])
     b = floor_bytes(p, dp)  # the same for every variant (np.unique over the plan's entries: once)
     nv = b["remote"] / (bw["nvlink_GBps"] * 1e6) if b["remote"] else 0.0
     hbm_max = comm.allreduce_scalar(b["compulsory"] / (bw["hbm_GBps"] * 1e6) + nv, "max")

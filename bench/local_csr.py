@@ -7,7 +7,8 @@
 One GPU, one process (P = 1). Per dataset, width D and kind it prints the median of `--reps`
 CUDA-event timings of one aggregation call (whole call: `paper` includes its symmetric-array
 write, zero-fill and self-term add; csr_rows writes every row once with the self term fused) for
-  * csr_rows with the kind's weight-free mode (and with per-edge weights, `csr_rows-weighted`),
+  * csr_rows with the kind's weight-free mode (also at 1, 2 and 3 source segments;
+    `csr_rows default` is the automatic count) (and with per-edge weights, `csr_rows-weighted`),
     over a small grid of (wpb, chunk), and `csr_rows bf16` / `csr_rows fp16`: the same kernel
     reading rows stored in 16 bits (--storage-dtype; default knobs; their HBM and gather
     floors count 2 * round_up(D, 8) bytes per row),
@@ -20,7 +21,10 @@ and two floors:
   * gather floor: gathered bytes (E * Dp * 4, and (E + n) * Dp * 4 with a self term) / the rate
     a bare gather-sum kernel (bench/fullgraph.py gather_floor, gather_bandwidth) gets on this
     plan's own source-index stream (and on A + I's) at this width -- the memory system's
-    delivery for this access pattern, L1/L2 reuse included. The
+    delivery for this access pattern, L1/L2 reuse included; also the same stream in S
+    source-segment passes (mgg.kernels.source_segments: each pass reads a table S times smaller),
+    plus the S - 1 output reads and writes those passes add, at the HBM copy bandwidth; the
+    floor is the best of all orders (a kernel may take the entries in any). The
     random/sequential rates of an L2-resident 8 MB table are printed beside it for context (a
     random-row rate is no floor: the graph's hubs repeat and hit L1). A streaming read of an
     L2-resident buffer is no bound either: 8.1-8.6 TB/s on an H200, below what the bare gather
@@ -202,7 +206,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 l2 = l2_gather_bandwidth(dim)
                 from bench.fullgraph import gather_floor
                 rates: list = []
-                floor = gather_floor(plan, kind, dim, comm, rates=rates)
+                floor = gather_floor(plan, kind, dim, comm, rates=rates, hbm_GBps=hbm)
                 own = floor["GBps"]
                 l2["graph-stream"] = own
                 l2_floor = floor["ms"]  # the floor: a bare gather of this graph's index stream (A + I's with a self term)
@@ -243,6 +247,13 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 else:
                     ms = event_ms(lambda: fast(x), args.reps)
                     res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
+                auto_segments = fast.segments_for(dim)
+                for count in (1, 2, 3):  # source segments (the default picks auto_segments)
+                    fast.retune(source_segments=count)
+                    ms = event_ms(lambda: fast(x), args.reps)
+                    res[f"csr_rows default, {count} source segment{'s' if count > 1 else ''}"] = (
+                        ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
+                fast.retune(source_segments=None)
                 timed = []
                 for label, ex in narrow.items():  # default knobs, then bundles forced (the 16-bit layouts
                     ex.retune(row_mapping="default")  # have 2, 4 or 8 lanes: not all in BUNDLE_LANES)
@@ -276,6 +287,10 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                       f"{' / A + I' if plan.has_self else ''} / csr_rows' schedule, stores off: "
                       f"{' / '.join(f'{r:.0f}' for r in rates)}"
                       + (f"; without the self rows {floor['without_self_ms']:.3f} ms" if 'without_self_ms' in floor else '')
+                      + ("; in S source-segment passes (+ their output passes) " + ", ".join(
+                          f"S={k} {v:.3f}" for k, v in floor["segmented_ms"].items()) + " ms"
+                         if "segmented_ms" in floor else "")
+                      + f"; csr_rows' default: {auto_segments} source segment(s)"
                       + f"; L2-resident table: random "
                       f"{l2['fullgraph']:.0f}/{l2['unrolled']:.0f}, sequential {l2['fullgraph-seq']:.0f}/"
                       f"{l2['unrolled-seq']:.0f}), gather floor {l2_floor:.3f} ms", flush=True)

@@ -226,6 +226,10 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long
 // What writing row t needs besides its sum: the row factor rf[t], the self weight diag[t] and, where
 // diag is given, this lane's vectors of the self row x[t] (as stored). The row walk loads them
 // when a row starts, so that they arrive while the row is summed and its write waits on no load.
+// With `add` (a pass that adds to rows an earlier pass wrote; the launchers pass no diag then) and
+// float32 storage, xs holds out[t] instead (the same float4s), loaded at the row's start too:
+// loaded at the write, it cost every row of an adding pass a memory latency. Rows without entries
+// in an adding pass are skipped (`empty`): they would add rf * 0.
 template <int S, int V>
 struct RowEnd {
   float f, d;
@@ -235,23 +239,32 @@ struct RowEnd {
 template <int S, int L, int V>
 __device__ __forceinline__ void load_row_end(RowEnd<S, V>& r, long long t, int lig, const float* __restrict__ rf,
                                              const float* __restrict__ diag,
-                                             const typename Store<S>::vec* __restrict__ x, int DV) {
+                                             const typename Store<S>::vec* __restrict__ x, int DV,
+                                             const float4* __restrict__ out, int add, bool empty) {
   r.f = rf ? __ldg(rf + t) : 1.f;
   r.d = diag ? __ldg(diag + t) : 0.f;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int c = lig + v * L;
-    r.xs[v] = (diag && c < DV) ? __ldg(x + t * DV + c) : Store<S>::zero();
+    if constexpr (S == 0) {
+      r.xs[v] = c >= DV ? Store<S>::zero()
+                : diag ? __ldg(x + t * DV + c)
+                : (add && !empty) ? __ldcg(out + t * DV + c) : Store<S>::zero();
+    } else {
+      r.xs[v] = (diag && c < DV) ? __ldg(x + t * DV + c) : Store<S>::zero();
+    }
   }
 }
 
-// out[t] = f * acc + d * x[t] for this lane's columns; with `add`, plus what out[t] holds.
+// out[t] = f * acc + d * x[t] for this lane's columns; with `add`, plus what out[t] holds (for
+// float32 storage r.xs, loaded with the row's start; see RowEnd), and nothing for an `empty` row.
 template <int S, int L, int V>
 __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4], long long t, int lig,
                                           const RowEnd<S, V>& r, bool has_diag, int DV,
-                                          float4* __restrict__ out, int add) {
+                                          float4* __restrict__ out, int add, bool empty = false) {
   using T = Store<S>;
   constexpr int F4 = T::F4;
+  if (S == 0 && add && empty) return;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     int c = lig + v * L;
@@ -266,8 +279,8 @@ __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4],
           a.x = fmaf(r.d, xv[h].x, a.x); a.y = fmaf(r.d, xv[h].y, a.y);
           a.z = fmaf(r.d, xv[h].z, a.z); a.w = fmaf(r.d, xv[h].w, a.w);
         }
-        if (add) {  // a second pass (remote columns) adds to the first pass's row
-          const float4 o = out[(t * DV + c) * F4 + h];
+        if (add) {  // a later pass (remote columns, another source segment) adds to the row
+          const float4 o = S == 0 ? xv[h] : out[(t * DV + c) * F4 + h];
           a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
         }
         MGG_CSR_STORE_IF(a) __stcs(out + (t * DV + c) * F4 + h, a);
@@ -305,7 +318,7 @@ __device__ __forceinline__ void long_task(long long gw, const long long* __restr
   if (g != 0) return;
   if (slot < 0) {
     RowEnd<S, V> r;
-    load_row_end<S, L, V>(r, t, lig, rf, diag, x, DV);
+    load_row_end<S, L, V>(r, t, lig, rf, diag, x, DV, out, add, false);
     write_row<S, L, V>(acc, t, lig, r, diag != nullptr, DV, out, add);
   } else {
 #pragma unroll
@@ -347,10 +360,11 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
   const long long* ends = indptr + 1;                          // ends[t] = indptr[t + 1]
   int t = (int)r0;                                             // the row being summed
   const int tl = (int)r1;
-  int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end in the entry stream
+  int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end
   int tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;         // the end of row t + 1 (when t + 1 < r1)
   RowEnd<S, V> rend;
-  if (t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
+  bool summed = false;                                         // row t has had an entry
+  if (t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV, out, add, tend == 0);
   int idx[U], nidx[U];
   float wv[U], nwv[U];
   load_batch<L, W, false, U>(0, n, lane, lig, src, wt, cf, nidx, nwv);
@@ -369,22 +383,25 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
         const int p = base + k0 + kk;
         if (p < n) {
           while (p >= tend) {  // the stream left row t: write it, start the next
-            write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
+            write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add, !summed);
             zero(acc);
+            summed = false;
             ++t;
+            load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV, out, add, tnext == tend);
             tend = tnext;
             tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;
-            load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
           }
           add_row<S, V, W>(acc, w[kk], r[kk]);
+          summed = true;
         }
       }
     }
   }
   while (t < tl) {  // the last row with entries, then the empty rows after it
-    write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add);
+    write_row<S, L, V>(acc, t, lig, rend, has_diag, DV, out, add, !summed);
     zero(acc);
-    if (++t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV);
+    summed = false;
+    if (++t < tl) load_row_end<S, L, V>(rend, t, lig, rf, diag, x, DV, out, add, true);
   }
 }
 
@@ -430,7 +447,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
     float4 acc[V * Store<S>::F4];
     zero(acc);
     RowEnd<S, V> rend;
-    if (r0 < r1) load_row_end<S, L, V>(rend, r0, lig, rf, diag, x, DV);  // in flight during the sum
+    if (r0 < r1) load_row_end<S, L, V>(rend, r0, lig, rf, diag, x, DV, out, add, false);  // in flight during the sum
     accumulate<S, L, V, W, false>(acc, s, e, nbatch, g, lig, lane, src, wt, cf, x, DV);
     if (r0 < r1) write_row<S, L, V>(acc, r0, lig, rend, diag != nullptr, DV, out, add);
   }

@@ -30,6 +30,7 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
+from .source_segments import SourceSegment, auto_source_segments, split_by_source
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -81,8 +82,12 @@ SCALE_UNROLL = 4
 DEFAULT_WPB = 4
 
 
-def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None, bundle_window: int | None = None) -> None:
-    """ValueError naming the knob for a bad row mapping or bundle size (None: not given)."""
+def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None, bundle_window: int | None = None,
+                     source_segments: int | None = None) -> None:
+    """ValueError naming the knob for a bad row mapping, bundle size or segment count (None: not given)."""
+    if source_segments is not None and not (isinstance(source_segments, int) and 1 <= source_segments <= 64):
+        raise ValueError(f"csr_rows: source_segments must be an integer in [1, 64] or None (automatic), "
+                         f"got {source_segments!r}")
     if row_mapping is not None and row_mapping not in ROW_MAPPINGS:
         raise ValueError(f"csr_rows: row_mapping must be one of {ROW_MAPPINGS}, got {row_mapping!r}")
     if bundle_batches is not None and bundle_batches < 1:
@@ -414,6 +419,8 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
     `out`: float32 [n, Dp]; `partial`: float32 [max(slots, 1), Dp]. `add`: add to out's rows
     instead of writing them (a second pass over other columns; see mgg/kernels/local_csr.cu).
     `cache`: the caller's LaunchCache (function handles and stream views kept between calls)."""
+    if add and diag is not None:  # the adding pass reuses the self row's registers for out[t]
+        raise ValueError("csr_rows: an adding pass (add=True) takes no self term (diag): the first pass adds it")
     cache = cache or LaunchCache()
     with cache.stream():
         warps = sched.num_warps
@@ -454,6 +461,9 @@ class CsrRowsExecutor:
             inside, in row order between windows (see bundle_rows).
         local_part: aggregate the plan's local CSR only, whatever its remote edges (the first
             pass of mgg.kernels.halo_csr.HaloCsrExecutor, through `aggregate_local`).
+        source_segments: run the CSR as this many passes over contiguous source ranges (the
+            first writes, the others add; see mgg/kernels/source_segments.py), or None: per
+            width, `auto_source_segments` of the table's bytes and the GPU's L2.
 
     Attributes:
         storage_dtype: the element type the kernels read x in (float32, bfloat16, float16): x is
@@ -471,8 +481,8 @@ class CsrRowsExecutor:
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
                  row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES,
-                 bundle_window: int = DEFAULT_BUNDLE_WINDOW):
-        _check_row_knobs(row_mapping, bundle_batches, bundle_window)
+                 bundle_window: int = DEFAULT_BUNDLE_WINDOW, source_segments: int | None = None):
+        _check_row_knobs(row_mapping, bundle_batches, bundle_window, source_segments)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
@@ -488,6 +498,8 @@ class CsrRowsExecutor:
         self.long_threshold, self.chunk = long_threshold, chunk
         self.row_mapping, self.bundle_batches = row_mapping, int(bundle_batches)
         self.bundle_window = int(bundle_window)
+        self.source_segments = source_segments
+        self._segments: dict[int, list[SourceSegment]] = {}
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -526,7 +538,9 @@ class CsrRowsExecutor:
 
         self.module = load_module("local_csr", nvshmem=False, device=dev.index)
         self.launch_cache = LaunchCache(device=dev)
-        self.num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        props = torch.cuda.get_device_properties(dev)
+        self.num_sms = props.multi_processor_count
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0))
 
     @property
     def prescale(self) -> bool:
@@ -563,28 +577,59 @@ class CsrRowsExecutor:
             self._pays[groups] = bundles_pay(self.indptr, thr, self.bundle_batches * entries_per_batch(lanes))
         return self._pays[groups]
 
-    def schedule(self, groups: int, bundles: bool = False) -> RowSchedule:
+    def schedule(self, groups: int, bundles: bool = False, segment: tuple[int, int] | None = None) -> RowSchedule:
         """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
-        bundles of about bundle_batches * K entries), built once on the GPU."""
-        key = (groups, bool(bundles))
+        bundles of about bundle_batches * K entries), built once on the GPU. `segment` = (k, S):
+        the schedule of source segment k of S (`segments`); None: the whole CSR."""
+        key = (groups, bool(bundles), segment)
         if key not in self._schedules:
             target = self.bundle_batches * entries_per_batch(32 // groups) if bundles else 0
-            s = row_schedule(self.indptr, groups, self.long_threshold, self.chunk,
+            ip = self.indptr if segment is None else self.segments(segment[1])[segment[0]].indptr
+            s = row_schedule(ip, groups, self.long_threshold, self.chunk,
                              bundle_target=target, bundle_window=self.bundle_window)  # on the GPU
             self.prep_seconds += s.seconds
             self._schedules[key] = s
         return self._schedules[key]
 
+    def segments_for(self, dim: int) -> int:
+        """Source segments a call at width `dim` runs in: the `source_segments` knob, or where it
+        is None, auto_source_segments of this plan's table at that width."""
+        if self.source_segments is not None:
+            return self.source_segments
+        dv, _, _, vpl = self._layout(dim)
+        if vpl != 1 or not self.plan.num_local_edges:
+            return 1
+        return auto_source_segments(self.plan.n_local * dv * 16, self.l2_bytes,
+                                    self.storage_dtype == torch.float32)
+
+    def segments(self, count: int) -> list[SourceSegment]:
+        """The local CSR cut into `count` source segments (cached; built on the GPU)."""
+        if count not in self._segments:
+            t0 = time.perf_counter()
+            self._segments[count] = split_by_source(self.indptr, self.src, self.wt, self.plan.n_local, count)
+            self.prep_seconds += time.perf_counter() - t0
+        return self._segments[count]
+
     def visit_order(self, dim: int) -> torch.Tensor:
-        """int64 [E] positions of the local CSR's entries in the order this executor's kernel
-        takes them at width `dim` with the current knobs (see `visit_order`)."""
+        """int64 [E] positions of the local CSR's entries in the order this executor's kernels
+        take them at width `dim` with the current knobs (see `visit_order`; with source segments,
+        segment by segment)."""
         _, _, lanes, vpl = self._layout(dim)
-        return visit_order(self.schedule(32 // lanes, self.uses_bundles(lanes, vpl)), self.indptr)
+        bundles = self.uses_bundles(lanes, vpl)
+        count = self.segments_for(dim)
+        if count == 1:
+            return visit_order(self.schedule(32 // lanes, bundles), self.indptr)
+        return torch.cat([seg.positions[visit_order(self.schedule(32 // lanes, bundles, (k, count)), seg.indptr)]
+                          for k, seg in enumerate(self.segments(count))])
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
                row_mapping: str | None = None, bundle_batches: int | None = None,
-               bundle_window: int | None = None) -> None:
-        """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily."""
+               bundle_window: int | None = None, source_segments: int | None | str = "keep") -> None:
+        """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily.
+        source_segments: a count, None (automatic) or "keep" (unchanged)."""
+        if source_segments != "keep":
+            _check_row_knobs(None, None, None, source_segments)
+            self.source_segments = source_segments
         _check_row_knobs(row_mapping, bundle_batches, bundle_window)
         if bundle_window is not None:
             self.bundle_window = int(bundle_window)
@@ -699,8 +744,14 @@ class CsrRowsExecutor:
         xin = self._table(x, sym, dim, dp)
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
-        sched = self.schedule(groups, self.uses_bundles(lanes, vpl))
-        partial = self._buf(max(sched.num_slots, 1), width)
+        bundles = self.uses_bundles(lanes, vpl)
+        count = self.segments_for(dim) if n else 1
+        if count == 1:
+            parts = [(self.schedule(groups, bundles), self.indptr, self.src, self.wt)]
+        else:
+            parts = [(self.schedule(groups, bundles, (k, count)), seg.indptr, seg.src, seg.wt)
+                     for k, seg in enumerate(self.segments(count))]
+        partial = self._buf(max(max(p[0].num_slots for p in parts), 1), width)
         mode, diag, cf, rf = WEIGHT_MODES[self.factors.mode], self.diag, self.cf, self.rf
         if scaled_input or not row_factor or (self.prescale and n):  # x' = cf * x, then w = 1 (see __init__)
             if n and not scaled_input:
@@ -712,8 +763,10 @@ class CsrRowsExecutor:
                 rf, diag = None, self._diag_no_rf
         elif self.column_by_weights:  # w = the plan's weight per edge (rf[t] cf[s] in one number)
             mode, cf, rf = WEIGHT_MODES["weighted"], None, None
-        if n:
-            launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
-                            self.num_sms, sched, self.indptr, self.src, self.wt, cf, rf,
-                            diag, xin, dv, out, partial, cache=self.launch_cache)
+        if n:  # segment k > 0 adds to the rows the passes before it wrote; the first adds the self term
+            for k, (sched, indptr, src, wt) in enumerate(parts):
+                launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
+                                self.num_sms, sched, indptr, src, wt, cf, rf,
+                                diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
+                                cache=self.launch_cache)
         return out

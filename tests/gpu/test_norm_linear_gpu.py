@@ -120,3 +120,68 @@ def test_gin_with_the_fused_norm_matches_the_stages(layers, monkeypatch):
         assert rel(a, b.double().cpu()) < 1e-3
     for a, b in zip(outs[0][2], outs[1][2]):
         assert rel(a, b.double().cpu()) < 1e-6
+
+
+@pytest.mark.parametrize("relu_out", [False, True])
+def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
+    """Under mpirun with P ranks (one GPU each; also P = 1): each rank holds a contiguous share of
+    the rows, the norm's statistics are summed over ranks (the store), and the fused op equals
+    float64 batch norm, ReLU and Linear over all rows: this rank's output rows and x's gradient;
+    the sums over ranks of the affine and Linear gradients; the running statistics."""
+    import numpy as np
+
+    from mgg.runtime import world
+    from tests.gpu.test_norm_gpu import _bounds, _dg, _host_sum
+
+    comm = world()
+    store = None
+    if comm.size > 1:
+        pytest.importorskip("nvshmem.core")
+        from mgg.runtime import make_store
+
+        store = make_store(comm, "gpu")
+    monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # every rank's share counts as tall
+    n, d, o = 20_011, 32, 24
+    gen = torch.Generator().manual_seed(5)
+    sign = torch.randint(0, 2, (n, d), generator=gen).float() * 2 - 1  # no entry near the ReLU's threshold
+    x = sign * (1.0 + 0.5 * torch.rand(n, d, generator=gen)) * (torch.rand(d, generator=gen) + 0.5) \
+        + torch.randn(d, generator=gen)
+    w = torch.rand(d, generator=gen) + 0.5
+    b = torch.randn(d, generator=gen).clamp(-2, 2) * 0.1
+    lw = torch.randn(o, d, generator=gen) / d ** 0.5
+    lb = torch.randn(o, generator=gen) * 0.1
+    gy = torch.randn(n, o, generator=gen)
+    bounds = _bounds(comm, False)
+    lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
+    dg = _dg(comm, store, bounds)
+
+    bn = DistBatchNorm(d).cuda().train()
+    lin = nn.Linear(d, o).cuda()
+    with torch.no_grad():
+        bn.weight.copy_(w)
+        bn.bias.copy_(b)
+        lin.weight.copy_(lw)
+        lin.bias.copy_(lb)
+    xc = x[lo:hi].cuda().requires_grad_()
+    assert norm_linear.fuses(bn, xc, dg, lin)
+    y = norm_linear.norm_relu_linear(bn, xc, dg, lin, relu_out)
+    xr, wr, br, lwr, lbr = (t.double().requires_grad_() for t in (x, w, b, lw, lb))
+    ref = F.linear(torch.relu(F.batch_norm(xr, None, None, wr, br, True, 0.0, bn.eps)), lwr, lbr)
+    g = gy.double()
+    if relu_out:  # the output ReLU's mask as every rank's kernel output has it (rounding near 0)
+        mine = np.zeros((n, o))
+        mine[lo:hi] = (y.detach().cpu() > 0).numpy()
+        mask = torch.from_numpy(_host_sum(comm, mine) > 0.5)
+        g = torch.where(mask, g, torch.zeros((), dtype=torch.float64))
+        ref = torch.relu(ref)
+    y.backward(gy[lo:hi].cuda())
+    ref.backward(g)
+    assert rel(y.detach(), ref.detach()[lo:hi]) < 1e-5
+    assert rel(xc.grad, xr.grad[lo:hi]) < 1e-4
+    for mine, want, tol in ((bn.weight.grad, wr.grad, 1e-4), (bn.bias.grad, br.grad, 1e-4),
+                            (lin.weight.grad, lwr.grad, 1e-5), (lin.bias.grad, lbr.grad, 1e-5)):
+        total = torch.from_numpy(_host_sum(comm, mine.detach().cpu().numpy()))
+        assert rel(total, want) < tol
+    xd = x.double()
+    assert np.allclose(bn.running_mean.cpu().double(), 0.1 * xd.mean(0), rtol=1e-5, atol=1e-6)
+    assert np.allclose(bn.running_var.cpu().double(), 0.9 + 0.1 * xd.var(0), rtol=1e-5, atol=1e-6)

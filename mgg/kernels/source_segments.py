@@ -1,0 +1,126 @@
+"""A CSR cut by source row into S contiguous source ranges (segments), for aggregations whose
+table is several times the GPU's L2.
+
+`mgg_csr_rows` (mgg/kernels/local_csr.cu) sums each output row over its entries. On a table much
+larger than the L2 (products-like at D = 16: 2.45M rows of 64 B, 157 MB against an H200's 50 MB)
+most gathered rows miss it. Cut by source, pass k reads only the rows of segment k, a table a
+S-th the size: the first pass writes every output row (with the self term), each later pass
+adds to it (the kernels' `add`). Each extra pass costs a read and a write of the output, so it
+pays only where the table is around one to four times the L2 (`auto_source_segments`).
+
+Measured on one H200 (torch reports 60 MB of L2), bench/results/2026-11-26-h200x1-1eb0ad7: c2
+(`segprobe.py`: kind sum, one launch per segment) and c3 (`bench/local_csr.py`, whole calls):
+
+| ms | table / L2 | S = 1 | S = 2 | S = 3 |
+| --- | --- | --- | --- | --- |
+| products-like D = 16 sum (c2 / c3) | 2.5 | 1.718 / 1.596 | **1.449 / 1.422** | 1.507 / 1.490 |
+| products-like D = 16 gcn (c3) | 2.5 | 1.760 | **1.604** | 1.726 |
+| products-like D = 64 sum (c3) | 10 | **3.701** | 4.198 | 4.921 |
+| reddit-like D = 64 gcn / sum (c3) | 1.0 | 2.969 / 3.008 | **2.888 / 2.931** | 2.913 / 2.962 |
+| reddit-like D = 16 gcn / sum (c3) | 0.25 | **0.834 / 0.801** | 0.864 / 0.826 | 0.878 / 0.845 |
+
+More segments were slower everywhere (c2: products-like D = 16 at S = 4, 6, 8: 1.628, 1.813,
+2.014 ms; D = 64 at S = 4 to 24: 5.9 to 13.7 ms).
+
+Entries keep their order inside a row: a plan lists each row's sources ascending
+(mgg.runtime.transpose.sort_within_rows), so a row's entries of segment k are one run of it and
+a stable sort by segment keeps rows in order within each segment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
+           "MAX_AUTO_SEGMENTS", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2"]
+
+#: auto_source_segments cuts a table into two segments from this many times the L2's size ...
+#: (reddit-like at D = 64, 1.0x: 1.03x faster in two; at D = 16, 0.25x: 3% slower)
+AUTO_MIN_TABLE_L2 = 0.75
+#: ... up to this many times. Products-like at D = 16 (2.5x an H200's L2) gained 1.10-1.19x, at
+#: D = 64 (10x) lost 12%: beyond this, one.
+AUTO_MAX_TABLE_L2 = 4.0
+#: the most segments the automatic rule picks (more were slower everywhere measured)
+MAX_AUTO_SEGMENTS = 2
+
+
+@dataclass
+class SourceSegment:
+    """The entries of a CSR whose source row lies in [lo, hi).
+
+    indptr: int64 [n + 1] over this segment's entries (every row of the CSR, empty ones too);
+    src: int32 [E_k] source rows (still indices into the whole table); wt: float32 [E_k] the
+    entries' weights, or None where the CSR had none; positions: int64 [E_k] each entry's
+    position in the whole CSR (for visit orders)."""
+
+    lo: int
+    hi: int
+    indptr: torch.Tensor
+    src: torch.Tensor
+    wt: torch.Tensor | None
+    positions: torch.Tensor
+
+    @property
+    def num_entries(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _segment_of(src: torch.Tensor, n_sources: int, segments: int) -> torch.Tensor:
+    """int64 [E]: the segment of each entry's source, segments of ceil(n_sources / segments) rows."""
+    size = max(1, -(-int(n_sources) // segments))
+    return torch.div(src.to(torch.int64), size, rounding_mode="floor")
+
+
+def source_segment_order(indptr: torch.Tensor, src: torch.Tensor, n_sources: int, segments: int) -> torch.Tensor:
+    """int64 [E]: the CSR's entry positions ordered by source segment, then by row, then as
+    listed (the order S passes read them in). Torch ops on src's device."""
+    if segments < 1:
+        raise ValueError(f"source segments must be >= 1, got {segments}")
+    pos = torch.arange(src.shape[0], dtype=torch.int64, device=src.device)
+    if segments == 1:
+        return pos
+    return torch.argsort(_segment_of(src, n_sources, segments), stable=True)
+
+
+def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | None, n_sources: int,
+                    segments: int) -> list[SourceSegment]:
+    """Cut a CSR (int64 indptr [n + 1], int32 src [E] in [0, n_sources), optional float32 wt
+    [E]) into `segments` CSRs by source range, each over all n rows. Torch ops on src's device;
+    the pieces are new contiguous tensors (about one more copy of src and wt, and `segments`
+    row-pointer arrays)."""
+    if segments < 1:
+        raise ValueError(f"source segments must be >= 1, got {segments}")
+    n = int(indptr.shape[0]) - 1
+    dev = src.device
+    size = max(1, -(-int(n_sources) // segments))
+    if src.numel() and (int(src.min()) < 0 or int(src.max()) >= n_sources):
+        raise ValueError(f"split_by_source: source rows must lie in [0, {n_sources}), got "
+                         f"[{int(src.min())}, {int(src.max())}]")
+    seg = _segment_of(src, n_sources, segments)
+    order = torch.argsort(seg, stable=True)  # by segment; rows (and order in a row) kept
+    rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr[1:] - indptr[:-1], output_size=src.shape[0])
+    counts = torch.bincount(seg * n + rows, minlength=segments * n).view(segments, n)
+    out = []
+    start = 0
+    for k in range(segments):
+        ptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+        torch.cumsum(counts[k], 0, out=ptr[1:])
+        e = int(ptr[-1])
+        pos = order[start:start + e].contiguous()
+        out.append(SourceSegment(k * size, min((k + 1) * size, int(n_sources)), ptr,
+                                 src[pos].to(torch.int32).contiguous(),
+                                 None if wt is None else wt[pos].contiguous(), pos))
+        start += e
+    return out
+
+
+def auto_source_segments(table_bytes: int, l2_bytes: int, storage_is_float32: bool = True) -> int:
+    """Segments for a table of `table_bytes` on a GPU with `l2_bytes` of L2: 2 where the table is
+    AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times the L2 and rows are float32 (the adding pass
+    loads float32 output rows ahead; 16-bit storage was not measured), else 1. Rows of more than
+    one vector a lane (D > 128 float32) always run in one (CsrRowsExecutor.segments_for)."""
+    if not storage_is_float32 or l2_bytes <= 0:
+        return 1
+    ratio = table_bytes / l2_bytes
+    return MAX_AUTO_SEGMENTS if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1
