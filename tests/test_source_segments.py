@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.source_segments import (AUTO_MAX_TABLE_L2, AUTO_MIN_TABLE_L2, auto_source_segments,
+from mgg.kernels.source_segments import (AUTO_MAX_TABLE_L2, AUTO_MIN_ENTRIES_PER_ROW, AUTO_MIN_TABLE_L2, auto_source_segments,
                                          source_segment_order, split_by_source)
 
 
@@ -66,3 +66,6 @@ def test_auto_rule():
     assert auto_source_segments(int(l2 * AUTO_MAX_TABLE_L2) + 1, l2) == 1  # D = 64 lost with two
     assert auto_source_segments(int(l2 * 2.5), l2, storage_is_float32=False) == 1
     assert auto_source_segments(10, 0) == 1
+    # a sparse CSR (a row-subset plan) stays in one whatever its table
+    assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=AUTO_MIN_ENTRIES_PER_ROW - 0.1) == 1
+    assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=25.3) == 2

@@ -2,11 +2,12 @@
 table is several times the GPU's L2.
 
 `mgg_csr_rows` (mgg/kernels/local_csr.cu) sums each output row over its entries. On a table much
-larger than the L2 (products-like at D = 16: 2.45M rows of 64 B, 157 MB against an H200's 50 MB)
+larger than the L2 (products-like at D = 16: 2.45M rows of 64 B, 157 MB against an H200's 60 MB)
 most gathered rows miss it. Cut by source, pass k reads only the rows of segment k, a table a
 S-th the size: the first pass writes every output row (with the self term), each later pass
 adds to it (the kernels' `add`). Each extra pass costs a read and a write of the output, so it
-pays only where the table is around one to four times the L2 (`auto_source_segments`).
+pays only where the table is around one to four times the L2 and the rows are long enough
+(`auto_source_segments`).
 
 Measured on one H200 (torch reports 60 MB of L2), bench/results/2026-11-26-h200x1-1eb0ad7: c2
 (`segprobe.py`: kind sum, one launch per segment) and c3 (`bench/local_csr.py`, whole calls):
@@ -33,7 +34,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
-           "MAX_AUTO_SEGMENTS", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2"]
+           "MAX_AUTO_SEGMENTS", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
+           "AUTO_MIN_ENTRIES_PER_ROW"]
 
 #: auto_source_segments cuts a table into two segments from this many times the L2's size ...
 #: (reddit-like at D = 64, 1.0x: 1.03x faster in two; at D = 16, 0.25x: 3% slower)
@@ -43,6 +45,11 @@ AUTO_MIN_TABLE_L2 = 0.75
 AUTO_MAX_TABLE_L2 = 4.0
 #: the most segments the automatic rule picks (more were slower everywhere measured)
 MAX_AUTO_SEGMENTS = 2
+#: ... and only for CSRs of at least this many entries per row: every pass walks every row, so a
+#: sparse CSR pays the passes' row costs for little gather. The row-subset plans of a GCN's last
+#: layer (mgg.runtime.rowset; products-like: about 2 entries per row) made the products-like GCN
+#: epoch 3.32 ms against 2.92 in one segment (c4), where the full plan (25 per row) gains.
+AUTO_MIN_ENTRIES_PER_ROW = 16
 
 
 @dataclass
@@ -115,12 +122,14 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
     return out
 
 
-def auto_source_segments(table_bytes: int, l2_bytes: int, storage_is_float32: bool = True) -> int:
+def auto_source_segments(table_bytes: int, l2_bytes: int, storage_is_float32: bool = True,
+                         entries_per_row: float = float("inf")) -> int:
     """Segments for a table of `table_bytes` on a GPU with `l2_bytes` of L2: 2 where the table is
-    AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times the L2 and rows are float32 (the adding pass
-    loads float32 output rows ahead; 16-bit storage was not measured), else 1. Rows of more than
-    one vector a lane (D > 128 float32) always run in one (CsrRowsExecutor.segments_for)."""
-    if not storage_is_float32 or l2_bytes <= 0:
+    AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times the L2, the CSR has AUTO_MIN_ENTRIES_PER_ROW or
+    more entries per row and rows are float32 (the adding pass loads float32 output rows ahead;
+    16-bit storage was not measured), else 1. Rows of more than one vector a lane (D > 128
+    float32) always run in one (CsrRowsExecutor.segments_for)."""
+    if not storage_is_float32 or l2_bytes <= 0 or entries_per_row < AUTO_MIN_ENTRIES_PER_ROW:
         return 1
     ratio = table_bytes / l2_bytes
     return MAX_AUTO_SEGMENTS if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1
