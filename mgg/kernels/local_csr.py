@@ -30,7 +30,7 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
-from .source_segments import SourceSegment, auto_source_segments, split_by_source
+from .source_segments import SourceSegment, auto_source_segments, source_segment_order, split_by_source
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -620,8 +620,13 @@ class CsrRowsExecutor:
         count = self.segments_for(dim)
         if count == 1:
             return visit_order(self.schedule(32 // lanes, bundles), self.indptr)
-        return torch.cat([seg.positions[visit_order(self.schedule(32 // lanes, bundles, (k, count)), seg.indptr)]
-                          for k, seg in enumerate(self.segments(count))])
+        order = source_segment_order(self.indptr, self.src, self.plan.n_local, count)
+        parts, start = [], 0
+        for k, seg in enumerate(self.segments(count)):
+            pos = order[start:start + seg.num_entries]
+            start += seg.num_entries
+            parts.append(pos[visit_order(self.schedule(32 // lanes, bundles, (k, count)), seg.indptr)])
+        return torch.cat(parts)
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
                row_mapping: str | None = None, bundle_batches: int | None = None,

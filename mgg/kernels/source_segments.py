@@ -58,15 +58,14 @@ class SourceSegment:
 
     indptr: int64 [n + 1] over this segment's entries (every row of the CSR, empty ones too);
     src: int32 [E_k] source rows (still indices into the whole table); wt: float32 [E_k] the
-    entries' weights, or None where the CSR had none; positions: int64 [E_k] each entry's
-    position in the whole CSR (for visit orders)."""
+    entries' weights, or None where the CSR had none. The entries' positions in the whole CSR
+    are slice k of `source_segment_order` (not kept: 8 bytes an entry)."""
 
     lo: int
     hi: int
     indptr: torch.Tensor
     src: torch.Tensor
     wt: torch.Tensor | None
-    positions: torch.Tensor
 
     @property
     def num_entries(self) -> int:
@@ -94,8 +93,9 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
                     segments: int) -> list[SourceSegment]:
     """Cut a CSR (int64 indptr [n + 1], int32 src [E] in [0, n_sources), optional float32 wt
     [E]) into `segments` CSRs by source range, each over all n rows. Torch ops on src's device;
-    the pieces are new contiguous tensors (about one more copy of src and wt, and `segments`
-    row-pointer arrays)."""
+    the pieces are new contiguous tensors (one more copy of src and wt, and `segments` row-pointer
+    arrays). Segment k's entries are positions order[E_0 + ... + E_{k-1} :][:E_k] of the CSR,
+    order = source_segment_order(indptr, src, n_sources, segments)."""
     if segments < 1:
         raise ValueError(f"source segments must be >= 1, got {segments}")
     n = int(indptr.shape[0]) - 1
@@ -114,10 +114,10 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
         ptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
         torch.cumsum(counts[k], 0, out=ptr[1:])
         e = int(ptr[-1])
-        pos = order[start:start + e].contiguous()
+        pos = order[start:start + e]
         out.append(SourceSegment(k * size, min((k + 1) * size, int(n_sources)), ptr,
                                  src[pos].to(torch.int32).contiguous(),
-                                 None if wt is None else wt[pos].contiguous(), pos))
+                                 None if wt is None else wt[pos].contiguous()))
         start += e
     return out
 
