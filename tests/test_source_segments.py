@@ -71,3 +71,11 @@ def test_auto_rule():
     # a sparse CSR (a row-subset plan) stays in one whatever its table
     assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=AUTO_MIN_ENTRIES_PER_ROW - 0.1) == 1
     assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=25.3) == 2
+
+
+@pytest.mark.parametrize("bad", [0, 65, 2.5, True, "2"])
+def test_executor_refuses_a_bad_segment_count_before_any_gpu_work(bad):
+    from mgg.kernels.local_csr import CsrRowsExecutor
+
+    with pytest.raises(ValueError, match=r"source_segments must be an integer in \[1, 64\]"):
+        CsrRowsExecutor(None, None, "sum", source_segments=bad)

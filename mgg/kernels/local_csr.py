@@ -85,7 +85,8 @@ DEFAULT_WPB = 4
 def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None, bundle_window: int | None = None,
                      source_segments: int | None = None) -> None:
     """ValueError naming the knob for a bad row mapping, bundle size or segment count (None: not given)."""
-    if source_segments is not None and not (isinstance(source_segments, int) and 1 <= source_segments <= 64):
+    if source_segments is not None and not (isinstance(source_segments, (int, np.integer))
+                                            and not isinstance(source_segments, bool) and 1 <= source_segments <= 64):
         raise ValueError(f"csr_rows: source_segments must be an integer in [1, 64] or None (automatic), "
                          f"got {source_segments!r}")
     if row_mapping is not None and row_mapping not in ROW_MAPPINGS:
@@ -498,7 +499,7 @@ class CsrRowsExecutor:
         self.long_threshold, self.chunk = long_threshold, chunk
         self.row_mapping, self.bundle_batches = row_mapping, int(bundle_batches)
         self.bundle_window = int(bundle_window)
-        self.source_segments = source_segments
+        self.source_segments = None if source_segments is None else int(source_segments)
         self._segments: dict[int, list[SourceSegment]] = {}
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -635,7 +636,7 @@ class CsrRowsExecutor:
         source_segments: a count, None (automatic) or "keep" (unchanged)."""
         if source_segments != "keep":
             _check_row_knobs(None, None, None, source_segments)
-            self.source_segments = source_segments
+            self.source_segments = None if source_segments is None else int(source_segments)
         _check_row_knobs(row_mapping, bundle_batches, bundle_window)
         if bundle_window is not None:
             self.bundle_window = int(bundle_window)

@@ -205,3 +205,5 @@ def test_source_segments_auto_and_knob():
         ex.retune(source_segments=0)
     with pytest.raises(ValueError, match="source_segments"):
         CsrRowsExecutor(plan, None, "sum", source_segments=2.5)
+    with pytest.raises(ValueError, match="source_segments"):
+        CsrRowsExecutor(plan, None, "sum", source_segments=True)
