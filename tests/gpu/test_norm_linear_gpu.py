@@ -21,13 +21,11 @@ def rel(a, b):
     return float((a.double().cpu() - b).norm() / max(float(b.norm()), 1e-30))
 
 
-@pytest.mark.parametrize("n,d,o", [(100_003, 64, 64), (70_001, 64, 48), (65_536, 16, 20)])
-@pytest.mark.parametrize("relu_out,lin_bias", [(True, True), (False, True), (True, False)])
-def test_norm_relu_linear_matches_float64(n, d, o, relu_out, lin_bias):
-    """The rows are two clusters per column, |x - mean| >= 0.7 std, and the norm's offset keeps
-    the ReLU's threshold inside the gap: no entry lies within rounding of it (one entry whose
-    mask flipped between float64 and float32 would move dx by 1e-3 relative)."""
-    gen = torch.Generator().manual_seed(n + d + o)
+def gapped_problem(n: int, d: int, o: int, seed: int):
+    """x float32 [n, d] in two clusters per column, |x - mean| >= 0.7 std, the norm's weight and
+    bias [d] (the offset keeps the ReLU's threshold inside the gap, so no entry lies within
+    rounding of it), a Linear's weight [o, d] and bias [o], and an output gradient [n, o]."""
+    gen = torch.Generator().manual_seed(seed)
     sign = torch.randint(0, 2, (n, d), generator=gen).float() * 2 - 1
     x = sign * (1.0 + 0.5 * torch.rand(n, d, generator=gen)) * (torch.rand(d, generator=gen) + 0.5) \
         + torch.randn(d, generator=gen)
@@ -35,7 +33,16 @@ def test_norm_relu_linear_matches_float64(n, d, o, relu_out, lin_bias):
     b = torch.randn(d, generator=gen).clamp(-2, 2) * 0.1
     lw = torch.randn(o, d, generator=gen) / d ** 0.5
     lb = torch.randn(o, generator=gen) * 0.1
-    gy = torch.randn(n, o, generator=gen)
+    return x, w, b, lw, lb, torch.randn(n, o, generator=gen)
+
+
+@pytest.mark.parametrize("n,d,o", [(100_003, 64, 64), (70_001, 64, 48), (65_536, 16, 20)])
+@pytest.mark.parametrize("relu_out,lin_bias", [(True, True), (False, True), (True, False)])
+def test_norm_relu_linear_matches_float64(n, d, o, relu_out, lin_bias):
+    """The rows are two clusters per column, |x - mean| >= 0.7 std, and the norm's offset keeps
+    the ReLU's threshold inside the gap: no entry lies within rounding of it (one entry whose
+    mask flipped between float64 and float32 would move dx by 1e-3 relative)."""
+    x, w, b, lw, lb, gy = gapped_problem(n, d, o, seed=n + d + o)
 
     bn = DistBatchNorm(d).cuda().train()
     lin = nn.Linear(d, o, bias=lin_bias).cuda()
@@ -142,15 +149,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
         store = make_store(comm, "gpu")
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # every rank's share counts as tall
     n, d, o = 20_011, 32, 24
-    gen = torch.Generator().manual_seed(5)
-    sign = torch.randint(0, 2, (n, d), generator=gen).float() * 2 - 1  # no entry near the ReLU's threshold
-    x = sign * (1.0 + 0.5 * torch.rand(n, d, generator=gen)) * (torch.rand(d, generator=gen) + 0.5) \
-        + torch.randn(d, generator=gen)
-    w = torch.rand(d, generator=gen) + 0.5
-    b = torch.randn(d, generator=gen).clamp(-2, 2) * 0.1
-    lw = torch.randn(o, d, generator=gen) / d ** 0.5
-    lb = torch.randn(o, generator=gen) * 0.1
-    gy = torch.randn(n, o, generator=gen)
+    x, w, b, lw, lb, gy = gapped_problem(n, d, o, seed=5)
     bounds = [int(v) for v in np.linspace(0, n, comm.size + 1)]
     lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
     dg = _dg(comm, store, bounds)
