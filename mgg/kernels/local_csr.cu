@@ -360,7 +360,7 @@ __device__ __forceinline__ void walk_rows(long long r0, long long r1, long long 
   const long long* ends = indptr + 1;                          // ends[t] = indptr[t + 1]
   int t = (int)r0;                                             // the row being summed
   const int tl = (int)r1;
-  int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end
+  int tend = t + 1 < tl ? (int)(ends[t] - s) : n;              // its end in the entry stream
   int tnext = t + 2 < tl ? (int)(ends[t + 1] - s) : n;         // the end of row t + 1 (when t + 1 < r1)
   RowEnd<S, V> rend;
   bool summed = false;                                         // row t has had an entry
