@@ -743,8 +743,9 @@ def csr_rows_gather_ms(p, kind, dim: int, comm) -> float | None:
 FLOOR_SEGMENTS = (2, 3, 4, 6)
 
 
-def segmented_gather_ms(ptr, idx, n: int, dim: int, hbm_GBps: float, comm) -> dict:
-    """The floor of an aggregation that reads its entries in S passes over source ranges (the
+def segmented_gather_ms(idx, n: int, dim: int, hbm_GBps: float, comm) -> dict:
+    """The floor of an aggregation that reads the entries of a CSR (idx: int [E] source rows into
+    an [n, dim] table, in row order) in S passes over source ranges (the
     order of mgg.kernels.source_segments): per S in FLOOR_SEGMENTS, the bare gather of the
     stream in that order (gather_bandwidth's flat shapes: each pass's rows are a table S times
     smaller, more of it in L2) plus the output passes it needs beyond one write -- S - 1 reads
@@ -754,10 +755,10 @@ def segmented_gather_ms(ptr, idx, n: int, dim: int, hbm_GBps: float, comm) -> di
     from mgg.kernels.source_segments import source_segment_order
 
     row = padded_dim(dim) * 4
-    ip, ix = torch.from_numpy(np.asarray(ptr, np.int64)), torch.from_numpy(np.asarray(idx).astype(np.int32))
+    ix = torch.from_numpy(np.asarray(idx).astype(np.int32))
     out = {}
     for S in FLOOR_SEGMENTS:
-        order = source_segment_order(ip, ix, n, S)
+        order = source_segment_order(ix, n, S)
         rate = gather_bandwidth(dim, comm, indices=ix[order].numpy(), table_rows=n)
         out[S] = row * len(ix) / (rate * 1e6) + (2 * S - 2) * n * row / (hbm_GBps * 1e6)
     return out
@@ -795,9 +796,8 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: f
         if own < out["ms"]:
             out.update(ms=own, GBps=local / (own * 1e6))
     if hbm_GBps and not p.num_remote_edges and p.num_local_edges:
-        ptr, idx = (with_self_entries(p.local_indptr, p.local_indices) if p.has_self
-                    else (p.local_indptr, p.local_indices))
-        out["segmented_ms"] = segmented_gather_ms(ptr, idx, p.n_local, dim, hbm_GBps, comm)
+        idx = with_self_entries(p.local_indptr, p.local_indices)[1] if p.has_self else p.local_indices
+        out["segmented_ms"] = segmented_gather_ms(idx, p.n_local, dim, hbm_GBps, comm)
         best = min(out["segmented_ms"].values())
         if best < out["ms"]:
             out.update(ms=best, GBps=local / (best * 1e6))

@@ -25,7 +25,7 @@ def test_split_matches_numpy(segments):
     assert len(parts) == segments
     rows = np.repeat(np.arange(n), np.diff(indptr))
     seen = np.zeros(len(src), int)
-    order = source_segment_order(torch.from_numpy(indptr), torch.from_numpy(src), n_src, segments).numpy()
+    order = source_segment_order(torch.from_numpy(src), n_src, segments).numpy()
     start = 0
     for k, p in enumerate(parts):
         lo, hi = k * size, min((k + 1) * size, n_src)

@@ -621,7 +621,7 @@ class CsrRowsExecutor:
         count = self.segments_for(dim)
         if count == 1:
             return visit_order(self.schedule(32 // lanes, bundles), self.indptr)
-        order = source_segment_order(self.indptr, self.src, self.plan.n_local, count)
+        order = source_segment_order(self.src, self.plan.n_local, count)
         parts, start = [], 0
         for k, seg in enumerate(self.segments(count)):
             pos = order[start:start + seg.num_entries]

@@ -72,15 +72,20 @@ class SourceSegment:
         return int(self.src.shape[0])
 
 
+def _segment_rows(n_sources: int, segments: int) -> int:
+    """Source rows a segment covers: ceil(n_sources / segments), at least 1."""
+    return max(1, -(-int(n_sources) // segments))
+
+
 def _segment_of(src: torch.Tensor, n_sources: int, segments: int) -> torch.Tensor:
-    """int64 [E]: the segment of each entry's source, segments of ceil(n_sources / segments) rows."""
-    size = max(1, -(-int(n_sources) // segments))
-    return torch.div(src.to(torch.int64), size, rounding_mode="floor")
+    """int64 [E]: the segment of each entry's source (segments of _segment_rows rows)."""
+    return torch.div(src.to(torch.int64), _segment_rows(n_sources, segments), rounding_mode="floor")
 
 
-def source_segment_order(indptr: torch.Tensor, src: torch.Tensor, n_sources: int, segments: int) -> torch.Tensor:
-    """int64 [E]: the CSR's entry positions ordered by source segment, then by row, then as
-    listed (the order S passes read them in). Torch ops on src's device."""
+def source_segment_order(src: torch.Tensor, n_sources: int, segments: int) -> torch.Tensor:
+    """int64 [E]: the positions of a CSR's entries (src: int [E], in row order) ordered by source
+    segment, then by row, then as listed (the order S passes read them in). Torch ops on src's
+    device."""
     if segments < 1:
         raise ValueError(f"source segments must be >= 1, got {segments}")
     pos = torch.arange(src.shape[0], dtype=torch.int64, device=src.device)
@@ -95,12 +100,12 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
     [E]) into `segments` CSRs by source range, each over all n rows. Torch ops on src's device;
     the pieces are new contiguous tensors (one more copy of src and wt, and `segments` row-pointer
     arrays). Segment k's entries are positions order[E_0 + ... + E_{k-1} :][:E_k] of the CSR,
-    order = source_segment_order(indptr, src, n_sources, segments)."""
+    order = source_segment_order(src, n_sources, segments)."""
     if segments < 1:
         raise ValueError(f"source segments must be >= 1, got {segments}")
     n = int(indptr.shape[0]) - 1
     dev = src.device
-    size = max(1, -(-int(n_sources) // segments))
+    size = _segment_rows(n_sources, segments)
     if src.numel() and (int(src.min()) < 0 or int(src.max()) >= n_sources):
         raise ValueError(f"split_by_source: source rows must lie in [0, {n_sources}), got "
                          f"[{int(src.min())}, {int(src.max())}]")
