@@ -187,6 +187,10 @@ def test_row_knobs_are_checked_by_name():
         _check_row_knobs(None, 0)
     with pytest.raises(ValueError, match="bundle_window must be >= 0"):
         _check_row_knobs(None, None, -2)
+    _check_row_knobs("scan", None, None, None, 1)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="scan_run must be an integer >= 1"):
+            _check_row_knobs(None, None, None, None, bad)
 
 
 def _plans(indptr, indices, kind):

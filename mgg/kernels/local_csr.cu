@@ -54,6 +54,7 @@
 //   The first two take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
 //   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
 //   pass, and the passes are ordered on one stream, so no atomics).
+#include <climits>
 #include <cstdint>
 #include <cuda_fp16.h>
 
@@ -453,6 +454,231 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The scan mapping (mgg_csr_scan_l{L}_w{W}; float32 storage, one float4 column a lane, L = 2, 4, 8):
+// a warp takes a run of consecutive short rows (int64 runs[2k], runs[2k + 1] = r0, r1) and walks
+// their entries [indptr[r0], indptr[r1]) as one stream, in windows of SCAN_WINDOW(L) = 8 * G
+// entries (G = 32 / L lane groups; group g takes window entries 8g .. 8g + 7, 8 rows in flight a
+// lane). No row change diverges:
+//   * the window's row ends come from the row ends the warp holds (lane i: the end of row rc + i,
+//     one coalesced load for 32 rows) as a bit a window entry, OR-reduced over the warp;
+//   * each group keeps a running sum of its 8 entries and stores it into shared memory at every row
+//     end (predicated), restarting from zero;
+//   * a segmented scan over the groups' tails (log2 G shuffle steps) gives each group what earlier
+//     groups, and earlier windows (the carry), hold of its first row;
+//   * the window's completed rows are written G at a time, one row a group: coalesced stores.
+// Shared memory: SCAN_SLOTS(L) float4s a warp (one a lane and window entry, plus one a group of
+// entries against bank conflicts), SCAN_WPB warps a block. The per-row write values (rf, diag, the
+// self row; out[t] in an adding pass) are loaded at the write: loading them before the gathers
+// took the kernel from 72 to 102 registers (one H200, devscripts probe of session 38).
+#define SCAN_WPB 4
+
+template <int L>
+struct ScanGeo {
+  static constexpr int G = 32 / L;             // lane groups
+  static constexpr int W = 8 * G;              // entries a window
+  static constexpr int U = 8 / L;              // indices a lane loads a window
+  static constexpr int NW = W / 32;            // 32-bit words of row-end flags a window
+  static constexpr int SLOTS = W * L + W / 8;  // float4 slots a warp
+};
+
+template <int L>
+__device__ __forceinline__ int scan_slot(int p, int lig) { return p * L + lig + (p >> 3); }
+
+__device__ __forceinline__ float4 f4add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ __forceinline__ float4 f4shfl_up(float4 v, int d) {
+  return make_float4(__shfl_up_sync(FULL, v.x, d), __shfl_up_sync(FULL, v.y, d), __shfl_up_sync(FULL, v.z, d),
+                     __shfl_up_sync(FULL, v.w, d));
+}
+__device__ __forceinline__ float4 f4shfl(float4 v, int l) {
+  return make_float4(__shfl_sync(FULL, v.x, l), __shfl_sync(FULL, v.y, l), __shfl_sync(FULL, v.z, l),
+                     __shfl_sync(FULL, v.w, l));
+}
+
+// OR into `words` the flag bit of every row of this lane's chunk entry (row end cend, previous row's
+// end prev; relative positions) whose last entry lies in the window [b, b + W).
+template <int L>
+__device__ __forceinline__ void scan_end_bits(int cend, int prev, int b, unsigned (&words)[ScanGeo<L>::NW]) {
+  const int q = cend - 1 - b;
+  const bool in = cend > prev && q >= 0 && q < ScanGeo<L>::W;
+#pragma unroll
+  for (int w = 0; w < ScanGeo<L>::NW; ++w)
+    words[w] |= __reduce_or_sync(FULL, (in && (q >> 5) == w) ? (1u << (q & 31)) : 0u);
+}
+
+// Run [r0, r1) (every row of it short; empty rows too) by one warp; see the section comment.
+// `slots`: this warp's ScanGeo<L>::SLOTS float4s of shared memory.
+template <int L, int W>
+__device__ __forceinline__ void scan_run(long long r0, long long r1, const long long* __restrict__ indptr,
+                                         const int* __restrict__ src, const float* __restrict__ wt,
+                                         const float* __restrict__ cf, const float* __restrict__ rf,
+                                         const float* __restrict__ diag, const float4* __restrict__ x, int DV,
+                                         float4* __restrict__ out, int add, float4* __restrict__ slots) {
+  using Q = ScanGeo<L>;
+  constexpr int G = Q::G, WIN = Q::W, U = Q::U, NW = Q::NW;
+  const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
+  const long long s = indptr[r0];
+  const int n = (int)(indptr[r1] - s);  // positions relative to s (the launcher refuses 2^31 entries)
+  src += s;
+  if (W == 0) wt += s;
+  const long long* ends = indptr + 1;
+  long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i
+  int cend = rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX;
+  int pend = 0;       // the end of row rc - 1
+  float4 carry = make_float4(0.f, 0.f, 0.f, 0.f);  // the part of the row in progress that earlier windows hold
+  const bool lok = lig < DV;
+  int idx[U], nidx[U];
+  float wv[U], nwv[U];
+  auto load = [&](int b, int (&ix)[U], float (&w)[U]) {  // window b's indices: lane * U + u
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = b + lane * U + u;
+      const bool ok = p < n;
+      const int j = ok ? __ldcs(src + p) : -1;
+      ix[u] = j;
+      if (W == 0) w[u] = ok ? __ldcs(wt + p) : 0.f;
+      else if (W == 2) w[u] = ok ? __ldg(cf + j) : 0.f;
+      else w[u] = 1.f;
+    }
+  };
+  load(0, nidx, nwv);
+  for (int b = 0;; b += WIN) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
+    if (b + WIN < n) load(b + WIN, nidx, nwv);
+    // window entry 8g + k was loaded by lane g * L + k / U, register k % U
+    float4 r[8];
+    float w[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = __shfl_sync(FULL, idx[k % U], g * L + k / U);
+      w[k] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k % U], g * L + k / U);
+      r[k] = (j >= 0 && lok) ? __ldg(x + (long long)j * DV + lig) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    unsigned words[NW];
+#pragma unroll
+    for (int q = 0; q < NW; ++q) words[q] = 0u;
+    {
+      int prev = __shfl_up_sync(FULL, cend, 1);
+      if (lane == 0) prev = pend;
+      scan_end_bits<L>(cend, prev, b, words);
+      long long rr = rc;  // every row of the chunk ends in the window: the next chunks may too
+      int ce = cend;
+      while (__shfl_sync(FULL, ce, 31) <= b + WIN && rr + 32 < r1) {
+        const int last = __shfl_sync(FULL, ce, 31);
+        rr += 32;
+        ce = rr + lane < r1 ? (int)(ends[rr + lane] - s) : INT_MAX;
+        int pv = __shfl_up_sync(FULL, ce, 1);
+        if (lane == 0) pv = last;
+        scan_end_bits<L>(ce, pv, b, words);
+      }
+    }
+    unsigned wsel = words[0];
+#pragma unroll
+    for (int q = 1; q < NW; ++q)
+      if (((8 * g) >> 5) == q) wsel = words[q];
+    const unsigned fl = (wsel >> ((8 * g) & 31)) & 0xffu;  // this group's 8 flags
+    float4 run = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      axpy<W>(run, w[k], r[k]);
+      if ((fl >> k) & 1u) {
+        slots[scan_slot<L>(8 * g + k, lig)] = run;
+        run = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    // segmented scan over the groups: v_g = tail_g + (group g ends no row ? v_{g-1} : 0)
+    const unsigned bal = __ballot_sync(FULL, fl != 0u);
+    unsigned gm = 0;  // bit q: group q ends a row
+#pragma unroll
+    for (int q = 0; q < G; ++q) gm |= ((bal >> (q * L)) & 1u) << q;
+    float4 v = run;
+#pragma unroll
+    for (int d = 1; d < G; d <<= 1) {
+      const float4 up = f4shfl_up(v, d * L);
+      const int a = g - d + 1 > 0 ? g - d + 1 : 0;  // v covers groups [a, g]: add v_{g-d} if none ends a row
+      const bool stop = ((gm >> a) & ((2u << (g - a)) - 1u)) != 0u;
+      if (g >= d && !stop) v = f4add(v, up);
+    }
+    if ((gm & ((2u << g) - 1u)) == 0u) v = f4add(v, carry);  // no row end in groups 0..g
+    float4 cin = f4shfl_up(v, L);
+    if (g == 0) cin = carry;
+    carry = f4shfl(v, (G - 1) * L + lig);
+    if (fl) {  // the group's first row end gets what came before it
+      const int sl = scan_slot<L>(8 * g + __ffs(fl) - 1, lig);
+      slots[sl] = f4add(slots[sl], cin);
+    }
+    __syncwarp();
+    // the window's completed rows (end <= b + WIN), G at a time; 32 rows of ends a chunk
+    while (true) {
+      const int nc = __popc(__ballot_sync(FULL, cend <= b + WIN));
+      for (int j0 = 0; j0 < nc; j0 += G) {
+        const int j = j0 + g;
+        const int ej = __shfl_sync(FULL, cend, j & 31);
+        int pj = __shfl_sync(FULL, cend, (j - 1) & 31);
+        if (j == 0) pj = pend;
+        if (j < nc && lok) {
+          const long long t = rc + j;
+          const bool ne = ej > pj;
+          float4 a = ne ? slots[scan_slot<L>(ej - 1 - b, lig)] : make_float4(0.f, 0.f, 0.f, 0.f);
+          const float f = rf ? __ldg(rf + t) : 1.f;
+          a.x *= f; a.y *= f; a.z *= f; a.w *= f;
+          if (diag) {
+            const float d = __ldg(diag + t);
+            const float4 xs = __ldg(x + t * DV + lig);
+            a.x = fmaf(d, xs.x, a.x); a.y = fmaf(d, xs.y, a.y); a.z = fmaf(d, xs.z, a.z); a.w = fmaf(d, xs.w, a.w);
+          }
+          if (add) {
+            if (ne) {
+              const float4 o = __ldcg(out + t * DV + lig);
+              a = f4add(a, o);
+              MGG_CSR_STORE_IF(a) __stcs(out + t * DV + lig, a);
+            }
+          } else {
+            MGG_CSR_STORE_IF(a) __stcs(out + t * DV + lig, a);
+          }
+        }
+      }
+      if (nc == 32) {  // the whole chunk is written: the next 32 rows
+        pend = __shfl_sync(FULL, cend, 31);
+        rc += 32;
+        cend = rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX;
+        continue;
+      }
+      if (nc) {
+        pend = __shfl_sync(FULL, cend, nc - 1);
+        rc += nc;
+        const int sh = __shfl_down_sync(FULL, cend, nc);
+        cend = lane + nc < 32 ? sh : (rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX);
+      }
+      break;
+    }
+    __syncwarp();
+    if (b + WIN >= n) break;
+  }
+}
+
+// Warps [0, n_long) take long tasks (as mgg_csr_rows), warp n_long + k run k.
+template <int L, int W>
+__device__ __forceinline__ void csr_scan_body(long long n_long, const long long* __restrict__ long_tasks,
+                                              long long n_runs, const long long* __restrict__ runs,
+                                              const long long* __restrict__ indptr, const int* __restrict__ src,
+                                              const float* __restrict__ wt, const float* __restrict__ cf,
+                                              const float* __restrict__ rf, const float* __restrict__ diag,
+                                              const float4* __restrict__ x, int DV, float4* __restrict__ out,
+                                              float4* __restrict__ partial, int add) {
+  __shared__ float4 slots[SCAN_WPB][ScanGeo<L>::SLOTS];
+  const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (gw < n_long) {
+    long_task<0, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
+    return;
+  }
+  const long long k = gw - n_long;
+  if (k >= n_runs) return;
+  scan_run<L, W>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
+                 slots[threadIdx.x >> 5]);
+}
+
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
 template <int S>
 __device__ __forceinline__ void csr_combine_body(long long n_split, const long long* __restrict__ split,
@@ -508,6 +734,20 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 #define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
 DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
 DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
+
+// The scan mapping (float32 storage): block = 32 * SCAN_WPB threads, grid = ceil((n_long + n_runs) /
+// SCAN_WPB); at most 72 registers (7 blocks an SM; the bound keeps ptxas from the 79-102 it
+// otherwise takes).
+#define DEF_SCAN(L, W)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * SCAN_WPB, 7) mgg_csr_scan_l##L##_w##W(               \
+      long long n_long, const long long* long_tasks, long long n_runs, const long long* runs,           \
+      const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,       \
+      const float* diag, const float4* x, int DV, float4* out, float4* partial, int add) {               \
+    csr_scan_body<L, W>(n_long, long_tasks, n_runs, runs, indptr, src, wt, cf, rf, diag, x, DV, out,     \
+                        partial, add);                                                                   \
+  }
+#define DEF_SCAN_W(L) DEF_SCAN(L, 0) DEF_SCAN(L, 1) DEF_SCAN(L, 2)
+DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
 // partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row].

@@ -34,7 +34,8 @@ from .source_segments import SourceSegment, auto_source_segments, source_segment
 from .streams import LaunchCache
 from .variants import lane_layout
 
-__all__ = ["CsrRowsExecutor", "RowSchedule", "row_schedule", "bundle_rows", "bundles_pay", "visit_order",
+__all__ = ["CsrRowsExecutor", "RowSchedule", "launch_csr_scan", "SCAN_LANES", "SCAN_DEFAULT_LANES",
+           "DEFAULT_SCAN_RUN", "SCAN_LONG_THRESHOLD", "SCAN_WPB", "row_schedule", "bundle_rows", "bundles_pay", "visit_order",
            "entries_per_batch", "BUNDLE_LANES", "ROW_MAPPINGS", "DEFAULT_WPB", "DEFAULT_BUNDLE_WINDOW",
            "WeightFactors", "factor_weights", "launch_csr_rows", "lanes_for_width", "MAX_DIM_PADDED", "MAX_DIM_16", "WEIGHT_MODES", "STORAGE_SUFFIX"]
 
@@ -58,10 +59,31 @@ DEFAULT_CHUNK = 2048
 #: D = 5..8 (2 lanes) and 17..32 (8 lanes) takes the same rule without its own timing.
 BUNDLE_LANES = (2, 4, 8, 16)
 #: short-row mappings: "packed" (one row per lane group, rows by degree), "bundles" (runs of
-#: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane)
-#: or "default" (bundles for the one-vector layouts of BUNDLE_LANES lanes where they pay on the
-#: CSR, bundles_pay; packed elsewhere)
-ROW_MAPPINGS = ("default", "packed", "bundles")
+#: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane),
+#: "scan" (runs of consecutive rows per warp, row ends by a segmented scan: mgg_csr_scan; float32
+#: storage, one vector per lane, SCAN_LANES lanes; other layouts take the "default" mapping) or
+#: "default" (scan for the layouts of SCAN_DEFAULT_LANES lanes, float32; else bundles for the
+#: one-vector layouts of BUNDLE_LANES lanes where they pay on the CSR, bundles_pay; else packed)
+ROW_MAPPINGS = ("default", "packed", "bundles", "scan")
+#: lane counts (one float4 a lane) that have mgg_csr_scan kernels (D = 5..32 float32)
+SCAN_LANES = (2, 4, 8)
+#: ... and those whose "default" mapping is scan (float32 storage), where bundles would pay
+#: (`bundles_pay`: short rows of a few entries). One H200, against the bundles they replace
+#: (bench/results/2026-11-27-h200x1-b6415bd, c3, devscripts scanab.py; each call's best source
+#: segment count): products-like D = 16 sum 1.249 against 1.421 ms, gcn 1.547 against 1.706; D = 8
+#: 0.792 / 0.983 against 1.071 / 1.362. Reddit-like keeps its packed rows (bundles do not pay
+#: there): scan took 0.94-1.00x of them. D = 17..32 (8 lanes): 0.97-0.99x of bundles, so not there.
+SCAN_DEFAULT_LANES: tuple[int, ...] = (2, 4)
+#: entries (plus rows) a scan run aims at (a warp's run of consecutive short rows): 1024 against
+#: 512 on products-like D = 16 (c3): 1.249 / 1.270 ms sum, 1.547 / 1.573 gcn; 2048 and 4096 were
+#: slower (session 38 probe c2)
+DEFAULT_SCAN_RUN = 1024
+#: rows with more entries than this are long tasks under the scan mapping (whole warps, split at
+#: `chunk`); the others are in runs. 256 (the bundles' threshold at D = 16) against 1024 on
+#: products-like D = 16 (c3): 1.249 / 1.264 ms sum, 1.547 / 1.557 gcn in two segments
+SCAN_LONG_THRESHOLD = 256
+#: warps per block of mgg_csr_scan (SCAN_WPB in local_csr.cu: its shared memory is static)
+SCAN_WPB = 4
 #: batches of K entries a bundle aims at (its entries: about K * this, plus its last row's tail)
 DEFAULT_BUNDLE_BATCHES = 8
 #: bundle order: 0 = all runs by size (most entries first); w > 0 = windows of w runs in row order,
@@ -83,8 +105,12 @@ DEFAULT_WPB = 4
 
 
 def _check_row_knobs(row_mapping: str | None, bundle_batches: int | None, bundle_window: int | None = None,
-                     source_segments: int | None = None) -> None:
-    """ValueError naming the knob for a bad row mapping, bundle size or segment count (None: not given)."""
+                     source_segments: int | None = None, scan_run: int | None = None) -> None:
+    """ValueError naming the knob for a bad row mapping, bundle size, segment count or scan run
+    size (None: not given)."""
+    if scan_run is not None and not (isinstance(scan_run, (int, np.integer)) and not isinstance(scan_run, bool)
+                                     and scan_run >= 1):
+        raise ValueError(f"csr_rows: scan_run must be an integer >= 1 (entries), got {scan_run!r}")
     if source_segments is not None and not (isinstance(source_segments, (int, np.integer))
                                             and not isinstance(source_segments, bool) and 1 <= source_segments <= 64):
         raise ValueError(f"csr_rows: source_segments must be an integer in [1, 64] or None (automatic), "
@@ -157,6 +183,11 @@ class RowSchedule:
     def num_warps(self) -> int:
         items = len(self.short_rows) if self.bundles is None else len(self.bundles)
         return len(self.long_tasks) + -(-items // self.groups)
+
+    @property
+    def num_items(self) -> int:
+        """Short items: bundles (runs) where there are, else packed rows."""
+        return len(self.short_rows) if self.bundles is None else len(self.bundles)
 
 
 def bundle_rows(indptr: torch.Tensor, is_long: torch.Tensor, target: int, window: int = 0) -> torch.Tensor:
@@ -443,6 +474,38 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                                       _p(table), np.int32(dv), _p(out), np.int32(add)))
 
 
+def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSchedule, indptr: torch.Tensor,
+                    src: torch.Tensor, wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
+                    diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
+                    partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
+    """Launch mgg_csr_scan_l{lanes}_w{mode} over one CSR (float32 table [*, dv] float4s, lanes in
+    SCAN_LANES, dv <= lanes), then mgg_csr_combine for its split hub rows, on torch's current
+    stream. `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
+    the runs), built from a CUDA indptr. Other arguments as launch_csr_rows."""
+    if lanes not in SCAN_LANES or dv > lanes:
+        raise ValueError(f"csr_rows: the scan mapping takes {SCAN_LANES} lanes of one float4, got "
+                         f"{lanes} lanes for {dv} float4s")
+    if sched.groups != 1 or sched.bundles is None:
+        raise ValueError("csr_rows: the scan kernel takes a schedule of runs, one a warp")
+    if add and diag is not None:
+        raise ValueError("csr_rows: an adding pass (add=True) takes no self term (diag): the first pass adds it")
+    cache = cache or LaunchCache()
+    with cache.stream():
+        warps = sched.num_warps
+        if warps:
+            fn = cache.function(module, f"mgg_csr_scan_l{lanes}_w{mode}")
+            fn((-(-warps // SCAN_WPB),), (32 * SCAN_WPB,), (
+                np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.bundles)),
+                _p(sched.bundles), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
+                np.int32(dv), _p(out), _p(partial), np.int32(add)))
+        ns = len(sched.split)
+        if ns:
+            comb = cache.function(module, "mgg_csr_combine")
+            cblocks = max(1, min(-(-ns // 8), num_sms * 8))
+            comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
+                                      _p(table), np.int32(dv), _p(out), np.int32(add)))
+
+
 class CsrRowsExecutor:
     """Runs `out = W x + diag * x` for one plan with no remote work, with mgg_csr_rows.
 
@@ -454,9 +517,11 @@ class CsrRowsExecutor:
         wpb: warps per block of the rows kernel.
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
         row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", "bundles"
-            (layouts of one vector per lane; wider ones run packed), or "default" (bundles for
-            the layouts of BUNDLE_LANES lanes and one vector where `bundles_pay`, packed
-            elsewhere).
+            (layouts of one vector per lane; wider ones run packed), "scan" (runs of rows a
+            warp, mgg_csr_scan: float32, SCAN_LANES lanes of one vector; other layouts as
+            "default"), or "default" (scan for SCAN_DEFAULT_LANES, float32; bundles for the
+            layouts of BUNDLE_LANES lanes and one vector where `bundles_pay`; packed elsewhere).
+        scan_run: with the scan mapping, the entries (plus rows) a warp's run aims at.
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
         bundle_window: with bundles, 0 (sorted by size) or the window of runs sorted by size
             inside, in row order between windows (see bundle_rows).
@@ -482,8 +547,10 @@ class CsrRowsExecutor:
                  long_threshold: int | None = None, chunk: int = DEFAULT_CHUNK,
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
                  row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES,
-                 bundle_window: int = DEFAULT_BUNDLE_WINDOW, source_segments: int | None = None):
-        _check_row_knobs(row_mapping, bundle_batches, bundle_window, source_segments)
+                 bundle_window: int = DEFAULT_BUNDLE_WINDOW, source_segments: int | None = None,
+                 scan_run: int = DEFAULT_SCAN_RUN):
+        _check_row_knobs(row_mapping, bundle_batches, bundle_window, source_segments, scan_run)
+        self.scan_run = int(scan_run)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
@@ -563,31 +630,60 @@ class CsrRowsExecutor:
         already scaled by cf never reaches another rank's kernel)."""
         return self.can_prescale and self.rf is not None and self.plan.world_size == 1
 
-    def uses_bundles(self, lanes: int, vpl: int) -> bool:
-        """Whether the layout (lanes, vectors per lane) runs its short rows in bundles: with "default",
-        where the layout is in BUNDLE_LANES and bundles pay on this CSR (`bundles_pay`)."""
-        if vpl != 1 or self.row_mapping == "packed":
+    def uses_scan(self, lanes: int, vpl: int) -> bool:
+        """Whether the layout (lanes, vectors per lane) runs the scan kernel: float32 storage, one
+        vector a lane of SCAN_LANES lanes, and the mapping "scan" (or "default" for
+        SCAN_DEFAULT_LANES where bundles would pay on this CSR: short rows of a few entries)."""
+        if vpl != 1 or lanes not in SCAN_LANES or self.storage_dtype != torch.float32:
             return False
-        if self.row_mapping == "bundles":
+        if self.row_mapping == "scan":
             return True
-        if lanes not in BUNDLE_LANES:
-            return False
+        return self.row_mapping == "default" and lanes in SCAN_DEFAULT_LANES and self._bundles_pay(lanes)
+
+    def _bundles_pay(self, lanes: int) -> bool:
+        """bundles_pay for this CSR at the layout's group count and bundle size (cached)."""
         groups = 32 // lanes
         if groups not in self._pays:
             thr = default_long_threshold(groups) if self.long_threshold is None else int(self.long_threshold)
             self._pays[groups] = bundles_pay(self.indptr, thr, self.bundle_batches * entries_per_batch(lanes))
         return self._pays[groups]
 
-    def schedule(self, groups: int, bundles: bool = False, segment: tuple[int, int] | None = None) -> RowSchedule:
+    def short_mapping(self, lanes: int, vpl: int) -> str:
+        """The mapping the layout's short rows run in: "scan", "bundles" or "packed"."""
+        if self.uses_scan(lanes, vpl):
+            return "scan"
+        return "bundles" if self.uses_bundles(lanes, vpl) else "packed"
+
+    def uses_bundles(self, lanes: int, vpl: int) -> bool:
+        """Whether the layout (lanes, vectors per lane) runs its short rows in bundles (in
+        mgg_csr_rows): with "default" or "scan" where the layout has no scan kernel, where the
+        layout is in BUNDLE_LANES and bundles pay on this CSR (`bundles_pay`)."""
+        if vpl != 1 or self.row_mapping == "packed" or self.uses_scan(lanes, vpl):
+            return False
+        if self.row_mapping == "bundles":
+            return True
+        if lanes not in BUNDLE_LANES:
+            return False
+        return self._bundles_pay(lanes)
+
+    def schedule(self, groups: int, bundles: bool | str = False,
+                 segment: tuple[int, int] | None = None) -> RowSchedule:
         """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
-        bundles of about bundle_batches * K entries), built once on the GPU. `segment` = (k, S):
-        the schedule of source segment k of S (`segments`); None: the whole CSR."""
-        key = (groups, bool(bundles), segment)
+        bundles of about bundle_batches * K entries; "scan": runs of about scan_run entries, one
+        a warp, rows above SCAN_LONG_THRESHOLD (or the long_threshold knob) as long tasks), built
+        once on the GPU. `segment` = (k, S): the schedule of source segment k of S (`segments`);
+        None: the whole CSR."""
+        mapping = bundles if isinstance(bundles, str) else ("bundles" if bundles else "packed")
+        key = (groups, mapping, segment)
         if key not in self._schedules:
-            target = self.bundle_batches * entries_per_batch(32 // groups) if bundles else 0
             ip = self.indptr if segment is None else self.segments(segment[1])[segment[0]].indptr
-            s = row_schedule(ip, groups, self.long_threshold, self.chunk,
-                             bundle_target=target, bundle_window=self.bundle_window)  # on the GPU
+            if mapping == "scan":
+                thr = SCAN_LONG_THRESHOLD if self.long_threshold is None else self.long_threshold
+                s = row_schedule(ip, 1, thr, self.chunk, bundle_target=self.scan_run, bundle_window=0)
+            else:
+                target = self.bundle_batches * entries_per_batch(32 // groups) if mapping == "bundles" else 0
+                s = row_schedule(ip, groups, self.long_threshold, self.chunk,
+                                 bundle_target=target, bundle_window=self.bundle_window)  # on the GPU
             self.prep_seconds += s.seconds
             self._schedules[key] = s
         return self._schedules[key]
@@ -617,7 +713,7 @@ class CsrRowsExecutor:
         take them at width `dim` with the current knobs (see `visit_order`; with source segments,
         segment by segment)."""
         _, _, lanes, vpl = self._layout(dim)
-        bundles = self.uses_bundles(lanes, vpl)
+        bundles = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim)
         if count == 1:
             return visit_order(self.schedule(32 // lanes, bundles), self.indptr)
@@ -631,9 +727,14 @@ class CsrRowsExecutor:
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
                row_mapping: str | None = None, bundle_batches: int | None = None,
-               bundle_window: int | None = None, source_segments: int | None | str = "keep") -> None:
+               bundle_window: int | None = None, source_segments: int | None | str = "keep",
+               scan_run: int | None = None) -> None:
         """Change the launch / schedule knobs (benchmarks and tuners); schedules are rebuilt lazily.
         source_segments: a count, None (automatic) or "keep" (unchanged)."""
+        if scan_run is not None:
+            _check_row_knobs(None, None, None, None, scan_run)
+            self.scan_run = int(scan_run)
+            self._schedules.clear()
         if source_segments != "keep":
             _check_row_knobs(None, None, None, source_segments)
             self.source_segments = None if source_segments is None else int(source_segments)
@@ -751,7 +852,7 @@ class CsrRowsExecutor:
         xin = self._table(x, sym, dim, dp)
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
-        bundles = self.uses_bundles(lanes, vpl)
+        bundles = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim) if n else 1
         if count == 1:
             parts = [(self.schedule(groups, bundles), self.indptr, self.src, self.wt)]
@@ -772,8 +873,13 @@ class CsrRowsExecutor:
             mode, cf, rf = WEIGHT_MODES["weighted"], None, None
         if n:  # segment k > 0 adds to the rows the passes before it wrote; the first adds the self term
             for k, (sched, indptr, src, wt) in enumerate(parts):
-                launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
-                                self.num_sms, sched, indptr, src, wt, cf, rf,
-                                diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
-                                cache=self.launch_cache)
+                if bundles == "scan":
+                    launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
+                                    diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
+                                    cache=self.launch_cache)
+                else:
+                    launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
+                                    self.num_sms, sched, indptr, src, wt, cf, rf,
+                                    diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
+                                    cache=self.launch_cache)
         return out

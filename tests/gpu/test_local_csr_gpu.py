@@ -16,13 +16,13 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.kernels.local_csr import (BUNDLE_LANES, CsrRowsExecutor, bundles_pay, default_long_threshold,  # noqa: E402
-                                  entries_per_batch, lanes_for_width)
+from mgg.kernels.local_csr import (BUNDLE_LANES, SCAN_DEFAULT_LANES, SCAN_LANES, CsrRowsExecutor,  # noqa: E402
+                                  bundles_pay, default_long_threshold, entries_per_batch, lanes_for_width)
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 
-DIMS = (1, 3, 4, 16, 33, 64, 128, 512)
+DIMS = (1, 3, 4, 8, 16, 20, 32, 33, 64, 128, 512)
 #: (long_threshold, chunk): defaults; every non-empty row a warp task cut in chunks of 64;
 #: hubs (degree >= 700) split at 500
 SCHEDULES = ((None, 2048), (0, 64), (None, 500))
@@ -51,9 +51,12 @@ def run(ex, x, times=2):
     return outs
 
 
-#: (row_mapping, bundle_batches): the per-layout default; one row per group; bundles (default
-#: size; one batch each, so most bundles end inside a batch and hold several rows)
-MAPPINGS = (("default", 8), ("packed", 8), ("bundles", 8), ("bundles", 1))
+#: (row_mapping, bundle_batches, scan_run): the per-layout default; one row per group; bundles
+#: (default size; one batch each, so most bundles end inside a batch and hold several rows); scan
+#: runs (default size; runs of about 7 entries, so that most windows hold several runs' worth of
+#: row ends and a run's rows end anywhere in a window)
+MAPPINGS = (("default", 8, 1024), ("packed", 8, 1024), ("bundles", 8, 1024), ("bundles", 1, 1024),
+            ("scan", 8, 1024), ("scan", 8, 7))
 
 
 @pytest.mark.parametrize("mapping", MAPPINGS)
@@ -65,7 +68,7 @@ def test_matches_reference(kind, dim, sched, mapping):
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     for transposed, plan in plans(indptr, indices, kind).items():
         ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1], row_mapping=mapping[0],
-                             bundle_batches=mapping[1])
+                             bundle_batches=mapping[1], scan_run=mapping[2])
         assert ex.factors.mode != "weighted", ex.factors.note
         if kind == "gcn":  # w = dinv[row] dinv[col]: the table is scaled once, the kernel runs w = 1
             assert ex.factors.mode == "column" and ex.can_prescale
@@ -75,8 +78,11 @@ def test_matches_reference(kind, dim, sched, mapping):
         lanes, vpl = lanes_for_width(-(-dim // 4) * 4)
         pays = bundles_pay(plan.local_indptr, default_long_threshold(32 // lanes) if sched[0] is None else sched[0],
                            mapping[1] * entries_per_batch(lanes))
-        wanted = mapping[0] == "bundles" or (mapping[0] == "default" and lanes in BUNDLE_LANES and pays)
-        assert ex.uses_bundles(lanes, vpl) == (wanted and vpl == 1)
+        scan = vpl == 1 and lanes in SCAN_LANES and (
+            mapping[0] == "scan" or (mapping[0] == "default" and lanes in SCAN_DEFAULT_LANES and pays))
+        assert ex.uses_scan(lanes, vpl) == scan
+        wanted = mapping[0] == "bundles" or (mapping[0] in ("default", "scan") and lanes in BUNDLE_LANES and pays)
+        assert ex.uses_bundles(lanes, vpl) == (wanted and vpl == 1 and not scan)
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         # column mode (gcn; mean transposed): both the scaled table and cf[src] read per edge
         for prescale in ((True, False) if ex.can_prescale else (ex.prescale,)):
@@ -152,8 +158,9 @@ def test_large_hub_graph_many_warps():
 
 
 @pytest.mark.parametrize("segments", (2, 3, 7))
-@pytest.mark.parametrize("mapping", (("default", 8), ("packed", 8), ("bundles", 1)))
-@pytest.mark.parametrize("dim", (1, 16, 33, 64, 512))
+@pytest.mark.parametrize("mapping", (("default", 8, 1024), ("packed", 8, 1024), ("bundles", 1, 1024),
+                                     ("scan", 8, 1024), ("scan", 8, 7)))
+@pytest.mark.parametrize("dim", (1, 8, 16, 32, 33, 64, 512))
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_source_segments(kind, dim, mapping, segments):
     """The CSR run as `segments` passes over source ranges (the first writes with the self term,
@@ -166,7 +173,7 @@ def test_source_segments(kind, dim, mapping, segments):
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         for k in (kind, None):  # the factored weights, then the per-edge weight stream
             ex = CsrRowsExecutor(plan, None, k, chunk=500, row_mapping=mapping[0], bundle_batches=mapping[1],
-                                 source_segments=segments)
+                                 source_segments=segments, scan_run=mapping[2])
             assert ex.segments_for(dim) == segments
             for prescale in ((True, False) if ex.can_prescale else (ex.prescale,)):
                 ex.prescale = prescale
