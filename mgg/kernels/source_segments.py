@@ -100,30 +100,33 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
     [E]) into `segments` CSRs by source range, each over all n rows. Torch ops on src's device;
     the pieces are new contiguous tensors (one more copy of src and wt, and `segments` row-pointer
     arrays). Segment k's entries are positions order[E_0 + ... + E_{k-1} :][:E_k] of the CSR,
-    order = source_segment_order(src, n_sources, segments)."""
+    order = source_segment_order(src, n_sources, segments).
+
+    One segment at a time: a mask of its entries (1 byte an entry), the running count of them
+    (4 bytes an entry; 8 from 2^31 entries) read at the row starts for its row pointers, and the
+    masked copy of src (and wt). The transient memory is about 5 bytes an entry plus the
+    segment's own index (8 bytes an entry of it), where an argsort of all entries by segment took
+    about 32 bytes an entry (products-like: 2 GB)."""
     if segments < 1:
         raise ValueError(f"source segments must be >= 1, got {segments}")
-    n = int(indptr.shape[0]) - 1
     dev = src.device
     size = _segment_rows(n_sources, segments)
-    if src.numel() and (int(src.min()) < 0 or int(src.max()) >= n_sources):
+    total = int(src.shape[0])
+    if total and (int(src.min()) < 0 or int(src.max()) >= n_sources):
         raise ValueError(f"split_by_source: source rows must lie in [0, {n_sources}), got "
                          f"[{int(src.min())}, {int(src.max())}]")
-    seg = _segment_of(src, n_sources, segments)
-    order = torch.argsort(seg, stable=True)  # by segment; rows (and order in a row) kept
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr[1:] - indptr[:-1], output_size=src.shape[0])
-    counts = torch.bincount(seg * n + rows, minlength=segments * n).view(segments, n)
+    ip = indptr.to(device=dev, dtype=torch.int64)
+    count_dtype = torch.int32 if total < 2**31 else torch.int64
+    before = torch.zeros(total + 1, dtype=count_dtype, device=dev)  # before[p]: segment entries in [0, p)
     out = []
-    start = 0
     for k in range(segments):
-        ptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
-        torch.cumsum(counts[k], 0, out=ptr[1:])
-        e = int(ptr[-1])
-        pos = order[start:start + e]
-        out.append(SourceSegment(k * size, min((k + 1) * size, int(n_sources)), ptr,
-                                 src[pos].to(torch.int32).contiguous(),
-                                 None if wt is None else wt[pos].contiguous()))
-        start += e
+        lo, hi = k * size, min((k + 1) * size, int(n_sources))
+        mine = (src >= lo) & (src < hi)
+        torch.cumsum(mine, 0, dtype=count_dtype, out=before[1:])
+        ptr = before[ip].to(torch.int64)
+        out.append(SourceSegment(lo, hi, ptr, src[mine].to(torch.int32).contiguous(),
+                                 None if wt is None else wt[mine].contiguous()))
+        del mine
     return out
 
 
