@@ -247,3 +247,38 @@ def test_local_csr_compiles_without_nvshmem(kernel_cache_dir, monkeypatch):
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     b = build_cubin("local_csr", "sm_90", nvshmem=False)
     assert os.path.getsize(b.path) > 0 and b.method == "plain"
+
+
+def test_scan_launcher_geometry_and_refusals():
+    """launch_csr_scan (no GPU: a recording launch cache): one warp a long task or run, SCAN_WPB
+    warps a block, the combine pass for split hub rows; a layout without a scan kernel, a
+    schedule of lane-group items and a self term in an adding pass are refused by name."""
+    import contextlib
+
+    from mgg.kernels.local_csr import SCAN_WPB, launch_csr_scan, row_schedule
+
+    calls = []
+
+    class Recorder:
+        def stream(self):
+            return contextlib.nullcontext()
+
+        def function(self, module, name):
+            return lambda grid, block, args: calls.append((name, grid, block, args))
+
+    ip = torch.tensor([0, 3, 3, 2003, 2010, 2012], dtype=torch.int64)   # row 2: a hub split in 4
+    runs = row_schedule(ip, 1, 100, 500, bundle_target=8)
+    t = torch.zeros(4, 4)
+    launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, None, t, 4, t, t, cache=Recorder())
+    (name, grid, block, args), (cname, _, cblock, _) = calls
+    warps = len(runs.long_tasks) + len(runs.bundles)
+    assert len(runs.long_tasks) == 4 and name == "mgg_csr_scan_l4_w1" and cname == "mgg_csr_combine"
+    assert grid == (-(-warps // SCAN_WPB),) and block == (32 * SCAN_WPB,) and cblock == (256,)
+    assert int(args[0]) == 4 and int(args[2]) == len(runs.bundles)
+    with pytest.raises(ValueError, match="scan mapping takes"):
+        launch_csr_scan(None, 16, 1, 132, runs, t, t, None, None, None, None, t, 4, t, t, cache=Recorder())
+    with pytest.raises(ValueError, match="schedule of runs"):
+        launch_csr_scan(None, 4, 1, 132, row_schedule(ip, 8, 100, 500), t, t, None, None, None, None, t, 4, t, t,
+                        cache=Recorder())
+    with pytest.raises(ValueError, match="adding pass"):
+        launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, t, t, 4, t, t, add=True, cache=Recorder())

@@ -48,6 +48,10 @@
 //                                 [n_long, n_long + ceil(n_items / G)) short items;
 //                                 block = 32 * wpb threads, grid = ceil(total warps / wpb), no
 //                                 grid-stride loop (one task per warp).
+//   mgg_csr_scan_l{L}_w{W}        float32, L = 2, 4, 8 (one float4 a lane): warps [0, n_long) long
+//                                 tasks as above, warp n_long + k the run of rows k (the scan
+//                                 mapping; see its section below); block = 32 * SCAN_WPB (4)
+//                                 threads, grid = ceil(total warps / SCAN_WPB).
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
 //   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), 4 float4s a thread.

@@ -438,6 +438,19 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
+def _launch_combine(module, sfx: str, num_sms: int, sched: RowSchedule, partial: torch.Tensor,
+                    rf: torch.Tensor | None, diag: torch.Tensor | None, table: torch.Tensor, dv: int,
+                    out: torch.Tensor, add: bool, cache: LaunchCache) -> None:
+    """mgg_csr_combine{sfx} over `sched`'s split hub rows (none: nothing), inside the caller's
+    `cache.stream()`: one warp a split row, 8-warp blocks, at most 8 blocks an SM."""
+    ns = len(sched.split)
+    if ns:
+        comb = cache.function(module, f"mgg_csr_combine{sfx}")
+        cblocks = max(1, min(-(-ns // 8), num_sms * 8))
+        comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
+                                  _p(table), np.int32(dv), _p(out), np.int32(add)))
+
+
 def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int, num_sms: int,
                     sched: RowSchedule, indptr: torch.Tensor, src: torch.Tensor,
                     wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
@@ -466,12 +479,7 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
                 np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(items)), _p(items),
                 np.int32(runs), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table), np.int32(dv),
                 _p(out), _p(partial), np.int32(add)))
-        ns = len(sched.split)
-        if ns:
-            comb = cache.function(module, f"mgg_csr_combine{sfx}")
-            cblocks = max(1, min(-(-ns // 8), num_sms * 8))
-            comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
-                                      _p(table), np.int32(dv), _p(out), np.int32(add)))
+        _launch_combine(module, sfx, num_sms, sched, partial, rf, diag, table, dv, out, add, cache)
 
 
 def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSchedule, indptr: torch.Tensor,
@@ -498,12 +506,7 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
                 np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.bundles)),
                 _p(sched.bundles), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
                 np.int32(dv), _p(out), _p(partial), np.int32(add)))
-        ns = len(sched.split)
-        if ns:
-            comb = cache.function(module, "mgg_csr_combine")
-            cblocks = max(1, min(-(-ns // 8), num_sms * 8))
-            comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
-                                      _p(table), np.int32(dv), _p(out), np.int32(add)))
+        _launch_combine(module, "", num_sms, sched, partial, rf, diag, table, dv, out, add, cache)
 
 
 class CsrRowsExecutor:
