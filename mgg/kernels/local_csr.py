@@ -181,8 +181,7 @@ class RowSchedule:
 
     @property
     def num_warps(self) -> int:
-        items = len(self.short_rows) if self.bundles is None else len(self.bundles)
-        return len(self.long_tasks) + -(-items // self.groups)
+        return len(self.long_tasks) + -(-self.num_items // self.groups)
 
     @property
     def num_items(self) -> int:
@@ -716,16 +715,16 @@ class CsrRowsExecutor:
         take them at width `dim` with the current knobs (see `visit_order`; with source segments,
         segment by segment)."""
         _, _, lanes, vpl = self._layout(dim)
-        bundles = self.short_mapping(lanes, vpl)
+        mapping = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim)
         if count == 1:
-            return visit_order(self.schedule(32 // lanes, bundles), self.indptr)
+            return visit_order(self.schedule(32 // lanes, mapping), self.indptr)
         order = source_segment_order(self.src, self.plan.n_local, count)
         parts, start = [], 0
         for k, seg in enumerate(self.segments(count)):
             pos = order[start:start + seg.num_entries]
             start += seg.num_entries
-            parts.append(pos[visit_order(self.schedule(32 // lanes, bundles, (k, count)), seg.indptr)])
+            parts.append(pos[visit_order(self.schedule(32 // lanes, mapping, (k, count)), seg.indptr)])
         return torch.cat(parts)
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None,
@@ -855,12 +854,12 @@ class CsrRowsExecutor:
         xin = self._table(x, sym, dim, dp)
         width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
         out = self._buf(n, width)
-        bundles = self.short_mapping(lanes, vpl)
+        mapping = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim) if n else 1
         if count == 1:
-            parts = [(self.schedule(groups, bundles), self.indptr, self.src, self.wt)]
+            parts = [(self.schedule(groups, mapping), self.indptr, self.src, self.wt)]
         else:
-            parts = [(self.schedule(groups, bundles, (k, count)), seg.indptr, seg.src, seg.wt)
+            parts = [(self.schedule(groups, mapping, (k, count)), seg.indptr, seg.src, seg.wt)
                      for k, seg in enumerate(self.segments(count))]
         partial = self._buf(max(max(p[0].num_slots for p in parts), 1), width)
         mode, diag, cf, rf = WEIGHT_MODES[self.factors.mode], self.diag, self.cf, self.rf
@@ -876,7 +875,7 @@ class CsrRowsExecutor:
             mode, cf, rf = WEIGHT_MODES["weighted"], None, None
         if n:  # segment k > 0 adds to the rows the passes before it wrote; the first adds the self term
             for k, (sched, indptr, src, wt) in enumerate(parts):
-                if bundles == "scan":
+                if mapping == "scan":
                     launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
                                     diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
                                     cache=self.launch_cache)
