@@ -461,7 +461,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 // ---------------------------------------------------------------------------------------------
 // The scan mapping (mgg_csr_scan_l{L}_w{W}; float32 storage, one float4 column a lane, L = 2, 4, 8):
 // a warp takes a run of consecutive short rows (int64 runs[2k], runs[2k + 1] = r0, r1) and walks
-// their entries [indptr[r0], indptr[r1]) as one stream, in windows of SCAN_WINDOW(L) = 8 * G
+// their entries [indptr[r0], indptr[r1]) as one stream, in windows of ScanGeo<L>::W = 8 * G
 // entries (G = 32 / L lane groups; group g takes window entries 8g .. 8g + 7, 8 rows in flight a
 // lane). No row change diverges:
 //   * the window's row ends come from the row ends the warp holds (lane i: the end of row rc + i,
@@ -471,10 +471,10 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 //   * a segmented scan over the groups' tails (log2 G shuffle steps) gives each group what earlier
 //     groups, and earlier windows (the carry), hold of its first row;
 //   * the window's completed rows are written G at a time, one row a group: coalesced stores.
-// Shared memory: SCAN_SLOTS(L) float4s a warp (one a lane and window entry, plus one a group of
+// Shared memory: ScanGeo<L>::SLOTS float4s a warp (one a lane and window entry, plus one a group of
 // entries against bank conflicts), SCAN_WPB warps a block. The per-row write values (rf, diag, the
 // self row; out[t] in an adding pass) are loaded at the write: loading them before the gathers
-// took the kernel from 72 to 102 registers (one H200, devscripts probe of session 38).
+// took the kernel from 72 to 102 registers (one H200, bench/results/2026-11-27-h200x1-b6415bd c2).
 #define SCAN_WPB 4
 
 template <int L>
