@@ -66,7 +66,10 @@ def test_auto_rule():
     assert auto_source_segments(int(l2 * 2.5), l2) == 2  # products-like at D = 16 on an H200
     assert auto_source_segments(int(l2 * 0.25), l2) == 1  # reddit-like at D = 16
     assert auto_source_segments(int(l2 * AUTO_MAX_TABLE_L2) + 1, l2) == 1  # D = 64 lost with two
-    assert auto_source_segments(int(l2 * 2.5), l2, storage_is_float32=False) == 1
+    # 16-bit rows count as stored (one H200, products-like, 2.45M rows: bf16 D = 16 is 78 MB and
+    # ran 1.04-1.09x faster in two; D = 64, 314 MB, lost with two)
+    assert auto_source_segments(2_449_029 * 32, l2, entries_per_row=25.3) == 2
+    assert auto_source_segments(2_449_029 * 128, l2, entries_per_row=25.3) == 1
     assert auto_source_segments(10, 0) == 1
     # a sparse CSR (a row-subset plan) stays in one whatever its table
     assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=AUTO_MIN_ENTRIES_PER_ROW - 0.1) == 1

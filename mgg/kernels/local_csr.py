@@ -699,7 +699,6 @@ class CsrRowsExecutor:
         if vpl != 1 or not self.plan.num_local_edges:
             return 1
         return auto_source_segments(self.plan.n_local * dv * 16, self.l2_bytes,
-                                    self.storage_dtype == torch.float32,
                                     self.plan.num_local_edges / max(self.plan.n_local, 1))
 
     def segments(self, count: int) -> list[SourceSegment]:

@@ -20,6 +20,18 @@ Measured on one H200 (torch reports 60 MB of L2), bench/results/2026-11-26-h200x
 | reddit-like D = 64 gcn / sum (c3) | 1.0 | 2.969 / 3.008 | **2.888 / 2.931** | 2.913 / 2.962 |
 | reddit-like D = 16 gcn / sum (c3) | 0.25 | **0.834 / 0.801** | 0.864 / 0.826 | 0.878 / 0.845 |
 
+16-bit storage (session 39, one H200, bench/results/2026-11-27-h200x2-52bd5e5 c3, `p1probe.py`:
+whole calls on one GPU of two; the table as stored, 2 bytes an element):
+
+| ms | table / L2 | S = 1 | S = 2 | S = 3 |
+| --- | --- | --- | --- | --- |
+| products-like D = 16 bf16 sum / gcn | 1.3 | 1.391 / 1.557 | **1.274 / 1.492** | 1.370 / 1.647 |
+| products-like D = 16 fp16 sum / gcn | 1.3 | 1.271 / 1.674 | **1.181 / 1.602** | 1.305 / 1.736 |
+| products-like D = 64 bf16 sum / gcn | 5.2 | **2.282 / 2.553** | 2.565 / 2.963 | 2.935 / 3.452 |
+| products-like D = 64 fp16 sum / gcn | 5.2 | **2.288 / 2.775** | 2.690 / 3.264 | 3.145 / 3.774 |
+
+so the rule is the same for every storage type, on the table's stored bytes.
+
 More segments were slower everywhere (c2: products-like D = 16 at S = 4, 6, 8: 1.628, 1.813,
 2.014 ms; D = 64 at S = 4 to 24: 5.9 to 13.7 ms).
 
@@ -130,14 +142,12 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
     return out
 
 
-def auto_source_segments(table_bytes: int, l2_bytes: int, storage_is_float32: bool = True,
-                         entries_per_row: float = float("inf")) -> int:
-    """Segments for a table of `table_bytes` on a GPU with `l2_bytes` of L2: 2 where the table is
-    AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times the L2, the CSR has AUTO_MIN_ENTRIES_PER_ROW or
-    more entries per row and rows are float32 (the adding pass loads float32 output rows ahead;
-    16-bit storage was not measured), else 1. Rows of more than one vector a lane (D > 128
-    float32) always run in one (CsrRowsExecutor.segments_for)."""
-    if not storage_is_float32 or l2_bytes <= 0 or entries_per_row < AUTO_MIN_ENTRIES_PER_ROW:
+def auto_source_segments(table_bytes: int, l2_bytes: int, entries_per_row: float = float("inf")) -> int:
+    """Segments for a table of `table_bytes` (as stored: 16-bit rows count 2 bytes an element) on a
+    GPU with `l2_bytes` of L2: 2 where the table is AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times
+    the L2 and the CSR has AUTO_MIN_ENTRIES_PER_ROW or more entries per row, else 1. Rows of more
+    than one vector a lane (D > 128 float32) always run in one (CsrRowsExecutor.segments_for)."""
+    if l2_bytes <= 0 or entries_per_row < AUTO_MIN_ENTRIES_PER_ROW:
         return 1
     ratio = table_bytes / l2_bytes
     return MAX_AUTO_SEGMENTS if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1

@@ -35,10 +35,14 @@ def test_matches_reference(kind, dim, transposed):
         for chunk, overlap in ((2048, True), (300, True), (300, False)):  # 300: hubs split over warps
             ex = HaloCsrExecutor(plan, dg.store, kind, chunk=chunk)
             ex.poison, ex.overlap = True, overlap
-            for _ in range(2):  # buffers and schedules reused
-                out = ex(xl, dg.symmetric(dim)).cpu().numpy()
-                assert not np.isnan(out).any()
-                assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5, (chunk, overlap)
+            # the local pass in its default mapping, then in runs of rows (mgg_csr_scan where the
+            # width has a scan kernel, else the default's kernels)
+            for mapping in ("default", "scan"):
+                ex.local.retune(row_mapping=mapping)
+                for _ in range(2):  # buffers and schedules reused
+                    out = ex(xl, dg.symmetric(dim)).cpu().numpy()
+                    assert not np.isnan(out).any()
+                    assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5, (chunk, overlap, mapping)
         if world().size > 1:
             assert plan.num_remote_edges > 0
             want = {"sum": "one", "sum_self": "one", "mean": "column" if transposed else "one", "gcn": "column"}[kind]
