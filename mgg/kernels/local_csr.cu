@@ -531,6 +531,12 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   int pend = 0;       // the end of row rc - 1
   float4 carry = make_float4(0.f, 0.f, 0.f, 0.f);  // the part of the row in progress that earlier windows hold
   const bool lok = lig < DV;
+  // a gathered vector's address in one multiply-add: row j's vector lig at xg + j * rowb (lanes past
+  // the row's DV vectors read its vector 0 and write nothing; entries past the run read row 0 and
+  // land after its last row end, in sums no row takes). The predicated 64-bit form it replaced took
+  // about 17 instructions a gather (one H200, products-like D = 16: 1.10x).
+  const char* __restrict__ xg = reinterpret_cast<const char*>(x + (lok ? lig : 0));
+  const unsigned rowb = 16u * (unsigned)DV;
   int idx[U], nidx[U];
   float wv[U], nwv[U];
   auto load = [&](int b, int (&ix)[U], float (&w)[U]) {  // window b's indices: lane * U + u
@@ -557,7 +563,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
     for (int k = 0; k < 8; ++k) {
       const int j = __shfl_sync(FULL, idx[k % U], g * L + k / U);
       w[k] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k % U], g * L + k / U);
-      r[k] = (j >= 0 && lok) ? __ldg(x + (long long)j * DV + lig) : make_float4(0.f, 0.f, 0.f, 0.f);
+      r[k] = __ldg(reinterpret_cast<const float4*>(xg + (unsigned long long)(unsigned)max(j, 0) * rowb));
     }
     unsigned words[NW];
 #pragma unroll
