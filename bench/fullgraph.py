@@ -669,13 +669,18 @@ def gather_bandwidth(dim: int, comm, indices=None, table_rows: int | None = None
 
 
 def csr_rows_orders(p, kind, dim: int) -> list:
-    """[the order csr_rows takes plan p's local entries in at width `dim`] (default knobs), for
-    gather_bandwidth's floor; [] where csr_rows does not run the plan alone (remote work)."""
+    """[the order csr_rows takes plan p's local entries in at width `dim` in one pass] (default
+    knobs otherwise), for gather_bandwidth's floor; [] where csr_rows does not run the plan alone
+    (remote work). One pass: a bare gather carries no output, so an order of S source-segment
+    passes is a candidate only with the output passes it needs (segmented_gather_ms); taken here
+    without them (sessions 36-39, whenever csr_rows ran in segments) it made the sum kind's floor
+    low by those passes."""
     if p.num_remote_edges or not p.num_local_edges:
         return []
     from mgg.kernels.local_csr import CsrRowsExecutor
 
-    return [CsrRowsExecutor(p, None, kind).visit_order(dim)]
+    ex = CsrRowsExecutor(p, None, kind, source_segments=1)
+    return [ex.visit_order(dim)]
 
 
 def floor_bytes(p, dp: int) -> dict:
@@ -711,14 +716,17 @@ def with_self_entries(indptr, indices) -> tuple[np.ndarray, np.ndarray]:
     return out_ptr, out
 
 
-def csr_rows_gather_ms(p, kind, dim: int, comm) -> float | None:
+def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None) -> float | None:
     """ms of a bare gather in csr_rows' own schedule: plan p's csr_rows call (default knobs; a
     column-mode plan on an already scaled table, so no pre-scale pass) built with
     MGG_CSR_GATHER_ONLY, every store predicated off -- it reads each entry's row and, with a
-    self term, each row's own, and writes nothing. None where csr_rows does not run the plan
-    alone (remote work) or has nothing to read. On one H100 csr_rows read reddit-like D = 64
-    faster than every flat or row-walking bare gather (110% of that floor): its bundles of
-    neighbouring rows keep a table just above the L2's size in it better."""
+    self term, each row's own, and writes nothing. In S > 1 source-segment passes the adding
+    passes still read the output, and the S - 1 writes beyond one are added at `hbm_GBps` (as
+    segmented_gather_ms counts them; without hbm_GBps such a schedule is no candidate: None).
+    None where csr_rows does not run the plan alone (remote work) or has nothing to read. On
+    one H100 csr_rows read reddit-like D = 64 faster than every flat or row-walking bare gather
+    (110% of that floor): its bundles of neighbouring rows keep a table just above the L2's size
+    in it better."""
     if p.num_remote_edges or not p.num_local_edges:
         return None
     import cupy as cp
@@ -734,8 +742,13 @@ def csr_rows_gather_ms(p, kind, dim: int, comm) -> float | None:
     ex.aggregate_local(x, None, scaled_input=scaled)
     ms = statistics.median(cuda_ms(lambda: ex.aggregate_local(x, None, scaled_input=scaled), 10, comm,
                                    sync_all=False))
+    segments = ex.segments_for(dim)
     del ex, x
     torch.cuda.empty_cache()
+    if segments > 1:
+        if not hbm_GBps:
+            return None
+        ms += (segments - 1) * p.n_local * padded_dim(dim) * 4 / (hbm_GBps * 1e6)
     return ms
 
 
@@ -770,7 +783,8 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: f
     term, every row's own (the stream of A + I: with_self_entries; sequential self rows come at
     the rate they get). Candidates: gather_bandwidth's kernels on that stream (flat slices,
     moving windows, row walks; for the plain stream also csr_rows' order) and csr_rows' own
-    schedule with its stores off (csr_rows_gather_ms). Remote entries count at the local
+    schedule with its stores off (csr_rows_gather_ms, its segment passes' output writes added).
+    Remote entries count at the local
     stream's rate. Returns ms, the GB/s it is taken at, and with a self term `without_self_ms`
     (the plain stream's floor, for comparison); the bytes are floor_bytes' "gathered". `rates`:
     gets each stream's best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows).
@@ -789,7 +803,7 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: f
         local = row * len(idx)
         self_rate = gather_bandwidth(dim, comm, indices=idx, table_rows=p.n_local, rates=rates, indptr=ptr)
         out.update(ms=local / (self_rate * 1e6), GBps=self_rate)
-    own = csr_rows_gather_ms(p, kind, dim, comm)
+    own = csr_rows_gather_ms(p, kind, dim, comm, hbm_GBps)
     if own is not None:
         if rates is not None:
             rates.append(local / (own * 1e6))

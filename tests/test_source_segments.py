@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.source_segments import (AUTO_MAX_TABLE_L2, AUTO_MIN_ENTRIES_PER_ROW, AUTO_MIN_TABLE_L2, auto_source_segments,
-                                         source_segment_order, split_by_source)
+from mgg.kernels.source_segments import (AUTO_MAX_TABLE_L2, AUTO_MIN_ENTRIES_PER_ROW, AUTO_MIN_TABLE_L2,
+                                         MAX_AUTO_SEGMENTS_SCAN, auto_source_segments, source_segment_order,
+                                         split_by_source)
 
 
 def random_csr(n, n_src, seed, max_deg=40):
@@ -71,6 +72,11 @@ def test_auto_rule():
     assert auto_source_segments(2_449_029 * 32, l2, entries_per_row=25.3) == 2
     assert auto_source_segments(2_449_029 * 128, l2, entries_per_row=25.3) == 1
     assert auto_source_segments(10, 0) == 1
+    # the scan mapping's passes cost less: three where the row kernels take two, one elsewhere
+    assert auto_source_segments(int(l2 * 2.5), l2, most=MAX_AUTO_SEGMENTS_SCAN) == MAX_AUTO_SEGMENTS_SCAN == 3
+    assert auto_source_segments(int(l2 * 0.25), l2, most=MAX_AUTO_SEGMENTS_SCAN) == 1
+    with pytest.raises(ValueError, match="most must be >= 1"):
+        auto_source_segments(int(l2 * 2.5), l2, most=0)
     # a sparse CSR (a row-subset plan) stays in one whatever its table
     assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=AUTO_MIN_ENTRIES_PER_ROW - 0.1) == 1
     assert auto_source_segments(int(l2 * 2.5), l2, entries_per_row=25.3) == 2

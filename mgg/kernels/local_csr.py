@@ -30,7 +30,8 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
-from .source_segments import SourceSegment, auto_source_segments, source_segment_order, split_by_source
+from .source_segments import (MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN, SourceSegment, auto_source_segments,
+                              source_segment_order, split_by_source)
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -695,11 +696,12 @@ class CsrRowsExecutor:
         is None, auto_source_segments of this plan's table at that width."""
         if self.source_segments is not None:
             return self.source_segments
-        dv, _, _, vpl = self._layout(dim)
+        dv, _, lanes, vpl = self._layout(dim)
         if vpl != 1 or not self.plan.num_local_edges:
             return 1
+        most = MAX_AUTO_SEGMENTS_SCAN if self.uses_scan(lanes, vpl) else MAX_AUTO_SEGMENTS
         return auto_source_segments(self.plan.n_local * dv * 16, self.l2_bytes,
-                                    self.plan.num_local_edges / max(self.plan.n_local, 1))
+                                    self.plan.num_local_edges / max(self.plan.n_local, 1), most)
 
     def segments(self, count: int) -> list[SourceSegment]:
         """The local CSR cut into `count` source segments (cached; built on the GPU)."""

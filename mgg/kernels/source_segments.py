@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
-           "MAX_AUTO_SEGMENTS", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
+           "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
            "AUTO_MIN_ENTRIES_PER_ROW"]
 
 #: auto_source_segments cuts a table into two segments from this many times the L2's size ...
@@ -55,8 +55,13 @@ AUTO_MIN_TABLE_L2 = 0.75
 #: ... up to this many times. Products-like at D = 16 (2.5x an H200's L2) gained 1.10-1.19x, at
 #: D = 64 (10x) lost 12%: beyond this, one.
 AUTO_MAX_TABLE_L2 = 4.0
-#: the most segments the automatic rule picks (more were slower everywhere measured)
+#: the most segments the automatic rule picks for the row kernels (more were slower everywhere
+#: measured) ...
 MAX_AUTO_SEGMENTS = 2
+#: ... and for the scan mapping (mgg_csr_scan: a pass walks its rows for fewer instructions), where
+#: three beat two on products-like (one H200, session 39 c4 / c5, float32: D = 8 sum and gcn
+#: 1.09-1.14x, D = 16 sum 1.03-1.10x, gcn within 2%)
+MAX_AUTO_SEGMENTS_SCAN = 3
 #: ... and only for CSRs of at least this many entries per row: every pass walks every row, so a
 #: sparse CSR pays the passes' row costs for little gather. The row-subset plans of a GCN's last
 #: layer (mgg.runtime.rowset; products-like: about 2 entries per row) made the products-like GCN
@@ -142,12 +147,17 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
     return out
 
 
-def auto_source_segments(table_bytes: int, l2_bytes: int, entries_per_row: float = float("inf")) -> int:
+def auto_source_segments(table_bytes: int, l2_bytes: int, entries_per_row: float = float("inf"),
+                         most: int = MAX_AUTO_SEGMENTS) -> int:
     """Segments for a table of `table_bytes` (as stored: 16-bit rows count 2 bytes an element) on a
-    GPU with `l2_bytes` of L2: 2 where the table is AUTO_MIN_TABLE_L2 to AUTO_MAX_TABLE_L2 times
-    the L2 and the CSR has AUTO_MIN_ENTRIES_PER_ROW or more entries per row, else 1. Rows of more
-    than one vector a lane (D > 128 float32) always run in one (CsrRowsExecutor.segments_for)."""
+    GPU with `l2_bytes` of L2: `most` (MAX_AUTO_SEGMENTS for the row kernels,
+    MAX_AUTO_SEGMENTS_SCAN for the scan mapping) where the table is AUTO_MIN_TABLE_L2 to
+    AUTO_MAX_TABLE_L2 times the L2 and the CSR has AUTO_MIN_ENTRIES_PER_ROW or more entries per
+    row, else 1. Rows of more than one vector a lane (D > 128 float32) always run in one
+    (CsrRowsExecutor.segments_for)."""
+    if most < 1:
+        raise ValueError(f"auto_source_segments: most must be >= 1, got {most}")
     if l2_bytes <= 0 or entries_per_row < AUTO_MIN_ENTRIES_PER_ROW:
         return 1
     ratio = table_bytes / l2_bytes
-    return MAX_AUTO_SEGMENTS if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1
+    return most if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1
