@@ -534,7 +534,8 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   // a gathered vector's address in one multiply-add: row j's vector lig at xg + j * rowb (lanes past
   // the row's DV vectors read its vector 0 and write nothing; entries past the run read row 0 and
   // land after its last row end, in sums no row takes). The predicated 64-bit form it replaced took
-  // about 17 instructions a gather (one H200, products-like D = 16: 1.10x).
+  // about 17 instructions a gather; one H200, products-like D = 16 (bench/results/
+  // 2026-11-27-h200x1-52bd5e5): 1.10x on one machine (c4), even on another (c5).
   const char* __restrict__ xg = reinterpret_cast<const char*>(x + (lok ? lig : 0));
   const unsigned rowb = 16u * (unsigned)DV;
   int idx[U], nidx[U];
