@@ -59,7 +59,7 @@ AUTO_MAX_TABLE_L2 = 4.0
 #: measured) ...
 MAX_AUTO_SEGMENTS = 2
 #: ... and for the scan mapping (mgg_csr_scan: a pass walks its rows for fewer instructions), where
-#: three beat two on products-like (one H200, session 39 c4 / c5, float32: D = 8 sum and gcn
+#: three beat two on products-like (one H200, session 39 c4-c6, float32: D = 8 sum and gcn
 #: 1.09-1.14x, D = 16 sum 1.03-1.10x, gcn within 2%)
 MAX_AUTO_SEGMENTS_SCAN = 3
 #: ... and only for CSRs of at least this many entries per row: every pass walks every row, so a
