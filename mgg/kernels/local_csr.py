@@ -669,14 +669,13 @@ class CsrRowsExecutor:
             return False
         return self._bundles_pay(lanes)
 
-    def schedule(self, groups: int, bundles: bool | str = False,
+    def schedule(self, groups: int, mapping: str = "packed",
                  segment: tuple[int, int] | None = None) -> RowSchedule:
-        """The (cached) row schedule for lane-group count `groups` (with `bundles`: short rows in
-        bundles of about bundle_batches * K entries; "scan": runs of about scan_run entries, one
-        a warp, rows above SCAN_LONG_THRESHOLD (or the long_threshold knob) as long tasks), built
-        once on the GPU. `segment` = (k, S): the schedule of source segment k of S (`segments`);
-        None: the whole CSR."""
-        mapping = bundles if isinstance(bundles, str) else ("bundles" if bundles else "packed")
+        """The (cached) row schedule for lane-group count `groups` and short-row `mapping`
+        (short_mapping's names): "packed" rows; "bundles" of about bundle_batches * K entries;
+        "scan" runs of about scan_run entries, one a warp, rows above SCAN_LONG_THRESHOLD (or the
+        long_threshold knob) as long tasks. Built once on the GPU. `segment` = (k, S): the
+        schedule of source segment k of S (`segments`); None: the whole CSR."""
         key = (groups, mapping, segment)
         if key not in self._schedules:
             ip = self.indptr if segment is None else self.segments(segment[1])[segment[0]].indptr
