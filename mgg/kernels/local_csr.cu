@@ -463,7 +463,8 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 // a warp takes a run of consecutive short rows (int64 runs[2k], runs[2k + 1] = r0, r1) and walks
 // their entries [indptr[r0], indptr[r1]) as one stream, in windows of ScanGeo<L>::W = 8 * G
 // entries (G = 32 / L lane groups; group g takes window entries 8g .. 8g + 7, 8 rows in flight a
-// lane). No row change diverges:
+// lane; a lane loads the window's indices it hands out, U = 8 / L of them, as one aligned vector,
+// so the launcher needs src and wt 16-byte aligned). No row change diverges:
 //   * the window's row ends come from the row ends the warp holds (lane i: the end of row rc + i,
 //     one coalesced load for 32 rows) as a bit a window entry, OR-reduced over the warp;
 //   * each group keeps a running sum of its 8 entries and stores it into shared memory at every row
@@ -488,6 +489,12 @@ struct ScanGeo {
 
 template <int L>
 __device__ __forceinline__ int scan_slot(int p, int lig) { return p * L + lig + (p >> 3); }
+
+// U consecutive int32 (float) as one load: the scan windows' index (weight) vectors
+template <int U> struct ScanVec;
+template <> struct ScanVec<1> { using I = int; using F = float; };
+template <> struct ScanVec<2> { using I = int2; using F = float2; };
+template <> struct ScanVec<4> { using I = int4; using F = float4; };
 
 __device__ __forceinline__ float4 f4add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ __forceinline__ float4 f4shfl_up(float4 v, int d) {
@@ -521,14 +528,19 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   using Q = ScanGeo<L>;
   constexpr int G = Q::G, WIN = Q::W, U = Q::U, NW = Q::NW;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
-  const long long s = indptr[r0];
+  // positions are relative to s, the run's first entry rounded down to a multiple of U, so that a
+  // lane's U indices of a window are one aligned vector load; the a0 entries before the run's first
+  // row sum into a phantom row (a row end flagged at a0 - 1 in window 0) that nothing writes
+  const long long s_run = indptr[r0];
+  const int a0 = (int)(s_run & (U - 1));
+  const long long s = s_run - a0;
   const int n = (int)(indptr[r1] - s);  // positions relative to s (the launcher refuses 2^31 entries)
   src += s;
   if (W == 0) wt += s;
   const long long* ends = indptr + 1;
   long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i
   int cend = rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX;
-  int pend = 0;       // the end of row rc - 1
+  int pend = a0;      // the end of row rc - 1
   float4 carry = make_float4(0.f, 0.f, 0.f, 0.f);  // the part of the row in progress that earlier windows hold
   const bool lok = lig < DV;
   // a gathered vector's address in one multiply-add: row j's vector lig at xg + j * rowb (lanes past
@@ -540,16 +552,32 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   const unsigned rowb = 16u * (unsigned)DV;
   int idx[U], nidx[U];
   float wv[U], nwv[U];
-  auto load = [&](int b, int (&ix)[U], float (&w)[U]) {  // window b's indices: lane * U + u
+  // window b's indices: lane * U + u, one vector load (a lane's U indices as one request: one H200,
+  // products-like, bench/results/2026-11-27-h200x1-eeddff8 c4: D = 8 1.08-1.14x, cf[src] per edge
+  // 1.05-1.10x, D = 16 even); the window past the run's last entry loads entry by entry
+  auto load = [&](int b, int (&ix)[U], float (&w)[U]) {
+    const int p0 = b + lane * U;
+    if (p0 + U <= n) {  // one aligned vector (s and b are multiples of U)
+      const typename ScanVec<U>::I v = __ldcs(reinterpret_cast<const typename ScanVec<U>::I*>(src + p0));
+#pragma unroll
+      for (int u = 0; u < U; ++u) ix[u] = reinterpret_cast<const int*>(&v)[u];
+      if (W == 0) {
+        const typename ScanVec<U>::F f = __ldcs(reinterpret_cast<const typename ScanVec<U>::F*>(wt + p0));
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = reinterpret_cast<const float*>(&f)[u];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool ok = p0 + u < n;
+        ix[u] = ok ? __ldcs(src + p0 + u) : -1;
+        if (W == 0) w[u] = ok ? __ldcs(wt + p0 + u) : 0.f;
+      }
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int p = b + lane * U + u;
-      const bool ok = p < n;
-      const int j = ok ? __ldcs(src + p) : -1;
-      ix[u] = j;
-      if (W == 0) w[u] = ok ? __ldcs(wt + p) : 0.f;
-      else if (W == 2) w[u] = ok ? __ldg(cf + j) : 0.f;
-      else w[u] = 1.f;
+      if (W == 2) w[u] = ix[u] >= 0 ? __ldg(cf + ix[u]) : 0.f;
+      else if (W == 1) w[u] = 1.f;
     }
   };
   load(0, nidx, nwv);
@@ -573,6 +601,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       int prev = __shfl_up_sync(FULL, cend, 1);
       if (lane == 0) prev = pend;
       scan_end_bits<L>(cend, prev, b, words);
+      if (a0 && b == 0) words[0] |= 1u << (a0 - 1);  // the phantom row before the run
       long long rr = rc;  // every row of the chunk ends in the window: the next chunks may too
       int ce = cend;
       while (__shfl_sync(FULL, ce, 31) <= b + WIN && rr + 32 < r1) {
