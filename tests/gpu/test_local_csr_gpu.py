@@ -197,6 +197,29 @@ def test_source_segments_16bit(dtype):
     assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
 
 
+def test_source_segments_auto_per_mapping(monkeypatch):
+    """The automatic rule as the executor applies it, with the L2 set to the table's size (and the
+    entries-per-row floor lowered for this small graph): a layout on the scan kernel takes
+    MAX_AUTO_SEGMENTS_SCAN segments, one on the row kernels MAX_AUTO_SEGMENTS, a layout of two
+    vectors a lane one; the output at the picked count matches the reference."""
+    import mgg.kernels.source_segments as ss
+    from mgg.kernels.source_segments import MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN
+
+    monkeypatch.setattr(ss, "AUTO_MIN_ENTRIES_PER_ROW", 1)
+    indptr, indices = graph()
+    plan = plans(indptr, indices, "sum")[False]
+    for mapping, dim, want in (("default", 16, MAX_AUTO_SEGMENTS_SCAN), ("default", 8, MAX_AUTO_SEGMENTS_SCAN),
+                               ("scan", 32, MAX_AUTO_SEGMENTS_SCAN), ("default", 32, MAX_AUTO_SEGMENTS),
+                               ("packed", 16, MAX_AUTO_SEGMENTS), ("default", 256, 1)):
+        ex = CsrRowsExecutor(plan, None, "sum", row_mapping=mapping, chunk=500)
+        dv, _, lanes, vpl = ex._layout(dim)
+        ex.l2_bytes = plan.n_local * dv * 16  # the table is one L2
+        assert ex.segments_for(dim) == want, (mapping, dim, ex.short_mapping(lanes, vpl))
+        x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
+        out = run(ex, x, 1)[0]
+        assert rel_err(out, aggregate_reference(indptr, indices, x, "sum")) < 1e-5, (mapping, dim)
+
+
 def test_source_segments_auto_and_knob():
     """Automatic: one segment for a table within a few L2s (this small graph); the knob is
     checked and retune switches it."""
