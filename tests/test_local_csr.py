@@ -283,5 +283,8 @@ def test_scan_launcher_geometry_and_refusals():
     with pytest.raises(ValueError, match="adding pass"):
         launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, t, t, 4, t, t, add=True, cache=Recorder())
     src = torch.zeros(9, dtype=torch.int32)
-    with pytest.raises(ValueError, match="src in 16-byte vectors"):
+    with pytest.raises(ValueError, match="src in 8-byte vectors at 4 lanes"):
         launch_csr_scan(None, 4, 1, 132, runs, t, src[1:], None, None, None, None, t, 4, t, t, cache=Recorder())
+    with pytest.raises(ValueError, match="src in 16-byte vectors at 2 lanes"):
+        launch_csr_scan(None, 2, 1, 132, runs, t, src[2:], None, None, None, None, t, 1, t, t, cache=Recorder())
+    launch_csr_scan(None, 8, 1, 132, runs, t, src[1:], None, None, None, None, t, 4, t, t, cache=Recorder())

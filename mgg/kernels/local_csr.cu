@@ -464,7 +464,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 // their entries [indptr[r0], indptr[r1]) as one stream, in windows of ScanGeo<L>::W = 8 * G
 // entries (G = 32 / L lane groups; group g takes window entries 8g .. 8g + 7, 8 rows in flight a
 // lane; a lane loads the window's indices it hands out, U = 8 / L of them, as one aligned vector,
-// so the launcher needs src and wt 16-byte aligned). No row change diverges:
+// so the launcher needs src and wt aligned to 4 U bytes). No row change diverges:
 //   * the window's row ends come from the row ends the warp holds (lane i: the end of row rc + i,
 //     one coalesced load for 32 rows) as a bit a window entry, OR-reduced over the warp;
 //   * each group keeps a running sum of its 8 entries and stores it into shared memory at every row

@@ -497,10 +497,11 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
         raise ValueError("csr_rows: the scan kernel takes a schedule of runs, one a warp")
     if add and diag is not None:
         raise ValueError("csr_rows: an adding pass (add=True) takes no self term (diag): the first pass adds it")
-    for name, a in (("src", src), ("wt", wt)):  # a lane loads its indices (weights) of a window as one vector
-        if a is not None and a.data_ptr() % 16:
-            raise ValueError(f"csr_rows: the scan kernel reads {name} in 16-byte vectors; its start must be "
-                             f"16-byte aligned (a tensor of its own, not an offset view)")
+    align = 4 * max(1, 8 // lanes)  # a lane loads its 8 / lanes indices (weights) of a window as one vector
+    for name, a in (("src", src), ("wt", wt)):
+        if a is not None and a.data_ptr() % align:
+            raise ValueError(f"csr_rows: the scan kernel reads {name} in {align}-byte vectors at {lanes} lanes; "
+                             f"its start must be {align}-byte aligned (a tensor of its own, not an offset view)")
     cache = cache or LaunchCache()
     with cache.stream():
         warps = sched.num_warps
