@@ -288,3 +288,19 @@ def test_scan_launcher_geometry_and_refusals():
     with pytest.raises(ValueError, match="src in 16-byte vectors at 2 lanes"):
         launch_csr_scan(None, 2, 1, 132, runs, t, src[2:], None, None, None, None, t, 1, t, t, cache=Recorder())
     launch_csr_scan(None, 8, 1, 132, runs, t, src[1:], None, None, None, None, t, 4, t, t, cache=Recorder())
+
+
+def test_pack_row_ends_round_trip():
+    """pack_row_ends: each row's end in the low 32 bits and its rf's float32 bits in the high 32
+    (negative, zero and subnormal factors included), as mgg_csr_scan decodes them; a wrong rf is
+    refused by name."""
+    from mgg.kernels.local_csr import pack_row_ends
+
+    indptr = torch.tensor([0, 3, 3, 2**31 - 5, 2**31 - 1], dtype=torch.int64)
+    rf = torch.tensor([0.25, -1.5, 0.0, 1e-40], dtype=torch.float32)
+    p = pack_row_ends(indptr, rf)
+    assert p.dtype == torch.int64 and p.shape == (4,)
+    assert torch.equal(p & 0xFFFFFFFF, indptr[1:])
+    assert torch.equal((p >> 32).to(torch.int32).view(torch.float32), rf)
+    with pytest.raises(ValueError, match="rf must be float32"):
+        pack_row_ends(indptr, rf[:3])

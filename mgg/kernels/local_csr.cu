@@ -524,7 +524,8 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
                                          const int* __restrict__ src, const float* __restrict__ wt,
                                          const float* __restrict__ cf, const float* __restrict__ rf,
                                          const float* __restrict__ diag, const float4* __restrict__ x, int DV,
-                                         float4* __restrict__ out, int add, float4* __restrict__ slots) {
+                                         float4* __restrict__ out, int add, float4* __restrict__ slots,
+                                         const long long* __restrict__ ends_rf) {
   using Q = ScanGeo<L>;
   constexpr int G = Q::G, WIN = Q::W, U = Q::U, NW = Q::NW;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
@@ -537,9 +538,14 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   const int n = (int)(indptr[r1] - s);  // positions relative to s (the launcher refuses 2^31 entries)
   src += s;
   if (W == 0) wt += s;
-  const long long* ends = indptr + 1;
-  long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i
-  int cend = rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX;
+  // row t's end: ends[t]'s low 32 bits (entries < 2^31); with ends_rf, its high 32 bits hold rf[t]'s
+  // bits, so that the row factor comes with the row end instead of one more load a window
+  const long long* ends = ends_rf ? ends_rf : indptr + 1;
+  long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i (and its rf)
+  bool in = rc + lane < r1;
+  long long ev = in ? ends[rc + lane] : 0ll;
+  int cend = in ? (int)((ev & 0xffffffffll) - s) : INT_MAX;
+  float rfl = ends_rf && in ? __int_as_float((int)(ev >> 32)) : 1.f;
   int pend = a0;      // the end of row rc - 1
   float4 carry = make_float4(0.f, 0.f, 0.f, 0.f);  // the part of the row in progress that earlier windows hold
   const bool lok = lig < DV;
@@ -607,7 +613,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       while (__shfl_sync(FULL, ce, 31) <= b + WIN && rr + 32 < r1) {
         const int last = __shfl_sync(FULL, ce, 31);
         rr += 32;
-        ce = rr + lane < r1 ? (int)(ends[rr + lane] - s) : INT_MAX;
+        ce = rr + lane < r1 ? (int)((ends[rr + lane] & 0xffffffffll) - s) : INT_MAX;
         int pv = __shfl_up_sync(FULL, ce, 1);
         if (lane == 0) pv = last;
         scan_end_bits<L>(ce, pv, b, words);
@@ -657,11 +663,12 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
         const int ej = __shfl_sync(FULL, cend, j & 31);
         int pj = __shfl_sync(FULL, cend, (j - 1) & 31);
         if (j == 0) pj = pend;
+        const float fj = ends_rf ? __shfl_sync(FULL, rfl, j & 31) : 1.f;
         if (j < nc && lok) {
           const long long t = rc + j;
           const bool ne = ej > pj;
           float4 a = ne ? slots[scan_slot<L>(ej - 1 - b, lig)] : make_float4(0.f, 0.f, 0.f, 0.f);
-          const float f = rf ? __ldg(rf + t) : 1.f;
+          const float f = ends_rf ? fj : rf ? __ldg(rf + t) : 1.f;
           a.x *= f; a.y *= f; a.z *= f; a.w *= f;
           if (diag) {
             const float d = __ldg(diag + t);
@@ -682,14 +689,24 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       if (nc == 32) {  // the whole chunk is written: the next 32 rows
         pend = __shfl_sync(FULL, cend, 31);
         rc += 32;
-        cend = rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX;
+        in = rc + lane < r1;
+        ev = in ? ends[rc + lane] : 0ll;
+        cend = in ? (int)((ev & 0xffffffffll) - s) : INT_MAX;
+        if (ends_rf) rfl = in ? __int_as_float((int)(ev >> 32)) : 1.f;
         continue;
       }
       if (nc) {
         pend = __shfl_sync(FULL, cend, nc - 1);
         rc += nc;
+        const bool kept = lane + nc < 32;
         const int sh = __shfl_down_sync(FULL, cend, nc);
-        cend = lane + nc < 32 ? sh : (rc + lane < r1 ? (int)(ends[rc + lane] - s) : INT_MAX);
+        in = !kept && rc + lane < r1;
+        ev = in ? ends[rc + lane] : 0ll;
+        cend = kept ? sh : (in ? (int)((ev & 0xffffffffll) - s) : INT_MAX);
+        if (ends_rf) {
+          const float fs = __shfl_down_sync(FULL, rfl, nc);
+          rfl = kept ? fs : (in ? __int_as_float((int)(ev >> 32)) : 1.f);
+        }
       }
       break;
     }
@@ -706,7 +723,8 @@ __device__ __forceinline__ void csr_scan_body(long long n_long, const long long*
                                               const float* __restrict__ wt, const float* __restrict__ cf,
                                               const float* __restrict__ rf, const float* __restrict__ diag,
                                               const float4* __restrict__ x, int DV, float4* __restrict__ out,
-                                              float4* __restrict__ partial, int add) {
+                                              float4* __restrict__ partial, int add,
+                                              const long long* __restrict__ ends_rf) {
   __shared__ float4 slots[SCAN_WPB][ScanGeo<L>::SLOTS];
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (gw < n_long) {
@@ -716,7 +734,7 @@ __device__ __forceinline__ void csr_scan_body(long long n_long, const long long*
   const long long k = gw - n_long;
   if (k >= n_runs) return;
   scan_run<L, W>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
-                 slots[threadIdx.x >> 5]);
+                 slots[threadIdx.x >> 5], ends_rf);
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
@@ -782,9 +800,10 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
   extern "C" __global__ void __launch_bounds__(32 * SCAN_WPB, 7) mgg_csr_scan_l##L##_w##W(               \
       long long n_long, const long long* long_tasks, long long n_runs, const long long* runs,           \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,       \
-      const float* diag, const float4* x, int DV, float4* out, float4* partial, int add) {               \
+      const float* diag, const float4* x, int DV, float4* out, float4* partial, int add,                \
+      const long long* ends_rf) {                                                                       \
     csr_scan_body<L, W>(n_long, long_tasks, n_runs, runs, indptr, src, wt, cf, rf, diag, x, DV, out,     \
-                        partial, add);                                                                   \
+                        partial, add, ends_rf);                                                          \
   }
 #define DEF_SCAN_W(L) DEF_SCAN(L, 0) DEF_SCAN(L, 1) DEF_SCAN(L, 2)
 DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)

@@ -98,6 +98,9 @@ DEFAULT_BUNDLE_WINDOW = 8192
 #: 1.637 ms scaled against 1.978 per edge, reddit-like D = 16 0.922 against 1.555, even with cf
 #: loaded a batch after its index and shuffled after the row loads (tried there, not kept)
 PRESCALE_COLUMN = True
+#: the scan kernel reads a call's row factor packed with the row ends (pack_row_ends): NOT YET
+#: MEASURED (branch wip/rf-packed-ends; session 40's c7 ncu: rf's own loads cost 6-7% a pass)
+PACK_ROW_FACTOR = True
 #: float4s a thread of mgg_csr_scale_rows loads before it stores them (SCALE_UNROLL in local_csr.cu)
 SCALE_UNROLL = 4
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
@@ -482,14 +485,26 @@ def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int,
         _launch_combine(module, sfx, num_sms, sched, partial, rf, diag, table, dv, out, add, cache)
 
 
+def pack_row_ends(indptr: torch.Tensor, rf: torch.Tensor) -> torch.Tensor:
+    """int64 [n] for mgg_csr_scan's `ends_rf`: row t's end indptr[t + 1] (< 2^31) in the low 32
+    bits, rf[t]'s float32 bits in the high 32, so that a run's row factor comes with its row ends
+    instead of one more load a window (indptr int64 [n + 1], rf float32 [n], same device)."""
+    if rf.dtype != torch.float32 or rf.shape[0] != indptr.shape[0] - 1:
+        raise ValueError(f"pack_row_ends: rf must be float32 [{indptr.shape[0] - 1}], got {rf.dtype} {tuple(rf.shape)}")
+    return (rf.contiguous().view(torch.int32).to(torch.int64) << 32) | indptr[1:]
+
+
 def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSchedule, indptr: torch.Tensor,
                     src: torch.Tensor, wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
-                    partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None) -> None:
+                    partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None,
+                    ends_rf: torch.Tensor | None = None) -> None:
     """Launch mgg_csr_scan_l{lanes}_w{mode} over one CSR (float32 table [*, dv] float4s, lanes in
     SCAN_LANES, dv <= lanes), then mgg_csr_combine for its split hub rows, on torch's current
     stream. `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
-    the runs), built from a CUDA indptr. Other arguments as launch_csr_rows."""
+    the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
+    (the runs then take rf from it; `rf` still serves long tasks and split rows). Other arguments
+    as launch_csr_rows."""
     if lanes not in SCAN_LANES or dv > lanes:
         raise ValueError(f"csr_rows: the scan mapping takes {SCAN_LANES} lanes of one float4, got "
                          f"{lanes} lanes for {dv} float4s")
@@ -510,7 +525,7 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
             fn((-(-warps // SCAN_WPB),), (32 * SCAN_WPB,), (
                 np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.bundles)),
                 _p(sched.bundles), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
-                np.int32(dv), _p(out), _p(partial), np.int32(add)))
+                np.int32(dv), _p(out), _p(partial), np.int32(add), _p(ends_rf)))
         _launch_combine(module, "", num_sms, sched, partial, rf, diag, table, dv, out, add, cache)
 
 
@@ -576,6 +591,9 @@ class CsrRowsExecutor:
         self.bundle_window = int(bundle_window)
         self.source_segments = None if source_segments is None else int(source_segments)
         self._segments: dict[int, list[SourceSegment]] = {}
+        self._ends_rf: dict[tuple[int, int], torch.Tensor] = {}  # (segments, k) -> pack_row_ends
+        #: the scan kernel takes rf packed with the row ends (PACK_ROW_FACTOR; settable to compare)
+        self.pack_row_factor = PACK_ROW_FACTOR
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -881,9 +899,14 @@ class CsrRowsExecutor:
         if n:  # segment k > 0 adds to the rows the passes before it wrote; the first adds the self term
             for k, (sched, indptr, src, wt) in enumerate(parts):
                 if mapping == "scan":
+                    ends_rf = None
+                    if rf is not None and self.pack_row_factor:
+                        if (count, k) not in self._ends_rf:
+                            self._ends_rf[(count, k)] = pack_row_ends(indptr, rf)
+                        ends_rf = self._ends_rf[(count, k)]
                     launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
                                     diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
-                                    cache=self.launch_cache)
+                                    cache=self.launch_cache, ends_rf=ends_rf)
                 else:
                     launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
                                     self.num_sms, sched, indptr, src, wt, cf, rf,
