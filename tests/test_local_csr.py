@@ -251,8 +251,9 @@ def test_local_csr_compiles_without_nvshmem(kernel_cache_dir, monkeypatch):
 
 def test_scan_launcher_geometry_and_refusals():
     """launch_csr_scan (no GPU: a recording launch cache): one warp a long task or run, SCAN_WPB
-    warps a block, the combine pass for split hub rows; a layout without a scan kernel, a
-    schedule of lane-group items and a self term in an adding pass are refused by name."""
+    warps a block, the combine pass for split hub rows, the self term's rows passed to both; a
+    layout without a scan kernel, a schedule of lane-group items, packed row ends that do not fit
+    and a self weight from rf without them are refused by name."""
     import contextlib
 
     from mgg.kernels.local_csr import SCAN_WPB, launch_csr_scan, row_schedule
@@ -280,8 +281,24 @@ def test_scan_launcher_geometry_and_refusals():
     with pytest.raises(ValueError, match="schedule of runs"):
         launch_csr_scan(None, 4, 1, 132, row_schedule(ip, 8, 100, 500), t, t, None, None, None, None, t, 4, t, t,
                         cache=Recorder())
-    with pytest.raises(ValueError, match="adding pass"):
-        launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, t, t, 4, t, t, add=True, cache=Recorder())
+    assert (int(args[-3]), int(args[-2]), int(args[-1])) == (0, 1 << 62, 0)  # every row's self term
+    # an adding pass may take the self term of its rows; the combine pass gets the same rows
+    calls.clear()
+    ip5 = ip[:6]
+    rf = torch.ones(5)
+    ends = torch.zeros(5, dtype=torch.int64)
+    launch_csr_scan(None, 4, 1, 132, runs, ip5, t, None, None, rf, rf, t, 4, t, t, add=True, cache=Recorder(),
+                    ends_rf=ends, self_rows=(2, 4), self_rf=True)
+    (_, _, _, args), (_, _, _, cargs) = calls
+    assert (int(args[-3]), int(args[-2]), int(args[-1])) == (2, 4, 1) and int(args[-4]) == ends.data_ptr()
+    assert (int(cargs[-2]), int(cargs[-1])) == (2, 4)
+    with pytest.raises(ValueError, match="ends_rf"):
+        launch_csr_scan(None, 4, 0, 132, runs, ip5, t, None, None, rf, None, t, 4, t, t, cache=Recorder(), ends_rf=ends)
+    with pytest.raises(ValueError, match="ends_rf"):
+        launch_csr_scan(None, 4, 1, 132, runs, ip5, t, None, None, rf, None, t, 4, t, t, cache=Recorder(),
+                        ends_rf=ends[:4])
+    with pytest.raises(ValueError, match="self_rf"):
+        launch_csr_scan(None, 4, 1, 132, runs, ip5, t, None, None, rf, rf, t, 4, t, t, cache=Recorder(), self_rf=True)
     src = torch.zeros(9, dtype=torch.int32)
     with pytest.raises(ValueError, match="src in 8-byte vectors at 4 lanes"):
         launch_csr_scan(None, 4, 1, 132, runs, t, src[1:], None, None, None, None, t, 4, t, t, cache=Recorder())

@@ -231,8 +231,8 @@ __device__ __forceinline__ void accumulate(float4 (&acc)[V * Store<S>::F4], long
 // What writing row t needs besides its sum: the row factor rf[t], the self weight diag[t] and, where
 // diag is given, this lane's vectors of the self row x[t] (as stored). The row walk loads them
 // when a row starts, so that they arrive while the row is summed and its write waits on no load.
-// With `add` (a pass that adds to rows an earlier pass wrote; the launchers pass no diag then) and
-// float32 storage, xs holds out[t] instead (the same float4s), loaded at the row's start too:
+// With `add` (a pass that adds to rows an earlier pass wrote) and float32 storage, xs holds out[t]
+// instead where the row takes no self term (the same float4s; with one, out[t] is read at the write), loaded at the row's start too:
 // loaded at the write, it cost every row of an adding pass a memory latency. Rows without entries
 // in an adding pass are skipped (`empty`): they would add rf * 0.
 template <int S, int V>
@@ -285,7 +285,7 @@ __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4],
           a.z = fmaf(r.d, xv[h].z, a.z); a.w = fmaf(r.d, xv[h].w, a.w);
         }
         if (add) {  // a later pass (remote columns, another source segment) adds to the row
-          const float4 o = S == 0 ? xv[h] : out[(t * DV + c) * F4 + h];
+          const float4 o = S == 0 && !has_diag ? xv[h] : out[(t * DV + c) * F4 + h];
           a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
         }
         MGG_CSR_STORE_IF(a) __stcs(out + (t * DV + c) * F4 + h, a);
@@ -295,14 +295,16 @@ __device__ __forceinline__ void write_row(const float4 (&acc)[V * Store<S>::F4],
 }
 
 // One long task (a whole row, or a chunk of a split hub row) by the whole warp: all G groups on
-// the same entries, combined with __shfl_xor; writes out[row] (slot < 0) or partial[slot].
+// the same entries, combined with __shfl_xor; writes out[row] (slot < 0; with the self term where
+// dlo <= row < dhi) or partial[slot].
 template <int S, int L, int V, int W>
 __device__ __forceinline__ void long_task(long long gw, const long long* __restrict__ long_tasks,
                                           const int* __restrict__ src, const float* __restrict__ wt,
                                           const float* __restrict__ cf, const float* __restrict__ rf,
                                           const float* __restrict__ diag,
                                           const typename Store<S>::vec* __restrict__ x, int DV,
-                                          float4* __restrict__ out, float4* __restrict__ partial, int add) {
+                                          float4* __restrict__ out, float4* __restrict__ partial, int add,
+                                          long long dlo = 0, long long dhi = LLONG_MAX) {
   constexpr int U = Geo<L>::U, F4 = Store<S>::F4, A = V * F4;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
   float4 acc[A];
@@ -322,9 +324,10 @@ __device__ __forceinline__ void long_task(long long gw, const long long* __restr
     }
   if (g != 0) return;
   if (slot < 0) {
+    const float* __restrict__ dg = t >= dlo && t < dhi ? diag : nullptr;  // the rows this pass adds the self term to
     RowEnd<S, V> r;
-    load_row_end<S, L, V>(r, t, lig, rf, diag, x, DV, out, add, false);
-    write_row<S, L, V>(acc, t, lig, r, diag != nullptr, DV, out, add);
+    load_row_end<S, L, V>(r, t, lig, rf, dg, x, DV, out, add, false);
+    write_row<S, L, V>(acc, t, lig, r, dg != nullptr, DV, out, add);
   } else {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -476,6 +479,10 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 // entries against bank conflicts), SCAN_WPB warps a block. The per-row write values (rf, diag, the
 // self row; out[t] in an adding pass) are loaded at the write: loading them before the gathers
 // took the kernel from 72 to 102 registers (one H200, bench/results/2026-11-27-h200x1-b6415bd c2).
+// `ends_rf` (or null): the row ends with rf[t]'s bits in their high words, so that a run loads no rf.
+// The self term diag[t] * x[t] goes to rows dlo <= t < dhi only: a source segment's pass adds it to
+// the rows of its own source range, whose x rows its gathers bring into the L2; with `self_rf` the
+// runs take the self weight to be the row factor (GCN's diag / cf = rf) and load no diag.
 #define SCAN_WPB 4
 
 template <int L>
@@ -525,7 +532,8 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
                                          const float* __restrict__ cf, const float* __restrict__ rf,
                                          const float* __restrict__ diag, const float4* __restrict__ x, int DV,
                                          float4* __restrict__ out, int add, float4* __restrict__ slots,
-                                         const long long* __restrict__ ends_rf) {
+                                         const long long* __restrict__ ends_rf, long long dlo, long long dhi,
+                                         int self_rf) {
   using Q = ScanGeo<L>;
   constexpr int G = Q::G, WIN = Q::W, U = Q::U, NW = Q::NW;
   const int lane = threadIdx.x & 31, g = lane / L, lig = lane % L;
@@ -540,6 +548,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   if (W == 0) wt += s;
   // row t's end: ends[t]'s low 32 bits (entries < 2^31); with ends_rf, its high 32 bits hold rf[t]'s
   // bits, so that the row factor comes with the row end instead of one more load a window
+  if (W != 1) ends_rf = nullptr;  // unit weights only: elsewhere its register spilled (l4_w0 8 -> 52 bytes)
   const long long* ends = ends_rf ? ends_rf : indptr + 1;
   long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i (and its rf)
   bool in = rc + lane < r1;
@@ -670,13 +679,14 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
           float4 a = ne ? slots[scan_slot<L>(ej - 1 - b, lig)] : make_float4(0.f, 0.f, 0.f, 0.f);
           const float f = ends_rf ? fj : rf ? __ldg(rf + t) : 1.f;
           a.x *= f; a.y *= f; a.z *= f; a.w *= f;
-          if (diag) {
-            const float d = __ldg(diag + t);
+          const bool self = diag && t >= dlo && t < dhi;  // this pass adds row t's self term
+          if (self) {
+            const float d = self_rf ? f : __ldg(diag + t);
             const float4 xs = __ldg(x + t * DV + lig);
             a.x = fmaf(d, xs.x, a.x); a.y = fmaf(d, xs.y, a.y); a.z = fmaf(d, xs.z, a.z); a.w = fmaf(d, xs.w, a.w);
           }
           if (add) {
-            if (ne) {
+            if (ne || self) {
               const float4 o = __ldcg(out + t * DV + lig);
               a = f4add(a, o);
               MGG_CSR_STORE_IF(a) __stcs(out + t * DV + lig, a);
@@ -724,32 +734,35 @@ __device__ __forceinline__ void csr_scan_body(long long n_long, const long long*
                                               const float* __restrict__ rf, const float* __restrict__ diag,
                                               const float4* __restrict__ x, int DV, float4* __restrict__ out,
                                               float4* __restrict__ partial, int add,
-                                              const long long* __restrict__ ends_rf) {
+                                              const long long* __restrict__ ends_rf, long long dlo, long long dhi,
+                                              int self_rf) {
   __shared__ float4 slots[SCAN_WPB][ScanGeo<L>::SLOTS];
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (gw < n_long) {
-    long_task<0, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add);
+    long_task<0, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add, dlo, dhi);
     return;
   }
   const long long k = gw - n_long;
   if (k >= n_runs) return;
   scan_run<L, W>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
-                 slots[threadIdx.x >> 5], ends_rf);
+                 slots[threadIdx.x >> 5], ends_rf, dlo, dhi, self_rf);
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
 template <int S>
 __device__ __forceinline__ void csr_combine_body(long long n_split, const long long* __restrict__ split,
                                                  const float4* __restrict__ partial, const float* __restrict__ rf,
-                                                 const float* __restrict__ diag,
+                                                 const float* __restrict__ diag_all,
                                                  const typename Store<S>::vec* __restrict__ x, int DV,
-                                                 float4* __restrict__ out, int add) {
+                                                 float4* __restrict__ out, int add, long long dlo,
+                                                 long long dhi) {
   using T = Store<S>;
   constexpr int F4 = T::F4;
   const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
   const long long warps = (long long)gridDim.x * wpb;
   for (long long i = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); i < n_split; i += warps) {
     const long long t = split[3 * i], first = split[3 * i + 1], count = split[3 * i + 2];
+    const float* __restrict__ diag = t >= dlo && t < dhi ? diag_all : nullptr;  // this pass's self-term rows
     const float f = rf ? rf[t] : 1.f;
     const float d = diag ? diag[t] : 0.f;
     for (int c = lane; c < DV; c += 32) {
@@ -801,21 +814,22 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
       long long n_long, const long long* long_tasks, long long n_runs, const long long* runs,           \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,       \
       const float* diag, const float4* x, int DV, float4* out, float4* partial, int add,                \
-      const long long* ends_rf) {                                                                       \
+      const long long* ends_rf, long long dlo, long long dhi, int self_rf) {                            \
     csr_scan_body<L, W>(n_long, long_tasks, n_runs, runs, indptr, src, wt, cf, rf, diag, x, DV, out,     \
-                        partial, add, ends_rf);                                                          \
+                        partial, add, ends_rf, dlo, dhi, self_rf);                                       \
   }
 #define DEF_SCAN_W(L) DEF_SCAN(L, 0) DEF_SCAN(L, 1) DEF_SCAN(L, 2)
 DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
-// partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row].
+// partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row], the
+// self term only where dlo <= row < dhi (a source segment's pass adds it to the rows of its range).
 #define DEF_COMBINE(S, SFX)                                                                              \
   extern "C" __global__ void mgg_csr_combine##SFX(long long n_split, const long long* split,           \
                                                   const float4* partial, const float* rf,               \
                                                   const float* diag, const Store<S>::vec* x, int DV,   \
-                                                  float4* out, int add) {                              \
-    csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add);                            \
+                                                  float4* out, int add, long long dlo, long long dhi) { \
+    csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add, dlo, dhi);                  \
   }
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 

@@ -98,9 +98,19 @@ DEFAULT_BUNDLE_WINDOW = 8192
 #: 1.637 ms scaled against 1.978 per edge, reddit-like D = 16 0.922 against 1.555, even with cf
 #: loaded a batch after its index and shuffled after the row loads (tried there, not kept)
 PRESCALE_COLUMN = True
-#: the scan kernel reads a call's row factor packed with the row ends (pack_row_ends): NOT YET
-#: MEASURED (branch wip/rf-packed-ends; session 40's c7 ncu: rf's own loads cost 6-7% a pass)
+#: the scan kernel reads a call's row factor packed with the row ends (pack_row_ends) instead of
+#: loading it a window: one H200, products-like, three segments (bench/results/
+#: 2026-11-27-h200x1-a28b5e5 c1): gcn on a producer-scaled table D = 16 1.197 against 1.243 ms,
+#: D = 8 0.703 against 0.736; sum (no rf) unchanged
 PACK_ROW_FACTOR = True
+#: in source segments the scan kernel adds a row's self term in the pass of the segment that holds
+#: its source row (whose gathers bring x[t] into the L2), not all in the first pass
+SELF_IN_SEGMENT = True
+#: where the self weight of the scaled form equals the row factor (GCN: diag / cf = rf), the scan
+#: runs take it from the packed row ends instead of loading diag
+SELF_FROM_RF = True
+#: rows past any row index: the whole range of a self term
+ALL_ROWS = 1 << 62
 #: float4s a thread of mgg_csr_scale_rows loads before it stores them (SCALE_UNROLL in local_csr.cu)
 SCALE_UNROLL = 4
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
@@ -443,15 +453,18 @@ def _p(t: torch.Tensor | None) -> np.uint64:
 
 def _launch_combine(module, sfx: str, num_sms: int, sched: RowSchedule, partial: torch.Tensor,
                     rf: torch.Tensor | None, diag: torch.Tensor | None, table: torch.Tensor, dv: int,
-                    out: torch.Tensor, add: bool, cache: LaunchCache) -> None:
+                    out: torch.Tensor, add: bool, cache: LaunchCache,
+                    self_rows: tuple[int, int] = (0, ALL_ROWS)) -> None:
     """mgg_csr_combine{sfx} over `sched`'s split hub rows (none: nothing), inside the caller's
-    `cache.stream()`: one warp a split row, 8-warp blocks, at most 8 blocks an SM."""
+    `cache.stream()`: one warp a split row, 8-warp blocks, at most 8 blocks an SM. The self term
+    (diag) goes to the rows in [self_rows[0], self_rows[1]) only."""
     ns = len(sched.split)
     if ns:
         comb = cache.function(module, f"mgg_csr_combine{sfx}")
         cblocks = max(1, min(-(-ns // 8), num_sms * 8))
         comb((cblocks,), (256,), (np.int64(ns), _p(sched.split), _p(partial), _p(rf), _p(diag),
-                                  _p(table), np.int32(dv), _p(out), np.int32(add)))
+                                  _p(table), np.int32(dv), _p(out), np.int32(add),
+                                  np.int64(self_rows[0]), np.int64(self_rows[1])))
 
 
 def launch_csr_rows(module, sfx: str, lanes: int, vpl: int, mode: int, wpb: int, num_sms: int,
@@ -498,20 +511,29 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
                     src: torch.Tensor, wt: torch.Tensor | None, cf: torch.Tensor | None, rf: torch.Tensor | None,
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None,
-                    ends_rf: torch.Tensor | None = None) -> None:
+                    ends_rf: torch.Tensor | None = None, self_rows: tuple[int, int] | None = None,
+                    self_rf: bool = False) -> None:
     """Launch mgg_csr_scan_l{lanes}_w{mode} over one CSR (float32 table [*, dv] float4s, lanes in
     SCAN_LANES, dv <= lanes), then mgg_csr_combine for its split hub rows, on torch's current
     stream. `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
     the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
-    (the runs then take rf from it; `rf` still serves long tasks and split rows). Other arguments
-    as launch_csr_rows."""
+    (mode 1 only: the runs then take rf from it; `rf` still serves long tasks and split rows).
+    `self_rows`: (lo, hi), the rows that get the self term diag * x in this call (None: all);
+    an adding pass may take one. `self_rf`: the runs take the self weight to be the row factor
+    from `ends_rf` (diag = rf, GCN's scaled form) instead of loading diag. Other arguments as
+    launch_csr_rows."""
     if lanes not in SCAN_LANES or dv > lanes:
         raise ValueError(f"csr_rows: the scan mapping takes {SCAN_LANES} lanes of one float4, got "
                          f"{lanes} lanes for {dv} float4s")
     if sched.groups != 1 or sched.bundles is None:
         raise ValueError("csr_rows: the scan kernel takes a schedule of runs, one a warp")
-    if add and diag is not None:
-        raise ValueError("csr_rows: an adding pass (add=True) takes no self term (diag): the first pass adds it")
+    if ends_rf is not None and (mode != WEIGHT_MODES["one"] or rf is None
+                                or ends_rf.dtype != torch.int64 or ends_rf.shape[0] != indptr.shape[0] - 1):
+        raise ValueError(f"csr_rows: ends_rf (packed row ends) needs mode 1 with rf, int64 [{indptr.shape[0] - 1}]; "
+                         f"got mode {mode}, {ends_rf.dtype} {tuple(ends_rf.shape)}")
+    if self_rf and (ends_rf is None or diag is None):
+        raise ValueError("csr_rows: self_rf (the self weight is the row factor) needs ends_rf and diag")
+    lo, hi = (0, ALL_ROWS) if self_rows is None else (int(self_rows[0]), int(self_rows[1]))
     align = 4 * max(1, 8 // lanes)  # a lane loads its 8 / lanes indices (weights) of a window as one vector
     for name, a in (("src", src), ("wt", wt)):
         if a is not None and a.data_ptr() % align:
@@ -525,8 +547,9 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
             fn((-(-warps // SCAN_WPB),), (32 * SCAN_WPB,), (
                 np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.bundles)),
                 _p(sched.bundles), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
-                np.int32(dv), _p(out), _p(partial), np.int32(add), _p(ends_rf)))
-        _launch_combine(module, "", num_sms, sched, partial, rf, diag, table, dv, out, add, cache)
+                np.int32(dv), _p(out), _p(partial), np.int32(add), _p(ends_rf), np.int64(lo), np.int64(hi),
+                np.int32(self_rf)))
+        _launch_combine(module, "", num_sms, sched, partial, rf, diag, table, dv, out, add, cache, (lo, hi))
 
 
 class CsrRowsExecutor:
@@ -592,8 +615,12 @@ class CsrRowsExecutor:
         self.source_segments = None if source_segments is None else int(source_segments)
         self._segments: dict[int, list[SourceSegment]] = {}
         self._ends_rf: dict[tuple[int, int], torch.Tensor] = {}  # (segments, k) -> pack_row_ends
-        #: the scan kernel takes rf packed with the row ends (PACK_ROW_FACTOR; settable to compare)
+        #: the scan kernel's options, settable to compare: rf packed with the row ends
+        #: (PACK_ROW_FACTOR), the self term in its source segment's pass (SELF_IN_SEGMENT), the
+        #: self weight from the packed rf where it equals it (SELF_FROM_RF)
         self.pack_row_factor = PACK_ROW_FACTOR
+        self.self_in_segment = SELF_IN_SEGMENT
+        self.self_from_rf = SELF_FROM_RF
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -628,6 +655,11 @@ class CsrRowsExecutor:
         self.default_prescale = self.can_prescale and PRESCALE_COLUMN
         self._prescale = self.default_prescale
         self._diag_no_rf: torch.Tensor | None = None  # diag_prescaled / rf, on the first call without rf
+        # GCN's scaled self weight diag / cf is its row factor (up to rounding): then the scan runs
+        # can take it from the packed row ends
+        self.self_is_rf = (self.diag_prescaled is not None and self.rf is not None
+                           and self.rf.shape == self.diag_prescaled.shape
+                           and bool(torch.allclose(self.diag_prescaled, self.rf, rtol=1e-6, atol=0.0)))
         from .build import load_module
 
         self.module = load_module("local_csr", nvshmem=False, device=dev.index)
@@ -900,13 +932,20 @@ class CsrRowsExecutor:
             for k, (sched, indptr, src, wt) in enumerate(parts):
                 if mapping == "scan":
                     ends_rf = None
-                    if rf is not None and self.pack_row_factor:
+                    if rf is not None and mode == WEIGHT_MODES["one"] and self.pack_row_factor:
                         if (count, k) not in self._ends_rf:
                             self._ends_rf[(count, k)] = pack_row_ends(indptr, rf)
                         ends_rf = self._ends_rf[(count, k)]
+                    if count > 1 and diag is not None and self.self_in_segment:
+                        seg = self.segments(count)[k]  # rows whose source row this pass gathers
+                        d, rows = diag, (seg.lo, seg.hi)
+                    else:
+                        d, rows = (diag if k == 0 else None), None
+                    self_rf = (d is not None and ends_rf is not None and d is self.diag_prescaled
+                               and self.self_is_rf and self.self_from_rf)
                     launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
-                                    diag if k == 0 else None, xin, dv, out, partial, add=k > 0,
-                                    cache=self.launch_cache, ends_rf=ends_rf)
+                                    d, xin, dv, out, partial, add=k > 0, cache=self.launch_cache,
+                                    ends_rf=ends_rf, self_rows=rows, self_rf=self_rf)
                 else:
                     launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
                                     self.num_sms, sched, indptr, src, wt, cf, rf,

@@ -186,6 +186,33 @@ def test_source_segments(kind, dim, mapping, segments):
         assert sum(s.num_entries for s in seg) == plan.num_local_edges
 
 
+@pytest.mark.parametrize("segments", (1, 3, 7))
+@pytest.mark.parametrize("kind", ["gcn", "sum_self", "mean"])
+def test_scan_options(kind, segments):
+    """The scan kernel's options, each combination against the float64 reference (forward and
+    transposed, hubs split and whole-row long tasks, the pre-scaled and the producer-scaled
+    forms): rf packed with the row ends or loaded; the self term in its source segment's pass or
+    all in the first; GCN's self weight taken from the packed rf or loaded."""
+    import itertools
+
+    indptr, indices = graph()
+    x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
+    for transposed, plan in plans(indptr, indices, kind).items():
+        ref = aggregate_reference(indptr, indices, x, kind, transposed)
+        ex = CsrRowsExecutor(plan, None, kind, chunk=500, row_mapping="scan", source_segments=segments, scan_run=7)
+        assert ex.self_is_rf == (kind == "gcn")
+        xt = torch.from_numpy(x).cuda()
+        xs = xt * ex.cf[:, None] if ex.takes_scaled_input else None
+        for opts in itertools.product((False, True), repeat=3):
+            ex.pack_row_factor, ex.self_in_segment, ex.self_from_rf = opts
+            ex.poison = True
+            out = ex(xt).cpu().numpy()
+            assert rel_err(out, ref) < 1e-5, (transposed, opts)
+            if xs is not None:
+                out = ex(xs, scaled_input=True).cpu().numpy()
+                assert rel_err(out, ref) < 1e-5, (transposed, opts, "scaled input")
+
+
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_source_segments_16bit(dtype):
     indptr, indices = graph()
