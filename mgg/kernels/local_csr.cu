@@ -513,6 +513,11 @@ __device__ __forceinline__ float4 f4shfl(float4 v, int l) {
                      __shfl_sync(FULL, v.w, l));
 }
 
+// `bytes` (a multiple of 16) from p (16-byte aligned) into the L2, no register written
+__device__ __forceinline__ void scan_prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // OR into `words` the flag bit of every row of this lane's chunk entry (row end cend, previous row's
 // end prev; relative positions) whose last entry lies in the window [b, b + W).
 template <int L>
@@ -616,6 +621,15 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       int prev = __shfl_up_sync(FULL, cend, 1);
       if (lane == 0) prev = pend;
       scan_end_bits<L>(cend, prev, b, words);
+#ifdef MGG_SCAN_WRITE_PF
+      // the chunk's rows that complete in the next window: their out rows (an adding pass reads
+      // them at the write) and self rows into the L2 now, a window ahead of their write
+      if (cend > b + WIN && cend <= b + 2 * WIN) {
+        const long long t = rc + lane;
+        if (add && cend > prev) scan_prefetch_l2(out + t * DV, 16u * DV);
+        if (diag && t >= dlo && t < dhi) scan_prefetch_l2(x + t * DV, 16u * DV);
+      }
+#endif
       if (a0 && b == 0) words[0] |= 1u << (a0 - 1);  // the phantom row before the run
       long long rr = rc;  // every row of the chunk ends in the window: the next chunks may too
       int ce = cend;
