@@ -621,13 +621,18 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       int prev = __shfl_up_sync(FULL, cend, 1);
       if (lane == 0) prev = pend;
       scan_end_bits<L>(cend, prev, b, words);
-#ifdef MGG_SCAN_WRITE_PF
+#ifndef MGG_SCAN_NO_WRITE_PF
       // the chunk's rows that complete in the next window: their out rows (an adding pass reads
-      // them at the write) and self rows into the L2 now, a window ahead of their write
-      if (cend > b + WIN && cend <= b + 2 * WIN) {
-        const long long t = rc + lane;
-        if (add && cend > prev) scan_prefetch_l2(out + t * DV, 16u * DV);
-        if (diag && t >= dlo && t < dhi) scan_prefetch_l2(x + t * DV, 16u * DV);
+      // them at the write) and self rows into the L2 now, a window ahead of their write. One H200,
+      // products-like D = 16 (bench/results/2026-11-27-h200x1-a28b5e5 c3): 1.01-1.03x; not at
+      // L = 2, where its registers spill (20 -> 40 bytes) and D = 8 lost 7-9%, nor with weights a
+      // gather (l4_w0 / w2 spill 24 -> 40 bytes)
+      if constexpr (L >= 4 && W == 1) {
+        if (cend > b + WIN && cend <= b + 2 * WIN) {
+          const long long t = rc + lane;
+          if (add && cend > prev) scan_prefetch_l2(out + t * DV, 16u * DV);
+          if (diag && t >= dlo && t < dhi) scan_prefetch_l2(x + t * DV, 16u * DV);
+        }
       }
 #endif
       if (a0 && b == 0) words[0] |= 1u << (a0 - 1);  // the phantom row before the run
