@@ -30,7 +30,8 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
-from .source_segments import (MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN, SourceSegment, auto_source_segments,
+from .source_segments import (AUTO_SELF_TABLE_L2, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_SELF,
+                              SourceSegment, auto_source_segments,
                               source_segment_order, split_by_source)
 from .streams import LaunchCache
 from .variants import lane_layout
@@ -747,15 +748,21 @@ class CsrRowsExecutor:
 
     def segments_for(self, dim: int) -> int:
         """Source segments a call at width `dim` runs in: the `source_segments` knob, or where it
-        is None, auto_source_segments of this plan's table at that width."""
+        is None, auto_source_segments of this plan's table at that width (at most
+        MAX_AUTO_SEGMENTS_SCAN_SELF on the scan kernel for a plan with a self term and a table of
+        AUTO_SELF_TABLE_L2 L2s or more)."""
         if self.source_segments is not None:
             return self.source_segments
         dv, _, lanes, vpl = self._layout(dim)
         if vpl != 1 or not self.plan.num_local_edges:
             return 1
-        most = MAX_AUTO_SEGMENTS_SCAN if self.uses_scan(lanes, vpl) else MAX_AUTO_SEGMENTS
-        return auto_source_segments(self.plan.n_local * dv * 16, self.l2_bytes,
-                                    self.plan.num_local_edges / max(self.plan.n_local, 1), most)
+        table = self.plan.n_local * dv * 16
+        most = MAX_AUTO_SEGMENTS
+        if self.uses_scan(lanes, vpl):
+            most = MAX_AUTO_SEGMENTS_SCAN
+            if self.diag is not None and table >= AUTO_SELF_TABLE_L2 * self.l2_bytes:
+                most = MAX_AUTO_SEGMENTS_SCAN_SELF
+        return auto_source_segments(table, self.l2_bytes, self.plan.num_local_edges / max(self.plan.n_local, 1), most)
 
     def segments(self, count: int) -> list[SourceSegment]:
         """The local CSR cut into `count` source segments (cached; built on the GPU)."""

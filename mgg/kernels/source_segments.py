@@ -46,7 +46,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
-           "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN", "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
+           "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN", "MAX_AUTO_SEGMENTS_SCAN_SELF", "AUTO_SELF_TABLE_L2",
+           "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
            "AUTO_MIN_ENTRIES_PER_ROW"]
 
 #: auto_source_segments cuts a table into two segments from this many times the L2's size ...
@@ -62,6 +63,14 @@ MAX_AUTO_SEGMENTS = 2
 #: three beat two on products-like (one H200, session 39 c4-c6, float32: D = 8 sum and gcn
 #: 1.09-1.14x, D = 16 sum 1.03-1.10x, gcn within 2%)
 MAX_AUTO_SEGMENTS_SCAN = 3
+#: ... but a scan call with a self term (gcn, sum_self) on a table of AUTO_SELF_TABLE_L2 times the
+#: L2 or more takes at most two: since each pass adds the self term of its own source range
+#: (SELF_IN_SEGMENT in local_csr.py), products-like D = 16 gcn (2.6x an H200's L2) ran two
+#: segments 1.02-1.05x faster than three in six comparisons on three machines (bench/results/
+#: 2026-11-27-h200x1-a28b5e5 c2-c4), while at D = 8 (1.3x) three stay 1.07-1.16x faster, and
+#: sum (no self term) at D = 16 is even to 1.02x for three
+MAX_AUTO_SEGMENTS_SCAN_SELF = 2
+AUTO_SELF_TABLE_L2 = 2.0
 #: ... and only for CSRs of at least this many entries per row: every pass walks every row, so a
 #: sparse CSR pays the passes' row costs for little gather. The row-subset plans of a GCN's last
 #: layer (mgg.runtime.rowset; products-like: about 2 entries per row) made the products-like GCN

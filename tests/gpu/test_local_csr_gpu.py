@@ -230,7 +230,7 @@ def test_source_segments_auto_per_mapping(monkeypatch):
     MAX_AUTO_SEGMENTS_SCAN segments, one on the row kernels MAX_AUTO_SEGMENTS, a layout of two
     vectors a lane one; the output at the picked count matches the reference."""
     import mgg.kernels.source_segments as ss
-    from mgg.kernels.source_segments import MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN
+    from mgg.kernels.source_segments import MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_SELF
 
     monkeypatch.setattr(ss, "AUTO_MIN_ENTRIES_PER_ROW", 1)
     indptr, indices = graph()
@@ -245,6 +245,16 @@ def test_source_segments_auto_per_mapping(monkeypatch):
         x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
         out = run(ex, x, 1)[0]
         assert rel_err(out, aggregate_reference(indptr, indices, x, "sum")) < 1e-5, (mapping, dim)
+    # a plan with a self term on the scan kernel: at most MAX_AUTO_SEGMENTS_SCAN_SELF from
+    # AUTO_SELF_TABLE_L2 L2s of table; below that, and for a plan without one, the scan's count
+    for kind, ratio, want in (("gcn", 2.5, MAX_AUTO_SEGMENTS_SCAN_SELF), ("sum_self", 2.5, MAX_AUTO_SEGMENTS_SCAN_SELF),
+                              ("gcn", 1.0, MAX_AUTO_SEGMENTS_SCAN), ("sum", 2.5, MAX_AUTO_SEGMENTS_SCAN)):
+        kplan = plans(indptr, indices, kind)[False]
+        ex = CsrRowsExecutor(kplan, None, kind, row_mapping="scan", chunk=500)
+        ex.l2_bytes = int(kplan.n_local * 4 * 16 / ratio)  # D = 16: four float4s a row
+        assert ex.segments_for(16) == want, (kind, ratio)
+        x = np.random.default_rng(3).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
+        assert rel_err(run(ex, x, 1)[0], aggregate_reference(indptr, indices, x, kind)) < 1e-5, (kind, ratio)
 
 
 def test_source_segments_auto_and_knob():
