@@ -623,8 +623,9 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       scan_end_bits<L>(cend, prev, b, words);
 #ifndef MGG_SCAN_NO_WRITE_PF
       // the chunk's rows that complete in the next window: their out rows (an adding pass reads
-      // them at the write) and self rows into the L2 now, a window ahead of their write. One H200,
-      // products-like D = 16 (bench/results/2026-11-27-h200x1-a28b5e5 c3): 1.01-1.03x; not at
+      // them at the write) and self rows into the L2 now, a window ahead of their write. One H200
+      // each, products-like D = 16 (bench/results/2026-11-27-h200x1-a28b5e5 c3, c4): sum
+      // 1.01-1.03x, gcn 1.01-1.03x; D = 32 even; not at
       // L = 2, where its registers spill (20 -> 40 bytes) and D = 8 lost 7-9%, nor with weights a
       // gather (l4_w0 / w2 spill 24 -> 40 bytes)
       if constexpr (L >= 4 && W == 1) {

@@ -100,16 +100,22 @@ DEFAULT_BUNDLE_WINDOW = 8192
 #: loaded a batch after its index and shuffled after the row loads (tried there, not kept)
 PRESCALE_COLUMN = True
 #: the scan kernel reads a call's row factor packed with the row ends (pack_row_ends) instead of
-#: loading it a window: one H200, products-like, three segments (bench/results/
-#: 2026-11-27-h200x1-a28b5e5 c1): gcn on a producer-scaled table D = 16 1.197 against 1.243 ms,
-#: D = 8 0.703 against 0.736; sum (no rf) unchanged
+#: loading it a window (session 40's ncu: those loads all missed the L2). One H200 each,
+#: products-like (bench/results/2026-11-27-h200x1-a28b5e5): gcn on a producer-scaled table D = 16
+#: 1.197 against 1.243 ms (c1), 1.03-1.04x (c2, c8), D = 8 1.04-1.06x; with the pre-scale pass
+#: 1.04-1.05x and 1.04-1.09x; sum (no rf) unchanged
 PACK_ROW_FACTOR = True
 #: in source segments the scan kernel adds a row's self term in the pass of the segment that holds
-#: its source row (whose gathers bring x[t] into the L2), not all in the first pass
+#: its source row (whose gathers bring x[t] into the L2), not all in the first pass: gcn on a
+#: producer-scaled table, D = 16, 1.07x (c2) and 1.02x (c8) over rf packed alone; with the
+#: pre-scale pass and at D = 8 0.93-1.09x, within what these machines move between reps
 SELF_IN_SEGMENT = True
 #: where the self weight of the scaled form equals the row factor (GCN: diag / cf = rf), the scan
-#: runs take it from the packed row ends instead of loading diag
+#: runs take it from the packed row ends instead of loading diag ...
 SELF_FROM_RF = True
+#: ... at this many lanes or more: products-like on a producer-scaled table, D = 16 (4 lanes)
+#: 1.01-1.06x, D = 8 (2 lanes) 0.93-0.97x (bench/results/2026-11-27-h200x1-a28b5e5 c2, c8)
+SELF_FROM_RF_MIN_LANES = 4
 #: rows past any row index: the whole range of a self term
 ALL_ROWS = 1 << 62
 #: float4s a thread of mgg_csr_scale_rows loads before it stores them (SCALE_UNROLL in local_csr.cu)
@@ -949,7 +955,7 @@ class CsrRowsExecutor:
                     else:
                         d, rows = (diag if k == 0 else None), None
                     self_rf = (d is not None and ends_rf is not None and d is self.diag_prescaled
-                               and self.self_is_rf and self.self_from_rf)
+                               and self.self_is_rf and self.self_from_rf and lanes >= SELF_FROM_RF_MIN_LANES)
                     launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
                                     d, xin, dv, out, partial, add=k > 0, cache=self.launch_cache,
                                     ends_rf=ends_rf, self_rows=rows, self_rf=self_rf)
