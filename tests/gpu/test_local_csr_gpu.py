@@ -191,8 +191,9 @@ def test_source_segments(kind, dim, mapping, segments):
 def test_scan_options(kind, segments):
     """The scan kernel's options, each combination against the float64 reference (forward and
     transposed, hubs split and whole-row long tasks, the pre-scaled and the producer-scaled
-    forms): rf packed with the row ends or loaded; the self term in its source segment's pass or
-    all in the first; GCN's self weight taken from the packed rf or loaded."""
+    forms, and the backward's form without the row factor): rf packed with the row ends or
+    loaded; the self term in its source segment's pass or all in the first; GCN's self weight
+    taken from the packed rf or loaded."""
     import itertools
 
     indptr, indices = graph()
@@ -203,6 +204,7 @@ def test_scan_options(kind, segments):
         assert ex.self_is_rf == (kind == "gcn")
         xt = torch.from_numpy(x).cuda()
         xs = xt * ex.cf[:, None] if ex.takes_scaled_input else None
+        rf = ex.rf.double().cpu().numpy() if ex.takes_scaled_input else None
         for opts in itertools.product((False, True), repeat=3):
             ex.pack_row_factor, ex.self_in_segment, ex.self_from_rf = opts
             ex.poison = True
@@ -211,6 +213,9 @@ def test_scan_options(kind, segments):
             if xs is not None:
                 out = ex(xs, scaled_input=True).cpu().numpy()
                 assert rel_err(out, ref) < 1e-5, (transposed, opts, "scaled input")
+                # the backward's form: the output without its row factor (rf > 0 for gcn)
+                out = ex(xt, row_factor=False).cpu().numpy()
+                assert rel_err(out, ref / rf[:, None]) < 1e-5, (transposed, opts, "no row factor")
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
