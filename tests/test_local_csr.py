@@ -305,6 +305,21 @@ def test_scan_launcher_geometry_and_refusals():
     with pytest.raises(ValueError, match="src in 16-byte vectors at 2 lanes"):
         launch_csr_scan(None, 2, 1, 132, runs, t, src[2:], None, None, None, None, t, 1, t, t, cache=Recorder())
     launch_csr_scan(None, 8, 1, 132, runs, t, src[1:], None, None, None, None, t, 4, t, t, cache=Recorder())
+    # 16-bit storage: its own kernels, dv quads of 8 bytes; the combine pass takes dv / 2 vectors
+    calls.clear()
+    launch_csr_scan(None, 4, 0, 132, runs, t, t, t, None, None, None, t, 4, t, t, cache=Recorder(), storage="_bf16")
+    (name, _, _, args), (cname, _, _, cargs) = calls
+    assert name == "mgg_csr_scan_bf16_l4_w0" and cname == "mgg_csr_combine_bf16"
+    assert int(args[11]) == 4 and int(cargs[6]) == 2
+    with pytest.raises(ValueError, match="an even number of quads, got 3"):
+        launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, None, t, 3, t, t, cache=Recorder(),
+                        storage="_fp16")
+    with pytest.raises(ValueError, match="per-edge weights \\(got mode 2\\)"):
+        launch_csr_scan(None, 4, 2, 132, runs, t, t, None, t, None, None, t, 4, t, t, cache=Recorder(),
+                        storage="_fp16")
+    with pytest.raises(ValueError, match="no scan kernel for storage '_fp8'"):
+        launch_csr_scan(None, 4, 1, 132, runs, t, t, None, None, None, None, t, 4, t, t, cache=Recorder(),
+                        storage="_fp8")
 
 
 def test_pack_row_ends_round_trip():

@@ -518,6 +518,30 @@ __device__ __forceinline__ void scan_prefetch_l2(const void* p, unsigned bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
+// One lane's 4 values of a stored row as float32: a float4 (float32 storage) or 4 16-bit values
+// in 8 bytes (bf16, fp16), so that every storage runs the scan with one lane a 4-column quad and
+// the same lane groups, slots and scan as float32 (a 16-bit D = 16 row is 4 lanes of 8 bytes).
+template <int S> struct ScanQuad;
+template <> struct ScanQuad<0> {
+  using T = float4;
+  static __device__ __forceinline__ float4 load(const T* p) { return __ldg(p); }
+};
+template <> struct ScanQuad<1> {
+  using T = uint2;
+  static __device__ __forceinline__ float4 load(const T* p) {
+    const uint2 v = __ldg(p);
+    return make_float4(Store<1>::lo(v.x), Store<1>::hi(v.x), Store<1>::lo(v.y), Store<1>::hi(v.y));
+  }
+};
+template <> struct ScanQuad<2> {
+  using T = uint2;
+  static __device__ __forceinline__ float4 load(const T* p) {
+    const uint2 v = __ldg(p);
+    const float2 a = Store<2>::h2(v.x), b = Store<2>::h2(v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+};
+
 // OR into `words` the flag bit of every row of this lane's chunk entry (row end cend, previous row's
 // end prev; relative positions) whose last entry lies in the window [b, b + W).
 template <int L>
@@ -531,11 +555,11 @@ __device__ __forceinline__ void scan_end_bits(int cend, int prev, int b, unsigne
 
 // Run [r0, r1) (every row of it short; empty rows too) by one warp; see the section comment.
 // `slots`: this warp's ScanGeo<L>::SLOTS float4s of shared memory.
-template <int L, int W>
+template <int L, int W, int S>
 __device__ __forceinline__ void scan_run(long long r0, long long r1, const long long* __restrict__ indptr,
                                          const int* __restrict__ src, const float* __restrict__ wt,
                                          const float* __restrict__ cf, const float* __restrict__ rf,
-                                         const float* __restrict__ diag, const float4* __restrict__ x, int DV,
+                                         const float* __restrict__ diag, const void* __restrict__ x, int DV,
                                          float4* __restrict__ out, int add, float4* __restrict__ slots,
                                          const long long* __restrict__ ends_rf, long long dlo, long long dhi,
                                          int self_rf) {
@@ -568,8 +592,10 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   // land after its last row end, in sums no row takes). The predicated 64-bit form it replaced took
   // about 17 instructions a gather; one H200, products-like D = 16 (bench/results/
   // 2026-11-27-h200x1-52bd5e5): 1.10x on one machine (c4), even on another (c5).
-  const char* __restrict__ xg = reinterpret_cast<const char*>(x + (lok ? lig : 0));
-  const unsigned rowb = 16u * (unsigned)DV;
+  using QD = ScanQuad<S>;
+  const typename QD::T* __restrict__ xq = reinterpret_cast<const typename QD::T*>(x);  // DV quads a row
+  const char* __restrict__ xg = reinterpret_cast<const char*>(xq + (lok ? lig : 0));
+  const unsigned rowb = (unsigned)sizeof(typename QD::T) * (unsigned)DV;
   int idx[U], nidx[U];
   float wv[U], nwv[U];
   // window b's indices: lane * U + u, one vector load (a lane's U indices as one request: one H200,
@@ -612,7 +638,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
     for (int k = 0; k < 8; ++k) {
       const int j = __shfl_sync(FULL, idx[k % U], g * L + k / U);
       w[k] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k % U], g * L + k / U);
-      r[k] = __ldg(reinterpret_cast<const float4*>(xg + (unsigned long long)(unsigned)max(j, 0) * rowb));
+      r[k] = QD::load(reinterpret_cast<const typename QD::T*>(xg + (unsigned long long)(unsigned)max(j, 0) * rowb));
     }
     unsigned words[NW];
 #pragma unroll
@@ -632,7 +658,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
         if (cend > b + WIN && cend <= b + 2 * WIN) {
           const long long t = rc + lane;
           if (add && cend > prev) scan_prefetch_l2(out + t * DV, 16u * DV);
-          if (diag && t >= dlo && t < dhi) scan_prefetch_l2(x + t * DV, 16u * DV);
+          if (diag && t >= dlo && t < dhi) scan_prefetch_l2(xq + t * DV, rowb);
         }
       }
 #endif
@@ -702,7 +728,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
           const bool self = diag && t >= dlo && t < dhi;  // this pass adds row t's self term
           if (self) {
             const float d = self_rf ? f : __ldg(diag + t);
-            const float4 xs = __ldg(x + t * DV + lig);
+            const float4 xs = QD::load(xq + t * DV + lig);
             a.x = fmaf(d, xs.x, a.x); a.y = fmaf(d, xs.y, a.y); a.z = fmaf(d, xs.z, a.z); a.w = fmaf(d, xs.w, a.w);
           }
           if (add) {
@@ -746,25 +772,31 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
 }
 
 // Warps [0, n_long) take long tasks (as mgg_csr_rows), warp n_long + k run k.
-template <int L, int W>
+template <int L, int W, int S>
 __device__ __forceinline__ void csr_scan_body(long long n_long, const long long* __restrict__ long_tasks,
                                               long long n_runs, const long long* __restrict__ runs,
                                               const long long* __restrict__ indptr, const int* __restrict__ src,
                                               const float* __restrict__ wt, const float* __restrict__ cf,
                                               const float* __restrict__ rf, const float* __restrict__ diag,
-                                              const float4* __restrict__ x, int DV, float4* __restrict__ out,
+                                              const void* __restrict__ x, int DV, float4* __restrict__ out,
                                               float4* __restrict__ partial, int add,
                                               const long long* __restrict__ ends_rf, long long dlo, long long dhi,
                                               int self_rf) {
   __shared__ float4 slots[SCAN_WPB][ScanGeo<L>::SLOTS];
   const long long gw = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (gw < n_long) {
-    long_task<0, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, x, DV, out, partial, add, dlo, dhi);
+    if constexpr (S == 0)
+      long_task<0, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, reinterpret_cast<const float4*>(x), DV, out,
+                            partial, add, dlo, dhi);
+    else  // a row of DV quads is DV / 2 16-byte vectors of 8 values, on L lanes (the upper half
+          // idle: L / 2 lanes took the L = 2 kernels from 0-40 to 172-276 bytes of spill)
+      long_task<S, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, reinterpret_cast<const uint4*>(x), DV / 2,
+                                out, partial, add, dlo, dhi);
     return;
   }
   const long long k = gw - n_long;
   if (k >= n_runs) return;
-  scan_run<L, W>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
+  scan_run<L, W, S>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
                  slots[threadIdx.x >> 5], ends_rf, dlo, dhi, self_rf);
 }
 
@@ -829,16 +861,19 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
 // The scan mapping (float32 storage): block = 32 * SCAN_WPB threads, grid = ceil((n_long + n_runs) /
 // SCAN_WPB); at most 72 registers (7 blocks an SM; the bound keeps ptxas from the 79-102 it
 // otherwise takes).
-#define DEF_SCAN(L, W)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * SCAN_WPB, 7) mgg_csr_scan_l##L##_w##W(               \
+#define DEF_SCAN(S, SFX, L, W)                                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * SCAN_WPB, 7) mgg_csr_scan##SFX##_l##L##_w##W(        \
       long long n_long, const long long* long_tasks, long long n_runs, const long long* runs,           \
       const long long* indptr, const int* src, const float* wt, const float* cf, const float* rf,       \
-      const float* diag, const float4* x, int DV, float4* out, float4* partial, int add,                \
+      const float* diag, const void* x, int DV, float4* out, float4* partial, int add,                  \
       const long long* ends_rf, long long dlo, long long dhi, int self_rf) {                            \
-    csr_scan_body<L, W>(n_long, long_tasks, n_runs, runs, indptr, src, wt, cf, rf, diag, x, DV, out,     \
-                        partial, add, ends_rf, dlo, dhi, self_rf);                                       \
+    csr_scan_body<L, W, S>(n_long, long_tasks, n_runs, runs, indptr, src, wt, cf, rf, diag, x, DV, out,  \
+                           partial, add, ends_rf, dlo, dhi, self_rf);                                    \
   }
-#define DEF_SCAN_W(L) DEF_SCAN(L, 0) DEF_SCAN(L, 1) DEF_SCAN(L, 2)
+// 16-bit storage: w = 1 (sum, mean, a producer-scaled gcn table) and per-edge weights (its column
+// kinds read the plan's weights: CsrRowsExecutor.column_by_weights), no cf[src] form
+#define DEF_SCAN_W(L) DEF_SCAN(0, , L, 0) DEF_SCAN(0, , L, 1) DEF_SCAN(0, , L, 2) DEF_SCAN(1, _bf16, L, 0) \
+  DEF_SCAN(1, _bf16, L, 1) DEF_SCAN(2, _fp16, L, 0) DEF_SCAN(2, _fp16, L, 1)
 DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first

@@ -62,12 +62,14 @@ DEFAULT_CHUNK = 2048
 BUNDLE_LANES = (2, 4, 8, 16)
 #: short-row mappings: "packed" (one row per lane group, rows by degree), "bundles" (runs of
 #: consecutive rows per lane group, walked as one entry stream; layouts of one vector per lane),
-#: "scan" (runs of consecutive rows per warp, row ends by a segmented scan: mgg_csr_scan; float32
-#: storage, one vector per lane, SCAN_LANES lanes; other layouts take the "default" mapping) or
-#: "default" (scan for the layouts of SCAN_DEFAULT_LANES lanes, float32; else bundles for the
-#: one-vector layouts of BUNDLE_LANES lanes where they pay on the CSR, bundles_pay; else packed)
+#: "scan" (runs of consecutive rows per warp, row ends by a segmented scan: mgg_csr_scan; rows of
+#: at most 8 quads of 4 columns, float32 or 16-bit, a quad a lane on SCAN_LANES lanes; other layouts
+#: take the "default" mapping) or "default" (scan for the layouts of SCAN_DEFAULT_LANES lanes; else
+#: bundles for the one-vector layouts of BUNDLE_LANES lanes where they pay on the CSR,
+#: bundles_pay; else packed)
 ROW_MAPPINGS = ("default", "packed", "bundles", "scan")
-#: lane counts (one float4 a lane) that have mgg_csr_scan kernels (D = 5..32 float32)
+#: lane counts (one quad of 4 columns a lane: a float4, or 8 bytes of 16-bit storage) that have
+#: mgg_csr_scan kernels (D = 5..32; 16-bit D <= 8 runs 2 lanes)
 SCAN_LANES = (2, 4, 8)
 #: ... and those whose "default" mapping is scan (float32 storage), where bundles would pay
 #: (`bundles_pay`: short rows of a few entries). One H200, against the bundles they replace
@@ -519,10 +521,12 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
                     diag: torch.Tensor | None, table: torch.Tensor, dv: int, out: torch.Tensor,
                     partial: torch.Tensor, add: bool = False, cache: LaunchCache | None = None,
                     ends_rf: torch.Tensor | None = None, self_rows: tuple[int, int] | None = None,
-                    self_rf: bool = False) -> None:
-    """Launch mgg_csr_scan_l{lanes}_w{mode} over one CSR (float32 table [*, dv] float4s, lanes in
-    SCAN_LANES, dv <= lanes), then mgg_csr_combine for its split hub rows, on torch's current
-    stream. `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
+                    self_rf: bool = False, storage: str = "") -> None:
+    """Launch mgg_csr_scan{storage}_l{lanes}_w{mode} over one CSR (a table of dv quads a row: dv
+    float4s for float32 storage, storage = ""; dv 8-byte quads of 16-bit values for storage =
+    "_bf16" / "_fp16", dv even; lanes in SCAN_LANES, dv <= lanes; out float32 [*, 4 dv]), then
+    mgg_csr_combine{storage} for its split hub rows, on torch's current stream. 16-bit storage
+    takes mode 1 (w = 1) or 0 (per-edge weights). `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
     the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
     (mode 1 only: the runs then take rf from it; `rf` still serves long tasks and split rows).
     `self_rows`: (lo, hi), the rows that get the self term diag * x in this call (None: all);
@@ -530,8 +534,13 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
     from `ends_rf` (diag = rf, GCN's scaled form) instead of loading diag. Other arguments as
     launch_csr_rows."""
     if lanes not in SCAN_LANES or dv > lanes:
-        raise ValueError(f"csr_rows: the scan mapping takes {SCAN_LANES} lanes of one float4, got "
-                         f"{lanes} lanes for {dv} float4s")
+        raise ValueError(f"csr_rows: the scan mapping takes {SCAN_LANES} lanes of one quad, got "
+                         f"{lanes} lanes for {dv} quads")
+    if storage not in ("", "_bf16", "_fp16"):
+        raise ValueError(f"csr_rows: no scan kernel for storage {storage!r}")
+    if storage and (dv % 2 or mode == WEIGHT_MODES["column"]):
+        raise ValueError(f"csr_rows: the 16-bit scan kernels take rows of whole 16-byte vectors (an even number "
+                         f"of quads, got {dv}) and w = 1 or per-edge weights (got mode {mode})")
     if sched.groups != 1 or sched.bundles is None:
         raise ValueError("csr_rows: the scan kernel takes a schedule of runs, one a warp")
     if ends_rf is not None and (mode != WEIGHT_MODES["one"] or rf is None
@@ -550,13 +559,14 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
     with cache.stream():
         warps = sched.num_warps
         if warps:
-            fn = cache.function(module, f"mgg_csr_scan_l{lanes}_w{mode}")
+            fn = cache.function(module, f"mgg_csr_scan{storage}_l{lanes}_w{mode}")
             fn((-(-warps // SCAN_WPB),), (32 * SCAN_WPB,), (
                 np.int64(len(sched.long_tasks)), _p(sched.long_tasks), np.int64(len(sched.bundles)),
                 _p(sched.bundles), _p(indptr), _p(src), _p(wt), _p(cf), _p(rf), _p(diag), _p(table),
                 np.int32(dv), _p(out), _p(partial), np.int32(add), _p(ends_rf), np.int64(lo), np.int64(hi),
                 np.int32(self_rf)))
-        _launch_combine(module, "", num_sms, sched, partial, rf, diag, table, dv, out, add, cache, (lo, hi))
+        _launch_combine(module, storage, num_sms, sched, partial, rf, diag, table, dv // 2 if storage else dv, out,
+                        add, cache, (lo, hi))
 
 
 class CsrRowsExecutor:
@@ -695,15 +705,21 @@ class CsrRowsExecutor:
         already scaled by cf never reaches another rank's kernel)."""
         return self.can_prescale and self.rf is not None and self.plan.world_size == 1
 
+    def scan_lanes(self, lanes: int) -> int:
+        """The scan kernel's lanes for a layout of `lanes` lanes of one 16-byte vector: a lane a
+        quad of 4 columns, so 16-bit storage (8 columns a vector) takes twice the lanes."""
+        return lanes if self.storage_dtype == torch.float32 else 2 * lanes
+
     def uses_scan(self, lanes: int, vpl: int) -> bool:
-        """Whether the layout (lanes, vectors per lane) runs the scan kernel: float32 storage, one
-        vector a lane of SCAN_LANES lanes, and the mapping "scan" (or "default" for
-        SCAN_DEFAULT_LANES where bundles would pay on this CSR: short rows of a few entries)."""
-        if vpl != 1 or lanes not in SCAN_LANES or self.storage_dtype != torch.float32:
+        """Whether the layout (lanes, vectors per lane) runs the scan kernel: one vector a lane,
+        scan_lanes in SCAN_LANES, and the mapping "scan" (or "default" for SCAN_DEFAULT_LANES
+        where bundles would pay on this CSR: short rows of a few entries)."""
+        if vpl != 1 or self.scan_lanes(lanes) not in SCAN_LANES:
             return False
         if self.row_mapping == "scan":
             return True
-        return self.row_mapping == "default" and lanes in SCAN_DEFAULT_LANES and self._bundles_pay(lanes)
+        return (self.row_mapping == "default" and self.scan_lanes(lanes) in SCAN_DEFAULT_LANES
+                and self._bundles_pay(lanes))
 
     def _bundles_pay(self, lanes: int) -> bool:
         """bundles_pay for this CSR at the layout's group count and bundle size (cached)."""
@@ -956,9 +972,11 @@ class CsrRowsExecutor:
                         d, rows = (diag if k == 0 else None), None
                     self_rf = (d is not None and ends_rf is not None and d is self.diag_prescaled
                                and self.self_is_rf and self.self_from_rf and lanes >= SELF_FROM_RF_MIN_LANES)
-                    launch_csr_scan(self.module, lanes, mode, self.num_sms, sched, indptr, src, wt, cf, rf,
-                                    d, xin, dv, out, partial, add=k > 0, cache=self.launch_cache,
-                                    ends_rf=ends_rf, self_rows=rows, self_rf=self_rf)
+                    sixteen = self.storage_dtype != torch.float32  # dv 16-byte vectors = 2 dv quads
+                    launch_csr_scan(self.module, self.scan_lanes(lanes), mode, self.num_sms, sched, indptr, src,
+                                    wt, cf, rf, d, xin, 2 * dv if sixteen else dv, out, partial, add=k > 0,
+                                    cache=self.launch_cache, ends_rf=ends_rf, self_rows=rows, self_rf=self_rf,
+                                    storage=STORAGE_SUFFIX[self.storage_dtype])
                 else:
                     launch_csr_rows(self.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.wpb,
                                     self.num_sms, sched, indptr, src, wt, cf, rf,

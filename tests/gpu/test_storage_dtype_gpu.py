@@ -68,6 +68,32 @@ def test_csr_rows_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, chunk
             assert rel_err(out, ref32) > ROUNDING_FLOOR[name]
 
 
+@pytest.mark.parametrize("name", SIXTEEN)
+@pytest.mark.parametrize("dim", (1, 5, 8, 16, 24, 32))  # the scan kernel's 2, 4 and 8 lanes of 4 columns
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
+@pytest.mark.parametrize("segments", [1, 3])
+@pytest.mark.parametrize("run", [1024, 7])  # entries a scan run aims at: one window, or windows of many rows
+def test_scan_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, segments, run):
+    """The scan mapping (mgg_csr_scan_{bf16,fp16}_*: a lane a quad of 4 16-bit columns) forced on
+    every 16-bit width it takes, forward and transposed, factored weights and the per-edge weight
+    array, hub rows split over warps (chunk 500), in one and three source segments."""
+    indptr, indices = graph()
+    x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
+    ref_in = rounded(x, name)
+    for transposed, plan in cpu_plans(indptr, indices, kind).items():
+        ref = aggregate_reference(indptr, indices, ref_in, kind, transposed)
+        for weighted in (False, True):
+            ex = CsrRowsExecutor(plan, None, None if weighted else kind, chunk=500, row_mapping="scan",
+                                 source_segments=segments, scan_run=run, storage_dtype=storage_torch_dtype(name))
+            assert ex.short_mapping(*ex._layout(dim)[2:]) == "scan"
+            ex.poison = True
+            for _ in range(2):  # twice: the second call on cached schedules and segments
+                out = ex(torch.from_numpy(x).cuda()).cpu().numpy()
+                assert out.shape == x.shape and not np.isnan(out).any()
+                assert rel_err(out, ref) < ACC_TOL, (transposed, weighted)
+            assert rel_err(out, aggregate_reference(indptr, indices, x, kind, transposed)) > ROUNDING_FLOOR[name]
+
+
 def test_csr_rows_16_bit_width_limit():
     indptr, indices = graph()
     plan = cpu_plans(indptr, indices, "sum")[False]
