@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mgg.kernels.source_segments import (AUTO_MAX_TABLE_L2, AUTO_MIN_ENTRIES_PER_ROW, AUTO_MIN_TABLE_L2,
-                                         MAX_AUTO_SEGMENTS_SCAN, auto_source_segments, source_segment_order,
-                                         split_by_source)
+                                         AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_16,
+                                         auto_source_segments, source_segment_order, split_by_source)
 
 
 def random_csr(n, n_src, seed, max_deg=40):
@@ -75,6 +75,11 @@ def test_auto_rule():
     # the scan mapping's passes cost less: three where the row kernels take two, one elsewhere
     assert auto_source_segments(int(l2 * 2.5), l2, most=MAX_AUTO_SEGMENTS_SCAN) == MAX_AUTO_SEGMENTS_SCAN == 3
     assert auto_source_segments(int(l2 * 0.25), l2, most=MAX_AUTO_SEGMENTS_SCAN) == 1
+    # a 16-bit table on the scan kernel: two from AUTO_MIN_TABLE_L2_SCAN_16 L2s (CsrRowsExecutor.segments_for)
+    assert AUTO_MIN_TABLE_L2_SCAN_16 < AUTO_MIN_TABLE_L2 and MAX_AUTO_SEGMENTS_SCAN_16 == 2
+    for ratio, want in ((0.65, 2), (1.3, 2), (AUTO_MIN_TABLE_L2_SCAN_16 * 0.99, 1), (AUTO_MAX_TABLE_L2 * 1.01, 1)):
+        assert auto_source_segments(int(l2 * ratio), l2, most=MAX_AUTO_SEGMENTS_SCAN_16,
+                                    min_l2=AUTO_MIN_TABLE_L2_SCAN_16) == want, ratio
     with pytest.raises(ValueError, match="most must be >= 1"):
         auto_source_segments(int(l2 * 2.5), l2, most=0)
     # a sparse CSR (a row-subset plan) stays in one whatever its table

@@ -47,7 +47,7 @@ import torch
 
 __all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
            "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN", "MAX_AUTO_SEGMENTS_SCAN_SELF", "AUTO_SELF_TABLE_L2",
-           "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2",
+           "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2", "MAX_AUTO_SEGMENTS_SCAN_16", "AUTO_MIN_TABLE_L2_SCAN_16",
            "AUTO_MIN_ENTRIES_PER_ROW"]
 
 #: auto_source_segments cuts a table into two segments from this many times the L2's size ...
@@ -71,6 +71,13 @@ MAX_AUTO_SEGMENTS_SCAN = 3
 #: sum (no self term) at D = 16 is even to 1.02x for three
 MAX_AUTO_SEGMENTS_SCAN_SELF = 2
 AUTO_SELF_TABLE_L2 = 2.0
+#: ... and a scan call on a 16-bit table takes two from half the L2's size: its rows are half
+#: float32's bytes for the same row walk a pass, so passes cost relatively more. One H200,
+#: products-like (bench/results/2026-11-27-h200x2-97b2a66 c9, seg16ab.py; sum and gcn, bf16 and
+#: fp16): D = 16 (78 MB, 1.3x the L2) two segments 1.02-1.05x faster than three and 1.17-1.22x
+#: than one; D = 8 (39 MB, 0.65x) two 1.13-1.29x faster than one and 1.03-1.08x than three.
+MAX_AUTO_SEGMENTS_SCAN_16 = 2
+AUTO_MIN_TABLE_L2_SCAN_16 = 0.5
 #: ... and only for CSRs of at least this many entries per row: every pass walks every row, so a
 #: sparse CSR pays the passes' row costs for little gather. The row-subset plans of a GCN's last
 #: layer (mgg.runtime.rowset; products-like: about 2 entries per row) made the products-like GCN
@@ -157,16 +164,17 @@ def split_by_source(indptr: torch.Tensor, src: torch.Tensor, wt: torch.Tensor | 
 
 
 def auto_source_segments(table_bytes: int, l2_bytes: int, entries_per_row: float = float("inf"),
-                         most: int = MAX_AUTO_SEGMENTS) -> int:
+                         most: int = MAX_AUTO_SEGMENTS, min_l2: float | None = None) -> int:
     """Segments for a table of `table_bytes` (as stored: 16-bit rows count 2 bytes an element) on a
     GPU with `l2_bytes` of L2: `most` (MAX_AUTO_SEGMENTS for the row kernels,
-    MAX_AUTO_SEGMENTS_SCAN for the scan mapping) where the table is AUTO_MIN_TABLE_L2 to
-    AUTO_MAX_TABLE_L2 times the L2 and the CSR has AUTO_MIN_ENTRIES_PER_ROW or more entries per
-    row, else 1. Rows of more than one vector a lane (D > 128 float32) always run in one
-    (CsrRowsExecutor.segments_for)."""
+    MAX_AUTO_SEGMENTS_SCAN for the scan mapping) where the table is `min_l2` (None:
+    AUTO_MIN_TABLE_L2) to AUTO_MAX_TABLE_L2 times the L2 and the CSR has AUTO_MIN_ENTRIES_PER_ROW
+    or more entries per row, else 1. Rows of more than one vector a lane (D > 128 float32) always
+    run in one (CsrRowsExecutor.segments_for)."""
     if most < 1:
         raise ValueError(f"auto_source_segments: most must be >= 1, got {most}")
     if l2_bytes <= 0 or entries_per_row < AUTO_MIN_ENTRIES_PER_ROW:
         return 1
     ratio = table_bytes / l2_bytes
-    return most if AUTO_MIN_TABLE_L2 <= ratio <= AUTO_MAX_TABLE_L2 else 1
+    lo = AUTO_MIN_TABLE_L2 if min_l2 is None else min_l2
+    return most if lo <= ratio <= AUTO_MAX_TABLE_L2 else 1

@@ -235,7 +235,8 @@ def test_source_segments_auto_per_mapping(monkeypatch):
     MAX_AUTO_SEGMENTS_SCAN segments, one on the row kernels MAX_AUTO_SEGMENTS, a layout of two
     vectors a lane one; the output at the picked count matches the reference."""
     import mgg.kernels.source_segments as ss
-    from mgg.kernels.source_segments import MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_SELF
+    from mgg.kernels.source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN,
+                                             MAX_AUTO_SEGMENTS_SCAN_16, MAX_AUTO_SEGMENTS_SCAN_SELF)
 
     monkeypatch.setattr(ss, "AUTO_MIN_ENTRIES_PER_ROW", 1)
     indptr, indices = graph()
@@ -260,6 +261,13 @@ def test_source_segments_auto_per_mapping(monkeypatch):
         assert ex.segments_for(16) == want, (kind, ratio)
         x = np.random.default_rng(3).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
         assert rel_err(run(ex, x, 1)[0], aggregate_reference(indptr, indices, x, kind)) < 1e-5, (kind, ratio)
+    # a 16-bit table on the scan kernel: MAX_AUTO_SEGMENTS_SCAN_16 from AUTO_MIN_TABLE_L2_SCAN_16 L2s
+    for kind, ratio, want in (("gcn", 0.65, MAX_AUTO_SEGMENTS_SCAN_16), ("sum", 2.5, MAX_AUTO_SEGMENTS_SCAN_16),
+                              ("sum", AUTO_MIN_TABLE_L2_SCAN_16 * 0.9, 1)):
+        kplan = plans(indptr, indices, kind)[False]
+        ex = CsrRowsExecutor(kplan, None, kind, row_mapping="scan", chunk=500, storage_dtype=torch.bfloat16)
+        ex.l2_bytes = int(kplan.n_local * 2 * 16 / ratio)  # D = 16 in bf16: two 16-byte vectors a row
+        assert ex.segments_for(16) == want, (kind, ratio)
 
 
 def test_source_segments_auto_and_knob():
