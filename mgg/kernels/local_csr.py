@@ -77,6 +77,9 @@ SCAN_LANES = (2, 4, 8)
 #: segment count): products-like D = 16 sum 1.249 against 1.421 ms, gcn 1.547 against 1.706; D = 8
 #: 0.792 / 0.983 against 1.071 / 1.362. Reddit-like keeps its packed rows (bundles do not pay
 #: there): scan took 0.94-1.00x of them. D = 17..32 (8 lanes): 0.97-0.99x of bundles, so not there.
+#: 16-bit storage takes the same rule on its lanes of quads (D <= 16): one H200, products-like,
+#: bf16 (bench/results/2026-11-27-h200x1-97b2a66 c10): D = 16 gcn 1.088 against 1.552 ms in
+#: bundles, sum 0.942 against 1.175; D = 8 0.644 / 0.598 against 1.365 / 1.007.
 SCAN_DEFAULT_LANES: tuple[int, ...] = (2, 4)
 #: entries (plus rows) a scan run aims at (a warp's run of consecutive short rows): 1024 against
 #: 512 on products-like D = 16 (c3): 1.249 / 1.270 ms sum, 1.547 / 1.573 gcn; 2048 and 4096 were
@@ -581,8 +584,8 @@ class CsrRowsExecutor:
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
         row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", "bundles"
             (layouts of one vector per lane; wider ones run packed), "scan" (runs of rows a
-            warp, mgg_csr_scan: float32, SCAN_LANES lanes of one vector; other layouts as
-            "default"), or "default" (scan for SCAN_DEFAULT_LANES, float32; bundles for the
+            warp, mgg_csr_scan: scan_lanes in SCAN_LANES, a quad of 4 columns a lane, float32
+            or 16-bit; other layouts as "default"), or "default" (scan for SCAN_DEFAULT_LANES; bundles for the
             layouts of BUNDLE_LANES lanes and one vector where `bundles_pay`; packed elsewhere).
         scan_run: with the scan mapping, the entries (plus rows) a warp's run aims at.
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
