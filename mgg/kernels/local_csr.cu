@@ -48,7 +48,7 @@
 //                                 [n_long, n_long + ceil(n_items / G)) short items;
 //                                 block = 32 * wpb threads, grid = ceil(total warps / wpb), no
 //                                 grid-stride loop (one task per warp).
-//   mgg_csr_scan_l{L}_w{W}        float32, L = 2, 4, 8 (one float4 a lane): warps [0, n_long) long
+//   mgg_csr_scan{,_bf16,_fp16}_l{L}_w{W}  L = 2, 4, 8 (one quad of 4 columns a lane): warps [0, n_long) long
 //                                 tasks as above, warp n_long + k the run of rows k (the scan
 //                                 mapping; see its section below); block = 32 * SCAN_WPB (4)
 //                                 threads, grid = ceil(total warps / SCAN_WPB).
@@ -462,7 +462,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 }
 
 // ---------------------------------------------------------------------------------------------
-// The scan mapping (mgg_csr_scan_l{L}_w{W}; float32 storage, one float4 column a lane, L = 2, 4, 8):
+// The scan mapping (mgg_csr_scan{,_bf16,_fp16}_l{L}_w{W}; one quad of 4 columns a lane, ScanQuad, L = 2, 4, 8):
 // a warp takes a run of consecutive short rows (int64 runs[2k], runs[2k + 1] = r0, r1) and walks
 // their entries [indptr[r0], indptr[r1]) as one stream, in windows of ScanGeo<L>::W = 8 * G
 // entries (G = 32 / L lane groups; group g takes window entries 8g .. 8g + 7, 8 rows in flight a
@@ -791,13 +791,13 @@ __device__ __forceinline__ void csr_scan_body(long long n_long, const long long*
     else  // a row of DV quads is DV / 2 16-byte vectors of 8 values, on L lanes (the upper half
           // idle: L / 2 lanes took the L = 2 kernels from 0-40 to 172-276 bytes of spill)
       long_task<S, L, 1, W>(gw, long_tasks, src, wt, cf, rf, diag, reinterpret_cast<const uint4*>(x), DV / 2,
-                                out, partial, add, dlo, dhi);
+                            out, partial, add, dlo, dhi);
     return;
   }
   const long long k = gw - n_long;
   if (k >= n_runs) return;
   scan_run<L, W, S>(runs[2 * k], runs[2 * k + 1], indptr, src, wt, cf, rf, diag, x, DV, out, add,
-                 slots[threadIdx.x >> 5], ends_rf, dlo, dhi, self_rf);
+                    slots[threadIdx.x >> 5], ends_rf, dlo, dhi, self_rf);
 }
 
 // Second pass for hub rows split over several warps (see mgg_csr_combine below).
@@ -858,7 +858,7 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
 DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
 
-// The scan mapping (float32 storage): block = 32 * SCAN_WPB threads, grid = ceil((n_long + n_runs) /
+// The scan mapping (float32, bf16, fp16 storage): block = 32 * SCAN_WPB threads, grid = ceil((n_long + n_runs) /
 // SCAN_WPB); at most 72 registers (7 blocks an SM; the bound keeps ptxas from the 79-102 it
 // otherwise takes).
 #define DEF_SCAN(S, SFX, L, W)                                                                           \

@@ -71,7 +71,7 @@ ROW_MAPPINGS = ("default", "packed", "bundles", "scan")
 #: lane counts (one quad of 4 columns a lane: a float4, or 8 bytes of 16-bit storage) that have
 #: mgg_csr_scan kernels (D = 5..32; 16-bit D <= 8 runs 2 lanes)
 SCAN_LANES = (2, 4, 8)
-#: ... and those whose "default" mapping is scan (float32 storage), where bundles would pay
+#: ... and those whose "default" mapping is scan, where bundles would pay
 #: (`bundles_pay`: short rows of a few entries). One H200, against the bundles they replace
 #: (bench/results/2026-11-27-h200x1-b6415bd, c3, devscripts scanab.py; each call's best source
 #: segment count): products-like D = 16 sum 1.249 against 1.421 ms, gcn 1.547 against 1.706; D = 8
@@ -529,8 +529,8 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
     float4s for float32 storage, storage = ""; dv 8-byte quads of 16-bit values for storage =
     "_bf16" / "_fp16", dv even; lanes in SCAN_LANES, dv <= lanes; out float32 [*, 4 dv]), then
     mgg_csr_combine{storage} for its split hub rows, on torch's current stream. 16-bit storage
-    takes mode 1 (w = 1) or 0 (per-edge weights). `sched`: a schedule of one item per warp (row_schedule with groups = 1 and bundles:
-    the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
+    takes mode 1 (w = 1) or 0 (per-edge weights). `sched`: a schedule of one item per warp
+    (row_schedule with groups = 1 and bundles: the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
     (mode 1 only: the runs then take rf from it; `rf` still serves long tasks and split rows).
     `self_rows`: (lo, hi), the rows that get the self term diag * x in this call (None: all);
     an adding pass may take one. `self_rf`: the runs take the self weight to be the row factor
