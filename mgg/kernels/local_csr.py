@@ -30,9 +30,9 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
-from .source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, AUTO_SELF_TABLE_L2, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN,
-                              MAX_AUTO_SEGMENTS_SCAN_16, MAX_AUTO_SEGMENTS_SCAN_SELF, SourceSegment, auto_source_segments,
-                              source_segment_order, split_by_source)
+from .source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, AUTO_SELF_TABLE_L2, MAX_AUTO_SEGMENTS,
+                              MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_16, MAX_AUTO_SEGMENTS_SCAN_SELF,
+                              SourceSegment, auto_source_segments, source_segment_order, split_by_source)
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -530,8 +530,9 @@ def launch_csr_scan(module, lanes: int, mode: int, num_sms: int, sched: RowSched
     "_bf16" / "_fp16", dv even; lanes in SCAN_LANES, dv <= lanes; out float32 [*, 4 dv]), then
     mgg_csr_combine{storage} for its split hub rows, on torch's current stream. 16-bit storage
     takes mode 1 (w = 1) or 0 (per-edge weights). `sched`: a schedule of one item per warp
-    (row_schedule with groups = 1 and bundles: the runs), built from a CUDA indptr. `ends_rf`: None, or int64 [n] `pack_row_ends(indptr, rf)`
-    (mode 1 only: the runs then take rf from it; `rf` still serves long tasks and split rows).
+    (row_schedule with groups = 1 and bundles: the runs), built from a CUDA indptr. `ends_rf`:
+    None, or int64 [n] `pack_row_ends(indptr, rf)` (mode 1 only: the runs then take rf from it;
+    `rf` still serves long tasks and split rows).
     `self_rows`: (lo, hi), the rows that get the self term diag * x in this call (None: all);
     an adding pass may take one. `self_rf`: the runs take the self weight to be the row factor
     from `ends_rf` (diag = rf, GCN's scaled form) instead of loading diag. Other arguments as
@@ -584,9 +585,10 @@ class CsrRowsExecutor:
         long_threshold / chunk: row schedule knobs (see row_schedule); None = defaults.
         row_mapping: how short rows map to lane groups (ROW_MAPPINGS): "packed", "bundles"
             (layouts of one vector per lane; wider ones run packed), "scan" (runs of rows a
-            warp, mgg_csr_scan: scan_lanes in SCAN_LANES, a quad of 4 columns a lane, float32
-            or 16-bit; other layouts as "default"), or "default" (scan for SCAN_DEFAULT_LANES; bundles for the
-            layouts of BUNDLE_LANES lanes and one vector where `bundles_pay`; packed elsewhere).
+            warp, mgg_csr_scan: a quad of 4 columns a lane, float32 or 16-bit, on SCAN_LANES
+            lanes; other layouts as "default"), or "default" (scan for SCAN_DEFAULT_LANES; bundles
+            for the layouts of BUNDLE_LANES lanes and one vector where `bundles_pay`; packed
+            elsewhere).
         scan_run: with the scan mapping, the entries (plus rows) a warp's run aims at.
         bundle_batches: with bundles, the batches of K entries a bundle aims at.
         bundle_window: with bundles, 0 (sorted by size) or the window of runs sorted by size
@@ -708,20 +710,20 @@ class CsrRowsExecutor:
         already scaled by cf never reaches another rank's kernel)."""
         return self.can_prescale and self.rf is not None and self.plan.world_size == 1
 
-    def scan_lanes(self, lanes: int) -> int:
-        """The scan kernel's lanes for a layout of `lanes` lanes of one 16-byte vector: a lane a
-        quad of 4 columns, so 16-bit storage (8 columns a vector) takes twice the lanes."""
-        return lanes if self.storage_dtype == torch.float32 else 2 * lanes
+    def quads(self, vectors: int) -> int:
+        """The quads of 4 columns (the scan kernel's unit: a lane, a row's DV) in `vectors` 16-byte
+        vectors of this storage: as many for float32, twice as many for 16-bit (8 columns a vector)."""
+        return vectors if self.storage_dtype == torch.float32 else 2 * vectors
 
     def uses_scan(self, lanes: int, vpl: int) -> bool:
         """Whether the layout (lanes, vectors per lane) runs the scan kernel: one vector a lane,
-        scan_lanes in SCAN_LANES, and the mapping "scan" (or "default" for SCAN_DEFAULT_LANES
-        where bundles would pay on this CSR: short rows of a few entries)."""
-        if vpl != 1 or self.scan_lanes(lanes) not in SCAN_LANES:
+        its quads (a lane each) in SCAN_LANES, and the mapping "scan" (or "default" for
+        SCAN_DEFAULT_LANES where bundles would pay on this CSR: short rows of a few entries)."""
+        if vpl != 1 or self.quads(lanes) not in SCAN_LANES:
             return False
         if self.row_mapping == "scan":
             return True
-        return (self.row_mapping == "default" and self.scan_lanes(lanes) in SCAN_DEFAULT_LANES
+        return (self.row_mapping == "default" and self.quads(lanes) in SCAN_DEFAULT_LANES
                 and self._bundles_pay(lanes))
 
     def _bundles_pay(self, lanes: int) -> bool:
@@ -979,9 +981,8 @@ class CsrRowsExecutor:
                         d, rows = (diag if k == 0 else None), None
                     self_rf = (d is not None and ends_rf is not None and d is self.diag_prescaled
                                and self.self_is_rf and self.self_from_rf and lanes >= SELF_FROM_RF_MIN_LANES)
-                    sixteen = self.storage_dtype != torch.float32  # dv 16-byte vectors = 2 dv quads
-                    launch_csr_scan(self.module, self.scan_lanes(lanes), mode, self.num_sms, sched, indptr, src,
-                                    wt, cf, rf, d, xin, 2 * dv if sixteen else dv, out, partial, add=k > 0,
+                    launch_csr_scan(self.module, self.quads(lanes), mode, self.num_sms, sched, indptr, src,
+                                    wt, cf, rf, d, xin, self.quads(dv), out, partial, add=k > 0,
                                     cache=self.launch_cache, ends_rf=ends_rf, self_rows=rows, self_rf=self_rf,
                                     storage=STORAGE_SUFFIX[self.storage_dtype])
                 else:
