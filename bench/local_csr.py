@@ -267,6 +267,12 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                     reads_wt = ex.factors.mode == "weighted" or ex.column_by_weights
                     res[label] = (ms, compulsory_bytes(plan, dp16, reads_wt, uniq) / (hbm * 1e6),
                                   l2_floor * dp16 / dp)  # 16-bit rows: half the gathered bytes
+                    if mapping is None and ex.takes_scaled_input:  # as training runs it: the producer
+                        xs = x * ex.cf.unsqueeze(1)  # wrote cf * x; rounded once, w = 1, no weights
+                        ms = event_ms(lambda: ex(xs, scaled_input=True), args.reps)
+                        res[label + ", table scaled by its producer"] = (
+                            ms, compulsory_bytes(plan, dp16, False, uniq) / (hbm * 1e6), l2_floor * dp16 / dp)
+                        del xs
                 dg.set_variant("paper")
                 ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)
                 res["paper (mgg_local)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))

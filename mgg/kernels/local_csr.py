@@ -607,8 +607,10 @@ class CsrRowsExecutor:
             every row schedule built so far).
         prescale / can_prescale: whether a column-mode call (gcn; mean transposed) with float32
             storage scales the table once (x' = cf x) and runs w = 1 (default where possible).
-        column_by_weights: a column-mode plan with 16-bit storage runs on the plan's per-edge
-            weights (mode "weighted") instead of cf[src] per edge.
+        column_by_weights: a column-mode plan with 16-bit storage runs its plain calls on the
+            plan's per-edge weights (mode "weighted") instead of cf[src] per edge.
+        column_scalable: a column-mode plan whose factored calls (`takes_scaled_input`) run w = 1
+            on a table scaled by cf, in every storage (16-bit: cf * x rounded once).
     """
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
@@ -654,8 +656,9 @@ class CsrRowsExecutor:
         self._schedules: dict[int, RowSchedule] = {}
         self._pays: dict[int, bool] = {}  # groups -> bundles_pay, for the "default" mapping
         f = self.factors
-        # 16-bit storage cannot take the pre-scale below (x' would round to 16 bits a second time),
-        # and there cf[src] per edge (a dependent load per entry) lost to the plan's per-edge weight
+        # A plain 16-bit call cannot take the pre-scale below (its rows are x rounded; x' would
+        # round to 16 bits a second time; factored calls differ: see column_scalable), and there
+        # cf[src] per edge (a dependent load per entry) lost to the plan's per-edge weight
         # stream: one H200, gcn, bf16 (bench/results/2026-11-26-h200x1-3f22b5d, c2), products-like
         # D = 16 1.718 against 1.920 ms, D = 64 2.792 against 3.312; reddit-like D = 16 1.009
         # against 1.612, D = 64 1.947 against 2.473. So column kinds read the weights there.
@@ -669,11 +672,13 @@ class CsrRowsExecutor:
         # scales the table once, x' = cf * x (an n x D pass), and runs mode "one":
         #     rf[t] sum_j cf[s_j] x[s_j] + diag[t] x[t] = rf[t] sum_j x'[s_j] + (diag[t] / cf[t]) x'[t]
         # (16-bit storage cannot: x' would round to 16 bits a second time; see column_by_weights.)
-        self.can_prescale = (f.mode == "column" and storage_dtype == torch.float32 and self.cf is not None
-                             and self.cf.shape[0] == plan.n_local
-                             and (self.diag is None or (self.diag.shape[0] == plan.n_local
-                                                        and bool((self.cf > 0).all()))))
-        self.diag_prescaled = self.diag / self.cf if self.can_prescale and self.diag is not None else None
+        # A table scaled by cf (by the producer: `scaled_input`; or by a factored call itself) runs
+        # w = 1 in every storage: 16-bit storage then rounds the scaled row, cf * x, once.
+        self.column_scalable = (f.mode == "column" and self.cf is not None and self.cf.shape[0] == plan.n_local
+                                and (self.diag is None or (self.diag.shape[0] == plan.n_local
+                                                           and bool((self.cf > 0).all()))))
+        self.can_prescale = self.column_scalable and storage_dtype == torch.float32
+        self.diag_prescaled = self.diag / self.cf if self.column_scalable and self.diag is not None else None
         self.default_prescale = self.can_prescale and PRESCALE_COLUMN
         self._prescale = self.default_prescale
         self._diag_no_rf: torch.Tensor | None = None  # diag_prescaled / rf, on the first call without rf
@@ -705,10 +710,10 @@ class CsrRowsExecutor:
 
     @property
     def takes_scaled_input(self) -> bool:
-        """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan
-        with float32 storage at world_size 1: no other rank reads this rank's table, so a table
+        """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan at
+        world_size 1, in every storage: no other rank reads this rank's table, so a table
         already scaled by cf never reaches another rank's kernel)."""
-        return self.can_prescale and self.rf is not None and self.plan.world_size == 1
+        return self.column_scalable and self.rf is not None and self.plan.world_size == 1
 
     def quads(self, vectors: int) -> int:
         """The quads of 4 columns (the scan kernel's unit: a lane, a row's DV) in `vectors` 16-byte
@@ -871,8 +876,10 @@ class CsrRowsExecutor:
         lanes, vpl = lane_layout(4 * dv, max_vpl=_VPL[-1])  # the same lane layout over 16-byte vectors
         return dv, 8 * dv, lanes, vpl
 
-    def _table(self, x: torch.Tensor, sym, dim: int, dp: int) -> torch.Tensor:
-        """x as the kernels read it: [n, dp] rows in the storage dtype, 16-byte aligned."""
+    def _table(self, x: torch.Tensor, sym, dim: int, dp: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+        """x as the kernels read it: [n, dp] rows in the storage dtype, 16-byte aligned. `scale`
+        (16-bit storage at world_size 1 only): float32 [n], the table holds scale * x, rounded
+        to the storage dtype once (one pass, as the plain copy)."""
         p = self.plan
         if self.storage_dtype != torch.float32:
             if p.world_size > 1:  # my slice, as other ranks read it
@@ -881,7 +888,10 @@ class CsrRowsExecutor:
                                      f"expected {self.storage_dtype} [*, {dp}]")
                 return sym.padded
             xin = torch.zeros((p.n_local, dp), dtype=self.storage_dtype, device=self.device)
-            xin[:, :dim] = x
+            if scale is None:
+                xin[:, :dim] = x
+            else:
+                torch.mul(x, scale.unsqueeze(1), out=xin[:, :dim])
             return xin
         if dp == dim and x.is_contiguous() and x.data_ptr() % 16 == 0:
             return x
@@ -944,8 +954,11 @@ class CsrRowsExecutor:
         dim = int(x.shape[1])
         dv, dp, lanes, vpl = self._layout(dim)
         groups = 32 // lanes
-        xin = self._table(x, sym, dim, dp)
-        width = 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)  # float32 output row
+        sixteen = self.storage_dtype != torch.float32
+        factored = scaled_input or not row_factor
+        # a factored call on an unscaled 16-bit x scales it in the copy that rounds it (cf x, rounded once)
+        xin = self._table(x, sym, dim, dp, self.cf if factored and sixteen and not scaled_input else None)
+        width = 4 * dv * (1 if not sixteen else 2)  # float32 output row
         out = self._buf(n, width)
         mapping = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim) if n else 1
@@ -956,8 +969,8 @@ class CsrRowsExecutor:
                      for k, seg in enumerate(self.segments(count))]
         partial = self._buf(max(max(p[0].num_slots for p in parts), 1), width)
         mode, diag, cf, rf = WEIGHT_MODES[self.factors.mode], self.diag, self.cf, self.rf
-        if scaled_input or not row_factor or (self.prescale and n):  # x' = cf * x, then w = 1 (see __init__)
-            if n and not scaled_input:
+        if factored or (self.prescale and n):  # x' = cf * x, then w = 1 (see __init__)
+            if n and not scaled_input and not sixteen:
                 xin = self._scale_rows(xin, dv)
             mode, diag = WEIGHT_MODES["one"], self.diag_prescaled
             if not row_factor:  # rf (sum + (diag / (cf rf)) x') without rf

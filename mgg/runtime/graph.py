@@ -460,8 +460,8 @@ class DistGraph:
 
     def takes_scaled_input(self, kind: str) -> bool:
         """Whether `aggregate(x, kind, scaled_input=True)` skips a pass (the executor of kind
-        and of its transpose apply the factors natively: csr_rows at P = 1 with float32
-        storage); otherwise such calls still work, unscaling x first. The same answer on every
+        and of its transpose apply the factors natively: csr_rows at P = 1, in every storage
+        dtype); otherwise such calls still work, unscaling x first. The same answer on every
         rank of a P = 1 job; at P > 1 always False (another rank's kernel reads this rank's
         table unscaled)."""
         if kind != "gcn" or self.comm.size > 1:
@@ -485,6 +485,8 @@ class DistGraph:
         With a 16-bit `config.storage_dtype`, x is rounded to it once, in the store, and every
         row the aggregation reads (local, remote, self term) is that rounded value; the sums
         are float32. The backward's transposed aggregation of gradient rows does the same.
+        Where `takes_scaled_input(kind)`, the rounded value of a factored call is that of the
+        scaled row: f * x (scaled_input: x as given; row_factor=False: f * x, rounded once).
 
         Args:
             x: float32 [n_local, D] on `self.device`, the rows of this rank's nodes.

@@ -229,6 +229,37 @@ def test_source_segments_16bit(dtype):
     assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("segments", (1, 3))
+def test_scaled_input_16bit(dtype, segments):
+    """16-bit storage takes the gcn factor's scaled forms natively (w = 1 on the scaled table,
+    rounded once): scaled_input (the table is x as given) and row_factor=False (the table is
+    cf * x), forward and transposed, on the scan kernel with every option of test_scan_options,
+    and on the default mapping; against the reference on the rounded scaled rows."""
+    import itertools
+
+    indptr, indices = graph()
+    x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
+    xt = torch.from_numpy(x).cuda()
+    for transposed, plan in plans(indptr, indices, "gcn").items():
+        for mapping in ("scan", "default"):
+            ex = CsrRowsExecutor(plan, None, "gcn", storage_dtype=dtype, chunk=500, row_mapping=mapping,
+                                 source_segments=segments, scan_run=7)
+            assert ex.takes_scaled_input and ex.self_is_rf
+            cf = ex.cf.double().cpu().numpy()[:, None]
+            xs = xt * ex.cf[:, None]
+            r = xs.to(dtype).double().cpu().numpy()  # the rounded scaled rows the kernels read
+            ref = aggregate_reference(indptr, indices, r / cf, "gcn", transposed)
+            for opts in itertools.product((False, True), repeat=3) if mapping == "scan" else [None]:
+                if opts:
+                    ex.pack_row_factor, ex.self_in_segment, ex.self_from_rf = opts
+                ex.poison = True
+                out = ex(xs, scaled_input=True).cpu().numpy()
+                assert rel_err(out, ref) < 1e-5, (transposed, mapping, opts, "scaled input")
+                out = ex(xt, row_factor=False).cpu().numpy()  # cf * x rounded once, no row factor
+                assert rel_err(out, ref / ex.rf.double().cpu().numpy()[:, None]) < 1e-5, (transposed, mapping, opts)
+
+
 def test_source_segments_auto_per_mapping(monkeypatch):
     """The automatic rule as the executor applies it, with the L2 set to the table's size (and the
     entries-per-row floor lowered for this small graph): a layout on the scan kernel takes

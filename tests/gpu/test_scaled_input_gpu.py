@@ -62,6 +62,57 @@ def test_native_scaled_input_and_row_factor_match_dense(dim):
         assert calls == [1] and np.linalg.norm(plain - w @ x) <= 1e-6 * np.linalg.norm(w @ x)
 
 
+def _rounded(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    """float64 of t (float32) rounded to `dtype` once."""
+    return t.to(dtype).double().cpu().numpy()
+
+
+@pytest.mark.parametrize("storage", ["bf16", "fp16"])
+@pytest.mark.parametrize("dim", [1, 16, 24, 64])
+def test_native_scaled_input_16_bit_rounds_the_scaled_rows_once(storage, dim):
+    """16-bit storage takes scaled input natively: the table is the scaled rows rounded once
+    (scaled_input: x as given; row_factor=False: f * x), the kernels run w = 1 (no per-edge
+    weight stream), and the sums match float64 math on those rounded rows."""
+    import mgg.kernels.local_csr as lc
+
+    comm = _one_rank()
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[storage]
+    n = 2500
+    indptr, indices = power_law_csr(n, seed=11, hubs=4, hub_deg=3000)
+    d = 1.0 / np.sqrt(np.diff(indptr).astype(np.float64) + 1.0)
+    w = aggregation_matrix(indptr, indices, "gcn")
+    a_hat = w.multiply(1.0 / d[:, None]).multiply(1.0 / d[None, :]).tocsr()  # A + I
+    modes = []
+    real_scan, real_rows = lc.launch_csr_scan, lc.launch_csr_rows
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", storage_dtype=storage)) as dg:
+        assert dg.takes_scaled_input("gcn") and not dg.takes_scaled_input("sum_self")
+        for t in (False, True):
+            ex = dg.executor("gcn", t)
+            assert isinstance(ex, CsrRowsExecutor) and ex.takes_scaled_input and ex.storage_dtype == dt
+            ex.poison = True
+        f = dg.gcn_factor()
+        rng = np.random.default_rng(dim)
+        xs = (f.unsqueeze(1) * torch.from_numpy(rng.standard_normal((n, dim))).float().to(DEV)).contiguous()
+        g = torch.from_numpy(rng.standard_normal((n, dim))).float().to(DEV)
+        try:
+            lc.launch_csr_scan = lambda *a, **k: (modes.append(a[2]), real_scan(*a, **k))[1]
+            lc.launch_csr_rows = lambda *a, **k: (modes.append(a[4]), real_rows(*a, **k))[1]
+            out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
+            back = dg.aggregate(g, "gcn", transposed=True, row_factor=False).double().cpu().numpy()
+        finally:
+            lc.launch_csr_scan, lc.launch_csr_rows = real_scan, real_rows
+        assert modes and set(modes) == {lc.WEIGHT_MODES["one"]}  # w = 1: no weight stream
+        ref = d[:, None] * (a_hat @ _rounded(xs, dt))
+        assert np.linalg.norm(out - ref) <= 1e-5 * np.linalg.norm(ref)
+        ref = a_hat.T @ _rounded(torch.mul(g, f.unsqueeze(1)), dt)
+        assert np.linalg.norm(back - ref) <= 1e-5 * np.linalg.norm(ref)
+        # a plain call still rounds x itself and reads the per-edge weights
+        x = xs / f.unsqueeze(1)
+        plain = dg.aggregate(x, "gcn").double().cpu().numpy()
+        ref = w @ _rounded(x, dt)
+        assert np.linalg.norm(plain - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
 def test_csr_rows_refuses_scaled_input_where_it_cannot_take_it():
     comm = _one_rank()
     indptr, indices = power_law_csr(300, seed=2)
@@ -69,8 +120,10 @@ def test_csr_rows_refuses_scaled_input_where_it_cannot_take_it():
         ex = CsrRowsExecutor(dg.plan("sum_self"), None, "sum_self")
         with pytest.raises(ValueError, match="takes no scaled input"):
             ex(torch.randn(300, 8, device=DEV), scaled_input=True)
-        bf = CsrRowsExecutor(dg.plan("gcn"), None, "gcn", storage_dtype=torch.bfloat16)
-        assert not bf.takes_scaled_input
+        bf = CsrRowsExecutor(dg.plan("sum_self"), None, "sum_self", storage_dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match="takes no scaled input"):
+            bf(torch.randn(300, 8, device=DEV), row_factor=False)
+        assert CsrRowsExecutor(dg.plan("gcn"), None, "gcn", storage_dtype=torch.bfloat16).takes_scaled_input
 
 
 @pytest.mark.parametrize("n,d", [(1000, 16), (37, 3), (513, 64)])
@@ -147,3 +200,46 @@ def test_gcn_training_with_the_fold_matches_the_plain_model(monkeypatch, fused_i
     assert l1 == pytest.approx(l0, rel=1e-5)
     for a, b in zip(w1, w0):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_gcn_training_with_the_fold_in_bf16_storage_reads_no_edge_weights(monkeypatch):
+    """bf16 storage: GCN (3 layers) trained 3 Adam steps with the fold (the dropout writes f * x,
+    the aggregation rounds that once and runs w = 1 both ways) and without it (per-edge
+    weights on x rounded): losses agree to bf16 rounding; with the fold every launch runs w = 1
+    (none reads the per-edge weight stream, none takes DistGraph's unscaling fallback)."""
+    import mgg.kernels.local_csr as lc
+    from mgg.nn import build_model
+    from mgg.nn.optim import Adam
+
+    comm = _one_rank()
+    state = {"fold": False}
+    real_takes = DistGraph.takes_scaled_input
+    monkeypatch.setattr(DistGraph, "takes_scaled_input", lambda self, kind: state["fold"] and real_takes(self, kind))
+    modes = []
+    real_scan, real_rows = lc.launch_csr_scan, lc.launch_csr_rows
+    monkeypatch.setattr(lc, "launch_csr_scan", lambda *a, **k: (modes.append(a[2]), real_scan(*a, **k))[1])
+    monkeypatch.setattr(lc, "launch_csr_rows", lambda *a, **k: (modes.append(a[4]), real_rows(*a, **k))[1])
+    indptr, indices = power_law_csr(3000, seed=5, hubs=3, hub_deg=2000)
+    runs = []
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", storage_dtype="bf16")) as dg:
+        torch.manual_seed(1)
+        x = torch.randn(3000, 40, device=DEV)
+        y = torch.randint(0, 5, (3000,), device=DEV)
+        for fold in (False, True):
+            state["fold"] = fold
+            torch.manual_seed(2)
+            m = build_model("gcn", 40, 24, 5, 3, 0.5).cuda()
+            opt = Adam(m.parameters(), lr=0.01)
+            gen = torch.Generator().manual_seed(9)
+            losses = []
+            modes.clear()
+            for _ in range(3):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(m(x, dg, gen), y)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+            runs.append((losses, set(modes)))
+    (l0, m0), (l1, m1) = runs
+    assert m0 == {lc.WEIGHT_MODES["weighted"]} and m1 == {lc.WEIGHT_MODES["one"]}
+    assert l1 == pytest.approx(l0, rel=2e-2)
