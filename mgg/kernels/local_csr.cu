@@ -521,25 +521,37 @@ __device__ __forceinline__ void scan_prefetch_l2(const void* p, unsigned bytes) 
 // One lane's 4 values of a stored row as float32: a float4 (float32 storage) or 4 16-bit values
 // in 8 bytes (bf16, fp16), so that every storage runs the scan with one lane a 4-column quad and
 // the same lane groups, slots and scan as float32 (a 16-bit D = 16 row is 4 lanes of 8 bytes).
+// A window's gathers are held as R until summed (`fetch`, then `sum_form`): fp16 keeps its rows
+// packed, which took mgg_csr_scan_fp16_l2_w0 from 180 to 76 bytes of spill and its w1 kernels to
+// none; bf16 (whose unpack is a shift or a mask) spilled more that way (l2_w0 40 -> 76), so it
+// unpacks at the load. `load`: one quad as float32 (the self row).
 template <int S> struct ScanQuad;
 template <> struct ScanQuad<0> {
   using T = float4;
+  using R = float4;
   static __device__ __forceinline__ float4 load(const T* p) { return __ldg(p); }
+  static __device__ __forceinline__ R fetch(const T* p) { return __ldg(p); }
+  static __device__ __forceinline__ float4 sum_form(const R& v) { return v; }
 };
 template <> struct ScanQuad<1> {
   using T = uint2;
+  using R = float4;
   static __device__ __forceinline__ float4 load(const T* p) {
     const uint2 v = __ldg(p);
     return make_float4(Store<1>::lo(v.x), Store<1>::hi(v.x), Store<1>::lo(v.y), Store<1>::hi(v.y));
   }
+  static __device__ __forceinline__ R fetch(const T* p) { return load(p); }
+  static __device__ __forceinline__ float4 sum_form(const R& v) { return v; }
 };
 template <> struct ScanQuad<2> {
   using T = uint2;
-  static __device__ __forceinline__ float4 load(const T* p) {
-    const uint2 v = __ldg(p);
+  using R = uint2;
+  static __device__ __forceinline__ float4 sum_form(const R& v) {
     const float2 a = Store<2>::h2(v.x), b = Store<2>::h2(v.y);
     return make_float4(a.x, a.y, b.x, b.y);
   }
+  static __device__ __forceinline__ float4 load(const T* p) { return sum_form(__ldg(p)); }
+  static __device__ __forceinline__ R fetch(const T* p) { return __ldg(p); }
 };
 
 // OR into `words` the flag bit of every row of this lane's chunk entry (row end cend, previous row's
@@ -632,13 +644,13 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
     for (int u = 0; u < U; ++u) { idx[u] = nidx[u]; wv[u] = nwv[u]; }
     if (b + WIN < n) load(b + WIN, nidx, nwv);
     // window entry 8g + k was loaded by lane g * L + k / U, register k % U
-    float4 r[8];
+    typename QD::R r[8];
     float w[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const int j = __shfl_sync(FULL, idx[k % U], g * L + k / U);
       w[k] = W == 1 ? 1.f : __shfl_sync(FULL, wv[k % U], g * L + k / U);
-      r[k] = QD::load(reinterpret_cast<const typename QD::T*>(xg + (unsigned long long)(unsigned)max(j, 0) * rowb));
+      r[k] = QD::fetch(reinterpret_cast<const typename QD::T*>(xg + (unsigned long long)(unsigned)max(j, 0) * rowb));
     }
     unsigned words[NW];
 #pragma unroll
@@ -682,7 +694,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
     float4 run = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      axpy<W>(run, w[k], r[k]);
+      axpy<W>(run, w[k], QD::sum_form(r[k]));
       if ((fl >> k) & 1u) {
         slots[scan_slot<L>(8 * g + k, lig)] = run;
         run = make_float4(0.f, 0.f, 0.f, 0.f);
