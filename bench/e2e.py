@@ -5,7 +5,7 @@ For one graph file this runs, side by side in one invocation:
     on by default there), with `--no-cuda-graph` (`mgg-eager`), with `--dropout 0`, and asked for
     by name: `--dropout 0 --no-cuda-graph` (`mgg-eager-nodrop`), `--cuda-graph` (`mgg-graph`,
     GPU only), `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) and with 16-bit rows in
-    the store, `--storage-dtype bf16` (`mgg-bf16`, `mgg-nodrop-bf16`), and with TF32 matmuls,
+    the store, `--storage-dtype bf16` (`mgg-bf16`, `mgg-nodrop-bf16`; fp16: `mgg-fp16`), and with TF32 matmuls,
     `--tf32` (`mgg-tf32`, `mgg-nodrop-tf32`) (P = 1, or `--np P` under mpirun);
   * the same model (`--model`: gcn or gin, with mgg's default hyperparameters) in plain torch, CSR
     SpMM with the first Linear before the aggregation (bench/plain_model.py);
@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MGG_RUNS = {"mgg": [], "mgg-eager": ["--no-cuda-graph"], "mgg-nodrop": ["--dropout", "0"],
             "mgg-eager-nodrop": ["--dropout", "0", "--no-cuda-graph"], "mgg-graph": ["--cuda-graph"],
             "mgg-graph-nodrop": ["--dropout", "0", "--cuda-graph"], "mgg-bf16": ["--storage-dtype", "bf16"],
-            "mgg-nodrop-bf16": ["--dropout", "0", "--storage-dtype", "bf16"],
+            "mgg-nodrop-bf16": ["--dropout", "0", "--storage-dtype", "bf16"], "mgg-fp16": ["--storage-dtype", "fp16"],
             "mgg-tf32": ["--tf32"], "mgg-nodrop-tf32": ["--dropout", "0", "--tf32"]}
 RUNS = (*MGG_RUNS, "torch", "pyg")
 DEFAULT_RUNS = ("mgg", "mgg-eager", "mgg-nodrop", "torch", "pyg")  # mgg-graph*: GPU only, by name
