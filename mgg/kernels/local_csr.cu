@@ -55,11 +55,13 @@
 //   mgg_csr_combine               one warp per split row (grid-stride): out[row] = rf[row] *
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
 //   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), 4 float4s a thread.
+//   mgg_csr_table16{_bf16,_fp16}  out = round16(s * x) row by row, padded (a P = 1 call's 16-bit table).
 //   The first two take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
 //   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
 //   pass, and the passes are ordered on one stream, so no atomics).
 #include <climits>
 #include <cstdint>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 // MGG_CSR_GATHER_ONLY (defined only by bench/fullgraph.py's gather floor, never by the runtime):
@@ -929,3 +931,70 @@ extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, co
     if (i < total) out[i] = make_float4(v[u].x * f[u], v[u].y * f[u], v[u].z * f[u], v[u].w * f[u]);
   }
 }
+
+// The 16-bit table of a P = 1 call (mgg/kernels/local_csr.py, CsrRowsExecutor._table): out row r
+// = round16(s[r] * x[r]) (s = cf, the gcn factor's scaled forms; null: x as given), padded with
+// zeros to DV 16-byte vectors of 8 values; x is float32 [n, D] with rows of D floats (vec4: D % 4
+// == 0 and x 16-byte aligned, so a vector's 8 values are two float4 loads). Rounding is to nearest
+// even, as torch's casts. One thread a vector, TABLE16_UNROLL vectors a thread (blockDim apart,
+// loaded before any is stored); grid = ceil(n * DV / (TABLE16_UNROLL * blockDim)). It replaces a
+// zero fill plus torch's copy (the plain table) or plus its broadcast multiply into a 16-bit
+// view, which runs unvectorised (products-like [2.45M, 16]: 0.16 ms a call, one H200).
+#define TABLE16_UNROLL 4
+namespace {
+template <int S> __device__ __forceinline__ unsigned pack2(float a, float b);
+template <> __device__ __forceinline__ unsigned pack2<1>(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+template <> __device__ __forceinline__ unsigned pack2<2>(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+template <int S>
+__device__ __forceinline__ void table16_body(long long n, int D, int DV, int vec4, const float* __restrict__ s,
+                                             const float* __restrict__ x, uint4* __restrict__ out) {
+  const long long total = n * DV;
+  const long long base = (long long)blockIdx.x * blockDim.x * TABLE16_UNROLL + threadIdx.x;
+  float v[TABLE16_UNROLL][8];
+#pragma unroll
+  for (int u = 0; u < TABLE16_UNROLL; ++u) {
+    const long long i = base + (long long)u * blockDim.x;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[u][k] = 0.f;
+    if (i < total) {
+      const long long r = i / DV;
+      const int c0 = (int)(i - r * DV) * 8;
+      const float* __restrict__ row = x + r * D;
+      if (vec4 && c0 + 8 <= D) {
+        const float4 a = __ldcs(reinterpret_cast<const float4*>(row + c0));
+        const float4 b = __ldcs(reinterpret_cast<const float4*>(row + c0 + 4));
+        v[u][0] = a.x; v[u][1] = a.y; v[u][2] = a.z; v[u][3] = a.w;
+        v[u][4] = b.x; v[u][5] = b.y; v[u][6] = b.z; v[u][7] = b.w;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          if (c0 + k < D) v[u][k] = __ldcs(row + c0 + k);
+      }
+      if (s) {
+        const float f = __ldg(s + r);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[u][k] *= f;
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < TABLE16_UNROLL; ++u) {
+    const long long i = base + (long long)u * blockDim.x;
+    if (i < total)
+      out[i] = make_uint4(pack2<S>(v[u][0], v[u][1]), pack2<S>(v[u][2], v[u][3]), pack2<S>(v[u][4], v[u][5]),
+                          pack2<S>(v[u][6], v[u][7]));
+  }
+}
+}  // namespace
+#define DEF_TABLE16(S, SFX)                                                                           \
+  extern "C" __global__ void mgg_csr_table16##SFX(long long n, int D, int DV, int vec4, const float* s, \
+                                                  const float* x, uint4* out) {                        \
+    table16_body<S>(n, D, DV, vec4, s, x, out);                                                        \
+  }
+DEF_TABLE16(1, _bf16) DEF_TABLE16(2, _fp16)

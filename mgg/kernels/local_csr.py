@@ -125,6 +125,12 @@ SELF_FROM_RF_MIN_LANES = 4
 ALL_ROWS = 1 << 62
 #: float4s a thread of mgg_csr_scale_rows loads before it stores them (SCALE_UNROLL in local_csr.cu)
 SCALE_UNROLL = 4
+TABLE16_UNROLL = 4  # 8-value vectors a thread of mgg_csr_table16 (TABLE16_UNROLL in local_csr.cu)
+#: the storage dtypes whose factored gcn calls (`takes_scaled_input`) run on a table scaled by cf.
+#: Not fp16: there f * grad rounds to fp16 below its normal range (6e-5) on large graphs, and
+#: products-like GCN (one H200, bench/results/2026-11-27-h200x1-e7cb465 c3) validated at 0.8639
+#: with the fold against 0.8786 without it; bf16 (float32's range) read 0.8788 both ways.
+SCALED_INPUT_STORAGE = (torch.float32, torch.bfloat16)
 #: warps per block of the row kernels: 4 beat 8 by 3-5 % at D = 16 and 64 on reddit-like and
 #: products-like (one H200, bench/local_csr.py, every mapping)
 DEFAULT_WPB = 4
@@ -610,7 +616,8 @@ class CsrRowsExecutor:
         column_by_weights: a column-mode plan with 16-bit storage runs its plain calls on the
             plan's per-edge weights (mode "weighted") instead of cf[src] per edge.
         column_scalable: a column-mode plan whose factored calls (`takes_scaled_input`) run w = 1
-            on a table scaled by cf, in every storage (16-bit: cf * x rounded once).
+            on a table scaled by cf, in float32 and bf16 storage (SCALED_INPUT_STORAGE; bf16:
+            cf * x rounded once).
     """
 
     def __init__(self, plan: AggregationPlan, store=None, kind: str | None = None, *, wpb: int = DEFAULT_WPB,
@@ -673,8 +680,9 @@ class CsrRowsExecutor:
         #     rf[t] sum_j cf[s_j] x[s_j] + diag[t] x[t] = rf[t] sum_j x'[s_j] + (diag[t] / cf[t]) x'[t]
         # (16-bit storage cannot: x' would round to 16 bits a second time; see column_by_weights.)
         # A table scaled by cf (by the producer: `scaled_input`; or by a factored call itself) runs
-        # w = 1 in every storage: 16-bit storage then rounds the scaled row, cf * x, once.
-        self.column_scalable = (f.mode == "column" and self.cf is not None and self.cf.shape[0] == plan.n_local
+        # w = 1 in float32 and bf16 storage: bf16 then rounds the scaled row, cf * x, once.
+        self.column_scalable = (f.mode == "column" and storage_dtype in SCALED_INPUT_STORAGE
+                                and self.cf is not None and self.cf.shape[0] == plan.n_local
                                 and (self.diag is None or (self.diag.shape[0] == plan.n_local
                                                            and bool((self.cf > 0).all()))))
         self.can_prescale = self.column_scalable and storage_dtype == torch.float32
@@ -711,7 +719,7 @@ class CsrRowsExecutor:
     @property
     def takes_scaled_input(self) -> bool:
         """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan at
-        world_size 1, in every storage: no other rank reads this rank's table, so a table
+        world_size 1, in float32 or bf16 storage: no other rank reads this rank's table, so a table
         already scaled by cf never reaches another rank's kernel)."""
         return self.column_scalable and self.rf is not None and self.plan.world_size == 1
 
@@ -879,7 +887,7 @@ class CsrRowsExecutor:
     def _table(self, x: torch.Tensor, sym, dim: int, dp: int, scale: torch.Tensor | None = None) -> torch.Tensor:
         """x as the kernels read it: [n, dp] rows in the storage dtype, 16-byte aligned. `scale`
         (16-bit storage at world_size 1 only): float32 [n], the table holds scale * x, rounded
-        to the storage dtype once (one pass, as the plain copy)."""
+        to the storage dtype once (one pass, as the plain table: `_table16`)."""
         p = self.plan
         if self.storage_dtype != torch.float32:
             if p.world_size > 1:  # my slice, as other ranks read it
@@ -887,11 +895,9 @@ class CsrRowsExecutor:
                     raise ValueError(f"csr_rows: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
                                      f"expected {self.storage_dtype} [*, {dp}]")
                 return sym.padded
-            xin = torch.zeros((p.n_local, dp), dtype=self.storage_dtype, device=self.device)
-            if scale is None:
-                xin[:, :dim] = x
-            else:
-                torch.mul(x, scale.unsqueeze(1), out=xin[:, :dim])
+            xin = torch.empty((p.n_local, dp), dtype=self.storage_dtype, device=self.device)
+            if p.n_local:
+                self._table16(x, xin, scale)
             return xin
         if dp == dim and x.is_contiguous() and x.data_ptr() % 16 == 0:
             return x
@@ -930,6 +936,21 @@ class CsrRowsExecutor:
         if x.dim() != 2 or x.shape[0] != n or x.dtype != torch.float32 or not x.is_cuda:
             raise ValueError(f"csr_rows: expected float32 CUDA x of shape [{n}, D], got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
+
+    def _table16(self, x: torch.Tensor, out: torch.Tensor, scale: torch.Tensor | None) -> None:
+        """out (16-bit [n, dp], contiguous, dp a multiple of 8) = round16(scale * x) (x float32
+        [n, D], D <= dp; scale float32 [n] or None), its padding zero, with mgg_csr_table16 on
+        torch's current stream: one pass (a zero fill and torch's copy were two; torch's
+        broadcast multiply into a 16-bit view ran unvectorised)."""
+        x = x.contiguous()
+        n, dim = int(x.shape[0]), int(x.shape[1])
+        dv = int(out.shape[1]) // 8
+        blocks = max(1, -(-(n * dv) // (TABLE16_UNROLL * 256)))
+        vec4 = int(dim % 4 == 0 and x.data_ptr() % 16 == 0)
+        fn = self.launch_cache.function(self.module, "mgg_csr_table16" + STORAGE_SUFFIX[self.storage_dtype])
+        with self.launch_cache.stream():
+            fn((blocks,), (256,), (np.int64(n), np.int32(dim), np.int32(dv), np.int32(vec4), _p(scale), _p(x),
+                                   _p(out)))
 
     def _scale_rows(self, table: torch.Tensor, dv: int) -> torch.Tensor:
         """cf * table (float32 [n, 4 * dv], contiguous) with mgg_csr_scale_rows, on torch's

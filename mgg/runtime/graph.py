@@ -460,8 +460,8 @@ class DistGraph:
 
     def takes_scaled_input(self, kind: str) -> bool:
         """Whether `aggregate(x, kind, scaled_input=True)` skips a pass (the executor of kind
-        and of its transpose apply the factors natively: csr_rows at P = 1, in every storage
-        dtype); otherwise such calls still work, unscaling x first. The same answer on every
+        and of its transpose apply the factors natively: csr_rows at P = 1, in float32 or
+        bf16 storage); otherwise such calls still work, unscaling x first. The same answer on every
         rank of a P = 1 job; at P > 1 always False (another rank's kernel reads this rank's
         table unscaled)."""
         if kind != "gcn" or self.comm.size > 1:
