@@ -160,27 +160,21 @@ def test_dropout_project_row_scale_scales_the_output_and_the_weight_gradient():
         project_forward(x, w, 0.5, 77, 3, row_scale=s[:-1])
 
 
-@pytest.mark.parametrize("fused_input", [False, True])
-def test_gcn_training_with_the_fold_matches_the_plain_model(monkeypatch, fused_input):
-    """GCN (3 layers) trained 3 Adam steps with the gcn factor folded into the dropout before
-    each conv (the default at P = 1; with `fused_input` the first layer's dropout_project
-    kernels take it) and with the fold off: same losses and weights within float32 rounding;
-    the folded forward runs no pre-scale pass."""
-    from mgg.nn import build_model, dense
+def _fold_runs(monkeypatch, storage: str, probe) -> list:
+    """A 3-layer GCN (dropout 0.5) trained 3 Adam steps with the gcn factor's fold off, then on
+    (DistGraph.takes_scaled_input patched to say no, then what it says), same seeds. `probe(stage)`
+    is called with "step" before each step, "forward" after its forward, and "fold" after the
+    last step. Returns per fold (losses, parameters, probe("fold"))."""
+    from mgg.nn import build_model
     from mgg.nn.optim import Adam
 
     comm = _one_rank()
-    if fused_input:
-        monkeypatch.setattr(dense, "TALL_ROWS", 0)
     state = {"fold": False}
     real_takes = DistGraph.takes_scaled_input
     monkeypatch.setattr(DistGraph, "takes_scaled_input", lambda self, kind: state["fold"] and real_takes(self, kind))
-    passes = []
-    real_scale = CsrRowsExecutor._scale_rows
-    monkeypatch.setattr(CsrRowsExecutor, "_scale_rows", lambda self, *a: (passes.append(1), real_scale(self, *a))[1])
     indptr, indices = power_law_csr(3000, seed=5, hubs=3, hub_deg=2000)
     runs = []
-    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", storage_dtype=storage)) as dg:
         torch.manual_seed(1)
         x = torch.randn(3000, 40, device=DEV)
         y = torch.randint(0, 5, (3000,), device=DEV)
@@ -193,15 +187,39 @@ def test_gcn_training_with_the_fold_matches_the_plain_model(monkeypatch, fused_i
             losses = []
             for _ in range(3):
                 opt.zero_grad()
-                passes.clear()
+                probe("step")
                 out = m(x, dg, gen)
-                forward_passes = len(passes)
+                probe("forward")
                 loss = torch.nn.functional.cross_entropy(out, y)
                 loss.backward()
                 opt.step()
-                losses.append(float(loss))
-            runs.append((losses, [p.detach().clone() for p in m.parameters()], forward_passes))
-    (l0, w0, p0), (l1, w1, p1) = runs
+                losses.append(loss.item())
+            runs.append((losses, [p.detach().clone() for p in m.parameters()], probe("fold")))
+    return runs
+
+
+@pytest.mark.parametrize("fused_input", [False, True])
+def test_gcn_training_with_the_fold_matches_the_plain_model(monkeypatch, fused_input):
+    """GCN (3 layers) trained 3 Adam steps with the gcn factor folded into the dropout before
+    each conv (the default at P = 1; with `fused_input` the first layer's dropout_project
+    kernels take it) and with the fold off: same losses and weights within float32 rounding;
+    the folded forward runs no pre-scale pass."""
+    from mgg.nn import dense
+
+    if fused_input:
+        monkeypatch.setattr(dense, "TALL_ROWS", 0)
+    passes, seen = [], {}
+    real_scale = CsrRowsExecutor._scale_rows
+    monkeypatch.setattr(CsrRowsExecutor, "_scale_rows", lambda self, *a: (passes.append(1), real_scale(self, *a))[1])
+
+    def probe(stage):
+        if stage == "step":
+            passes.clear()
+        elif stage == "forward":
+            seen["forward"] = len(passes)
+        return seen.get("forward")
+
+    (l0, w0, p0), (l1, w1, p1) = _fold_runs(monkeypatch, "fp32", probe)
     assert (p0, p1) == (3, 0)  # one pre-scale pass per conv without the fold, none with it
     assert l1 == pytest.approx(l0, rel=1e-5)
     for a, b in zip(w1, w0):
@@ -214,38 +232,18 @@ def test_gcn_training_with_the_fold_in_bf16_storage_reads_no_edge_weights(monkey
     weights on x rounded): losses agree to bf16 rounding; with the fold every launch runs w = 1
     (none reads the per-edge weight stream, none takes DistGraph's unscaling fallback)."""
     import mgg.kernels.local_csr as lc
-    from mgg.nn import build_model
-    from mgg.nn.optim import Adam
 
-    comm = _one_rank()
-    state = {"fold": False}
-    real_takes = DistGraph.takes_scaled_input
-    monkeypatch.setattr(DistGraph, "takes_scaled_input", lambda self, kind: state["fold"] and real_takes(self, kind))
     modes = []
     real_scan, real_rows = lc.launch_csr_scan, lc.launch_csr_rows
     monkeypatch.setattr(lc, "launch_csr_scan", lambda *a, **k: (modes.append(a[2]), real_scan(*a, **k))[1])
     monkeypatch.setattr(lc, "launch_csr_rows", lambda *a, **k: (modes.append(a[4]), real_rows(*a, **k))[1])
-    indptr, indices = power_law_csr(3000, seed=5, hubs=3, hub_deg=2000)
-    runs = []
-    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", storage_dtype="bf16")) as dg:
-        torch.manual_seed(1)
-        x = torch.randn(3000, 40, device=DEV)
-        y = torch.randint(0, 5, (3000,), device=DEV)
-        for fold in (False, True):
-            state["fold"] = fold
-            torch.manual_seed(2)
-            m = build_model("gcn", 40, 24, 5, 3, 0.5).cuda()
-            opt = Adam(m.parameters(), lr=0.01)
-            gen = torch.Generator().manual_seed(9)
-            losses = []
+
+    def probe(stage):
+        if stage == "fold":
+            got = set(modes)
             modes.clear()
-            for _ in range(3):
-                opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(m(x, dg, gen), y)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss))
-            runs.append((losses, set(modes)))
-    (l0, m0), (l1, m1) = runs
+            return got
+
+    (l0, _, m0), (l1, _, m1) = _fold_runs(monkeypatch, "bf16", probe)
     assert m0 == {lc.WEIGHT_MODES["weighted"]} and m1 == {lc.WEIGHT_MODES["one"]}
     assert l1 == pytest.approx(l0, rel=2e-2)
