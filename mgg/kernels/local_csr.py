@@ -979,7 +979,7 @@ class CsrRowsExecutor:
         factored = scaled_input or not row_factor
         # a factored call on an unscaled 16-bit x scales it in the copy that rounds it (cf x, rounded once)
         xin = self._table(x, sym, dim, dp, self.cf if factored and sixteen and not scaled_input else None)
-        width = 4 * dv * (1 if not sixteen else 2)  # float32 output row
+        width = 4 * self.quads(dv)  # float32 output row: 4 columns a quad
         out = self._buf(n, width)
         mapping = self.short_mapping(lanes, vpl)
         count = self.segments_for(dim) if n else 1
