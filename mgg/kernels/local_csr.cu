@@ -1,5 +1,5 @@
 // Single-GPU aggregation straight from the plan's local CSR: out[t] = rf[t] * sum_j w_j x[src_j]
-// (+ diag[t] * x[t]), every output row written exactly once, no atomics, no zero-fill pass.
+// (+ diag[t] * x[t]), every output row written once a pass by one warp, no zero-fill pass.
 // Used when a rank has no remote work (P = 1). Calls no NVSHMEM function: built as a plain cubin
 // (mgg.kernels.build.build_cubin("local_csr", nvshmem=False)).
 //
@@ -56,9 +56,13 @@
 //                                 sum(partial[first .. first + count)) + diag[row] * x[row].
 //   mgg_csr_scale_rows            out = cf * x row by row (the gcn pre-scale), 4 float4s a thread.
 //   mgg_csr_table16{_bf16,_fp16}  out = round16(s * x) row by row, padded (a P = 1 call's 16-bit table).
-//   The first two take `add`: 0 writes the row, 1 adds to what out[row] holds (the second pass of
-//   mgg/kernels/halo_csr.py, over the remote columns: a row is still written by one warp per
-//   pass, and the passes are ordered on one stream, so no atomics).
+//   The first three take `add`: 0 writes the row, 1 adds to what out[row] holds (a later source
+//   segment's pass, or mgg/kernels/halo_csr.py's pass over the remote columns). A row is written
+//   by one warp per pass and the passes are ordered on one stream, so no add needs an atomic;
+//   the scan and combine kernels still add by one vector reduction (add_to_row) so that the SM
+//   reads no out[row] (products-like D = 16 in three segments, 1.08-1.09x: one H200,
+//   bench/results/2026-11-27-h200x1-612ad9f c1). The row kernels load out[row] with the row's
+//   start (RowEnd): there the reduction took some layouts from 72 to 78 registers.
 #include <climits>
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -76,6 +80,11 @@
 #define FULL 0xffffffffu
 
 namespace {
+
+// out[row] += a for one float4 of a row an earlier pass wrote, as one red.global.add.v4.f32
+// (sm_90): the SM neither reads out[row] nor waits on it. The pass is the row's only writer, so
+// the result is the load-add-store's, except that the reduction flushes a subnormal sum to zero.
+__device__ __forceinline__ void add_to_row(float4* p, float4 a) { atomicAdd(p, a); }
 
 // Storage element types: the 16-byte vector a lane loads, and its conversion to F4 float4s.
 template <int S>
@@ -479,7 +488,7 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 //   * the window's completed rows are written G at a time, one row a group: coalesced stores.
 // Shared memory: ScanGeo<L>::SLOTS float4s a warp (one a lane and window entry, plus one a group of
 // entries against bank conflicts), SCAN_WPB warps a block. The per-row write values (rf, diag, the
-// self row; out[t] in an adding pass) are loaded at the write: loading them before the gathers
+// self row) are loaded at the write (an adding pass reads no out[t]: add_to_row): loading them before the gathers
 // took the kernel from 72 to 102 registers (one H200, bench/results/2026-11-27-h200x1-b6415bd c2).
 // `ends_rf` (or null): the row ends with rf[t]'s bits in their high words, so that a run loads no rf.
 // The self term diag[t] * x[t] goes to rows dlo <= t < dhi only: a source segment's pass adds it to
@@ -662,16 +671,16 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       if (lane == 0) prev = pend;
       scan_end_bits<L>(cend, prev, b, words);
 #ifndef MGG_SCAN_NO_WRITE_PF
-      // the chunk's rows that complete in the next window: their out rows (an adding pass reads
-      // them at the write) and self rows into the L2 now, a window ahead of their write. One H200
-      // each, products-like D = 16 (bench/results/2026-11-27-h200x1-a28b5e5 c3, c4): sum
-      // 1.01-1.03x, gcn 1.01-1.03x; D = 32 even; not at
+      // the chunk's rows that complete in the next window: their self rows into the L2 now, a
+      // window ahead of their write (their out rows were prefetched too while an adding pass
+      // read them at the write). One H200 each, products-like D = 16
+      // (bench/results/2026-11-27-h200x1-a28b5e5 c3, c4): sum 1.01-1.03x, gcn 1.01-1.03x; with
+      // add_to_row, the out rows' prefetch was even (-612ad9f c1); D = 32 even; not at
       // L = 2, where its registers spill (20 -> 40 bytes) and D = 8 lost 7-9%, nor with weights a
       // gather (l4_w0 / w2 spill 24 -> 40 bytes)
       if constexpr (L >= 4 && W == 1) {
         if (cend > b + WIN && cend <= b + 2 * WIN) {
           const long long t = rc + lane;
-          if (add && cend > prev) scan_prefetch_l2(out + t * DV, 16u * DV);
           if (diag && t >= dlo && t < dhi) scan_prefetch_l2(xq + t * DV, rowb);
         }
       }
@@ -747,9 +756,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
           }
           if (add) {
             if (ne || self) {
-              const float4 o = __ldcg(out + t * DV + lig);
-              a = f4add(a, o);
-              MGG_CSR_STORE_IF(a) __stcs(out + t * DV + lig, a);
+              MGG_CSR_STORE_IF(a) add_to_row(out + t * DV + lig, a);
             }
           } else {
             MGG_CSR_STORE_IF(a) __stcs(out + t * DV + lig, a);
@@ -847,11 +854,10 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
           a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
           a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
         }
-        if (add) {
-          const float4 o = out[t * D4 + col];
-          a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
-        }
-        MGG_CSR_STORE_IF(a) out[t * D4 + col] = a;
+        if (add)
+          MGG_CSR_STORE_IF(a) add_to_row(out + t * D4 + col, a);
+        else
+          MGG_CSR_STORE_IF(a) out[t * D4 + col] = a;
       }
     }
   }

@@ -30,9 +30,8 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
-from .source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, AUTO_SELF_TABLE_L2, MAX_AUTO_SEGMENTS,
-                              MAX_AUTO_SEGMENTS_SCAN, MAX_AUTO_SEGMENTS_SCAN_16, MAX_AUTO_SEGMENTS_SCAN_SELF,
-                              SourceSegment, auto_source_segments, source_segment_order, split_by_source)
+from .source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN,
+                              MAX_AUTO_SEGMENTS_SCAN_16, SourceSegment, auto_source_segments, source_segment_order, split_by_source)
 from .streams import LaunchCache
 from .variants import lane_layout
 
@@ -788,9 +787,8 @@ class CsrRowsExecutor:
 
     def segments_for(self, dim: int) -> int:
         """Source segments a call at width `dim` runs in: the `source_segments` knob, or where it
-        is None, auto_source_segments of this plan's table at that width (at most
-        MAX_AUTO_SEGMENTS_SCAN_SELF on the scan kernel for a plan with a self term and a table of
-        AUTO_SELF_TABLE_L2 L2s or more; MAX_AUTO_SEGMENTS_SCAN_16 on it for 16-bit storage, from
+        is None, auto_source_segments of this plan's table at that width (MAX_AUTO_SEGMENTS_SCAN
+        on the scan kernel; MAX_AUTO_SEGMENTS_SCAN_16 on it for 16-bit storage, from
         AUTO_MIN_TABLE_L2_SCAN_16 L2s of table)."""
         if self.source_segments is not None:
             return self.source_segments
@@ -803,8 +801,6 @@ class CsrRowsExecutor:
             most = MAX_AUTO_SEGMENTS_SCAN
             if self.storage_dtype != torch.float32:
                 most, min_l2 = MAX_AUTO_SEGMENTS_SCAN_16, AUTO_MIN_TABLE_L2_SCAN_16
-            elif self.diag is not None and table >= AUTO_SELF_TABLE_L2 * self.l2_bytes:
-                most = MAX_AUTO_SEGMENTS_SCAN_SELF
         return auto_source_segments(table, self.l2_bytes, self.plan.num_local_edges / max(self.plan.n_local, 1), most,
                                     min_l2)
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["SourceSegment", "split_by_source", "source_segment_order", "auto_source_segments",
-           "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN", "MAX_AUTO_SEGMENTS_SCAN_SELF", "AUTO_SELF_TABLE_L2",
+           "MAX_AUTO_SEGMENTS", "MAX_AUTO_SEGMENTS_SCAN",
            "AUTO_MIN_TABLE_L2", "AUTO_MAX_TABLE_L2", "MAX_AUTO_SEGMENTS_SCAN_16", "AUTO_MIN_TABLE_L2_SCAN_16",
            "AUTO_MIN_ENTRIES_PER_ROW"]
 
@@ -63,14 +63,11 @@ MAX_AUTO_SEGMENTS = 2
 #: three beat two on products-like (one H200, session 39 c4-c6, float32: D = 8 sum and gcn
 #: 1.09-1.14x, D = 16 sum 1.03-1.10x, gcn within 2%)
 MAX_AUTO_SEGMENTS_SCAN = 3
-#: ... but a scan call with a self term (gcn, sum_self) on a table of AUTO_SELF_TABLE_L2 times the
-#: L2 or more takes at most two: since each pass adds the self term of its own source range
-#: (SELF_IN_SEGMENT in local_csr.py), products-like D = 16 gcn (2.6x an H200's L2) ran two
-#: segments 1.02-1.05x faster than three in six comparisons on three machines (bench/results/
-#: 2026-11-27-h200x1-a28b5e5 c2-c4), while at D = 8 (1.3x) three stay 1.07-1.16x faster, and
-#: sum (no self term) at D = 16 is even to 1.02x for three
-MAX_AUTO_SEGMENTS_SCAN_SELF = 2
-AUTO_SELF_TABLE_L2 = 2.0
+#: A self term (gcn, sum_self) takes the same count. From session 41 to 43 it took two on a table
+#: of 2 L2s or more: an adding pass then loaded and stored its rows, and products-like D = 16 gcn
+#: ran two 1.02-1.05x faster than three (bench/results/2026-11-27-h200x1-a28b5e5 c2-c4). Since
+#: the adding passes reduce into their rows (local_csr.cu's add_to_row), three won there: gcn on
+#: a producer-scaled table 1.150 ms in three against 1.186 in two (-612ad9f c1).
 #: ... and a scan call on a 16-bit table takes two from half the L2's size: its rows are half
 #: float32's bytes for the same row walk a pass, so passes cost relatively more. One H200,
 #: products-like (bench/results/2026-11-27-h200x2-97b2a66 c9, seg16ab.py; sum and gcn, bf16 and

@@ -299,7 +299,7 @@ def test_source_segments_auto_per_mapping(monkeypatch):
     vectors a lane one; the output at the picked count matches the reference."""
     import mgg.kernels.source_segments as ss
     from mgg.kernels.source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN,
-                                             MAX_AUTO_SEGMENTS_SCAN_16, MAX_AUTO_SEGMENTS_SCAN_SELF)
+                                             MAX_AUTO_SEGMENTS_SCAN_16)
 
     monkeypatch.setattr(ss, "AUTO_MIN_ENTRIES_PER_ROW", 1)
     indptr, indices = graph()
@@ -314,9 +314,9 @@ def test_source_segments_auto_per_mapping(monkeypatch):
         x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
         out = run(ex, x, 1)[0]
         assert rel_err(out, aggregate_reference(indptr, indices, x, "sum")) < 1e-5, (mapping, dim)
-    # a plan with a self term on the scan kernel: at most MAX_AUTO_SEGMENTS_SCAN_SELF from
-    # AUTO_SELF_TABLE_L2 L2s of table; below that, and for a plan without one, the scan's count
-    for kind, ratio, want in (("gcn", 2.5, MAX_AUTO_SEGMENTS_SCAN_SELF), ("sum_self", 2.5, MAX_AUTO_SEGMENTS_SCAN_SELF),
+    # a plan with a self term on the scan kernel takes the scan's count too (each pass adds the
+    # self term of its own source range)
+    for kind, ratio, want in (("gcn", 2.5, MAX_AUTO_SEGMENTS_SCAN), ("sum_self", 2.5, MAX_AUTO_SEGMENTS_SCAN),
                               ("gcn", 1.0, MAX_AUTO_SEGMENTS_SCAN), ("sum", 2.5, MAX_AUTO_SEGMENTS_SCAN)):
         kplan = plans(indptr, indices, kind)[False]
         ex = CsrRowsExecutor(kplan, None, kind, row_mapping="scan", chunk=500)
