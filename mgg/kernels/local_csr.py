@@ -2,7 +2,8 @@
 
 `CsrRowsExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with no remote work
 (P = 1, or a rank whose rows need no other rank's data) with the `mgg_csr_rows` kernels: every
-output row is written exactly once (no atomics, no zero-fill), hub rows are split over several
+output row is written by one warp a pass, no zero-fill (a table of a few L2s runs in source
+segments, whose later passes add to the rows by one vector reduction), hub rows are split over several
 warps and combined by a tiny second pass, short rows are packed several per warp, and the
 per-edge weight array is not read at all where the kind's weights factor exactly:
 

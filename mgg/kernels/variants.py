@@ -159,7 +159,7 @@ _register(KernelVariant(
     ("mgg_local_v{v}", "mgg_remote_get"), _eq1))
 _register(KernelVariant(
     "csr_rows", "a rank without remote work: degree-aware rows of the local CSR (hubs split over warps, "
-    "short rows packed), each output row written once, no atomics; weight-free for sum/mean/gcn",
+    "short rows packed), each output row written by one warp a pass; weight-free for sum/mean/gcn",
     ("mgg_csr_rows_l{l}_v{v}_w{w}", "mgg_csr_combine"), _none, local_only=True, executor="csr",
     storage_dtypes=("fp32", "bf16", "fp16")))
 _register(KernelVariant(
