@@ -488,8 +488,8 @@ __device__ __forceinline__ void csr_rows_body(long long n_long, const long long*
 //   * the window's completed rows are written G at a time, one row a group: coalesced stores.
 // Shared memory: ScanGeo<L>::SLOTS float4s a warp (one a lane and window entry, plus one a group of
 // entries against bank conflicts), SCAN_WPB warps a block. The per-row write values (rf, diag, the
-// self row) are loaded at the write (an adding pass reads no out[t]: add_to_row): loading them before the gathers
-// took the kernel from 72 to 102 registers (one H200, bench/results/2026-11-27-h200x1-b6415bd c2).
+// self row) are loaded at the write (an adding pass reads no out[t]: add_to_row): loading them
+// before the gathers took the kernel from 72 to 102 registers (one H200, bench/results/2026-11-27-h200x1-b6415bd c2).
 // `ends_rf` (or null): the row ends with rf[t]'s bits in their high words, so that a run loads no rf.
 // The self term diag[t] * x[t] goes to rows dlo <= t < dhi only: a source segment's pass adds it to
 // the rows of its own source range, whose x rows its gathers bring into the L2; with `self_rf` the
@@ -854,10 +854,11 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
           a.x = fmaf(d, xv[h].x, a.x); a.y = fmaf(d, xv[h].y, a.y);
           a.z = fmaf(d, xv[h].z, a.z); a.w = fmaf(d, xv[h].w, a.w);
         }
-        if (add)
+        if (add) {
           MGG_CSR_STORE_IF(a) add_to_row(out + t * D4 + col, a);
-        else
+        } else {
           MGG_CSR_STORE_IF(a) out[t * D4 + col] = a;
+        }
       }
     }
   }

@@ -3,8 +3,8 @@
 `CsrRowsExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with no remote work
 (P = 1, or a rank whose rows need no other rank's data) with the `mgg_csr_rows` kernels: every
 output row is written by one warp a pass, no zero-fill (a table of a few L2s runs in source
-segments, whose later passes add to the rows by one vector reduction), hub rows are split over several
-warps and combined by a tiny second pass, short rows are packed several per warp, and the
+segments, whose later passes add to the rows by one vector reduction), hub rows are split over
+several warps and combined by a tiny second pass, short rows are packed several per warp, and the
 per-edge weight array is not read at all where the kind's weights factor exactly:
 
   one      w = 1 * rf[row]          `sum` (rf = none); `mean` forward (rf = 1 / deg_in(row))
@@ -32,7 +32,8 @@ from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from ..runtime.weights import UNIT_WEIGHT_KINDS, dinv_from_self_weight
 from .source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS, MAX_AUTO_SEGMENTS_SCAN,
-                              MAX_AUTO_SEGMENTS_SCAN_16, SourceSegment, auto_source_segments, source_segment_order, split_by_source)
+                              MAX_AUTO_SEGMENTS_SCAN_16, SourceSegment, auto_source_segments, source_segment_order,
+                              split_by_source)
 from .streams import LaunchCache
 from .variants import lane_layout
 
