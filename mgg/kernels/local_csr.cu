@@ -60,7 +60,7 @@
 //   segment's pass, or mgg/kernels/halo_csr.py's pass over the remote columns). A row is written
 //   by one warp per pass and the passes are ordered on one stream, so no add needs an atomic;
 //   the scan and combine kernels still add by one vector reduction (add_to_row) so that the SM
-//   reads no out[row] (products-like D = 16 in three segments, 1.08-1.09x: one H200,
+//   reads no out[row] (products-like D = 16 in three segments, 1.07-1.09x: one H200,
 //   bench/results/2026-11-27-h200x1-612ad9f c1). The row kernels load out[row] with the row's
 //   start (RowEnd): there the reduction took some layouts from 72 to 78 registers.
 #include <climits>
