@@ -68,6 +68,9 @@ def main() -> None:
     ap.add_argument("--fold", choices=("on", "off", "both"), default="on",
                     help="GNN.fold_input_scale (the gcn factor folded into the dropout; needs --dropout > 0); "
                          "both: each model with it on, then off")
+    ap.add_argument("--epilogue", choices=("on", "off", "both"), default="on",
+                    help="GNN.fuse_epilogue (a hidden GCN layer's bias, ReLU and the next dropout in one "
+                         "pass, mgg.nn.epilogue); both: each model with it on, then off")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--detail", default="", help="also print each launch (ms, in order) of the kernels "
@@ -96,17 +99,17 @@ def main() -> None:
     x = torch.from_numpy(np.ascontiguousarray(dg.local(g.x))).to(device)
     y = torch.from_numpy(np.ascontiguousarray(dg.local(g.y))).to(device)
     tm = torch.from_numpy(np.ascontiguousarray(dg.local(g.train_mask))).to(device)
-    folds = {"on": (True,), "off": (False,), "both": (True, False)}[args.fold]
-    for mname, fold in ((m, f) for m in models for f in folds):
+    choice = {"on": (True,), "off": (False,), "both": (True, False)}
+    for mname, fold, epi in ((m, f, e) for m in models for f in choice[args.fold] for e in choice[args.epilogue]):
         torch.manual_seed(0)
         model = build_bench_model(mname, g, device, args.input_cache)
-        model.dropout, model.fold_input_scale = float(args.dropout), fold
+        model.dropout, model.fold_input_scale, model.fuse_epilogue = float(args.dropout), fold, epi
         opt = Adam(model.parameters(), lr=0.01)
         rows, wall, launches = kernel_table(epoch_fn(model, dg, x, y, tm, float(g.train_mask.sum()), opt, comm),
                                             args.steps, args.detail)
         busy = sum(r[1] for r in rows)
         print(f"== {name} {mname} ({args.storage_dtype}, variant {args.variant}, dropout {args.dropout:g}"
-              f"{'' if fold else ', no fold'}): step {wall:.2f} ms, "
+              f"{'' if fold else ', no fold'}{'' if epi else ', no epilogue'}): step {wall:.2f} ms, "
               f"kernels {busy:.2f} ms, {sum(r[2] for r in rows)} launches")
         for k, ms, n in rows[: args.top]:
             print(f"  {ms:8.3f} ms {100 * ms / busy:5.1f}%  x{n:<4d} {k[:110]}")

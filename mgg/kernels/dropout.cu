@@ -26,12 +26,6 @@
 
 #include "dropout_hash.cuh"
 
-__device__ __forceinline__ float keep_factor(uint32_t h_row, uint32_t col, uint32_t s2, float p) {
-  const uint32_t h = mgg_lowbias32(h_row ^ (col * 0x9E3779B1u + s2));
-  const float u = (float)(h >> 8) * (1.0f / 16777216.0f);
-  return u >= p ? 1.0f : 0.0f;
-}
-
 extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __restrict__ out,
                                        long long n_rows, int dim, long long row0,
                                        unsigned int s1, unsigned int s2, float p, float scale,
@@ -52,16 +46,16 @@ extern "C" __global__ void mgg_dropout(const float* __restrict__ x, float* __res
     if (vec4) {
       const float4 v = reinterpret_cast<const float4*>(x + base)[0];
       float4 o;
-      o.x = (v.x * keep_factor(h_row, c0 + 0, s2, p)) * scale;
-      o.y = (v.y * keep_factor(h_row, c0 + 1, s2, p)) * scale;
-      o.z = (v.z * keep_factor(h_row, c0 + 2, s2, p)) * scale;
-      o.w = (v.w * keep_factor(h_row, c0 + 3, s2, p)) * scale;
+      o.x = (v.x * mgg_keep_factor(h_row, c0 + 0, s2, p)) * scale;
+      o.y = (v.y * mgg_keep_factor(h_row, c0 + 1, s2, p)) * scale;
+      o.z = (v.z * mgg_keep_factor(h_row, c0 + 2, s2, p)) * scale;
+      o.w = (v.w * mgg_keep_factor(h_row, c0 + 3, s2, p)) * scale;
       if (row_scale) { o.x *= rs; o.y *= rs; o.z *= rs; o.w *= rs; }
       reinterpret_cast<float4*>(out + base)[0] = o;
     } else {
       const int n = min(4, dim - c0);
       for (int k = 0; k < n; ++k) {
-        const float o = (x[base + k] * keep_factor(h_row, (uint32_t)(c0 + k), s2, p)) * scale;
+        const float o = (x[base + k] * mgg_keep_factor(h_row, (uint32_t)(c0 + k), s2, p)) * scale;
         out[base + k] = row_scale ? o * rs : o;
       }
     }

@@ -10,16 +10,17 @@
 // power of two <= 256 (D in 4, 8, ..., 1024). One thread handles one float4 (4 columns of a row)
 // at a time.
 // Launch geometry: blockDim.x = 256, any gridDim.x; a thread strides by gridDim.x * 256 float4s, a
-// multiple of d4, so it always sees the same 4 columns and keeps their sums in registers. Uses
-// 4 * 256 floats of shared memory (static).
+// multiple of d4, so it always sees the same 4 columns and keeps their sums in registers
+// (block_colsum.cuh: 4 * 256 floats of static shared memory).
 #include <stdint.h>
+
+#include "block_colsum.cuh"
 
 #define MGG_RELU_THREADS 256
 
 extern "C" __global__ void mgg_relu_backward_colsum(const float4* __restrict__ g, const float4* __restrict__ y,
                                                     float4* __restrict__ gout, float* __restrict__ partial,
                                                     long long n4, int d4) {
-  __shared__ float sums[4][MGG_RELU_THREADS];
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   float s[4] = {0.f, 0.f, 0.f, 0.f};
@@ -30,15 +31,5 @@ extern "C" __global__ void mgg_relu_backward_colsum(const float4* __restrict__ g
     gout[t] = o;
     s[0] += o.x; s[1] += o.y; s[2] += o.z; s[3] += o.w;
   }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) sums[k][threadIdx.x] = s[k];
-  __syncthreads();
-  // thread j sums column 4 c + k (c = j % d4, k = j / d4) over the block's threads of group c
-  // (threads c, c + d4, ...: blockDim.x is a multiple of d4, and first % d4 == threadIdx.x % d4)
-  for (int j = threadIdx.x; j < 4 * d4; j += blockDim.x) {
-    const int k = j / d4, c = j % d4;
-    float acc = 0.0f;
-    for (int r = c; r < (int)blockDim.x; r += d4) acc += sums[k][r];
-    partial[(long long)blockIdx.x * 4 * d4 + c * 4 + k] = acc;
-  }
+  mgg_block_colsum<MGG_RELU_THREADS>(s, d4, partial);
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["Aggregate", "aggregate", "global_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
+__all__ = ["Aggregate", "AggregateRows", "aggregate", "global_dropout", "seeded_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
            "hash_dropout_reference", "HashDropoutCUDA"]
 
 
@@ -38,6 +38,35 @@ class Aggregate(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
+def takes_scaled_input(dg, kind: str, rows=None) -> bool:
+    """dg.takes_scaled_input(kind, rows) (mgg.runtime.DistGraph), False for a graph without it."""
+    takes = getattr(dg, "takes_scaled_input", None)
+    return bool(takes is not None and takes(kind, rows))
+
+
+class AggregateRows(torch.autograd.Function):
+    """`Aggregate` over a row set, returning its rows only (compact), for the gcn kind where the
+    graph takes scaled input natively: the backward scatters the gradient rows of the set into
+    the full table already times the column factor f, so its transposed aggregation runs on a
+    scaled input (no pre-scale pass over every row). The same values as Aggregate's backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dg, kind: str, rows, scaled_input: bool) -> torch.Tensor:  # type: ignore[override]
+        ctx.dg, ctx.kind, ctx.rows, ctx.scaled, ctx.n = dg, kind, rows, scaled_input, x.shape[0]
+        extra = {"rows": rows, "scaled_input": True} if scaled_input else {"rows": rows}
+        return dg.aggregate(x.detach().contiguous(), kind, **extra)[rows.index]
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        idx = ctx.rows.index
+        full = grad_out.new_zeros(ctx.n, grad_out.shape[1])
+        full[idx] = grad_out * ctx.dg.gcn_factor()[idx].to(grad_out.dtype).unsqueeze(1)
+        # W_S^T g = diag(f) (A + I)_S^T (f g); after a scaled input, without the row factor
+        grad_x = ctx.dg.aggregate(full, ctx.kind, transposed=True, rows=ctx.rows, scaled_input=True,
+                                  row_factor=not ctx.scaled)
+        return grad_x, None, None, None, None
+
+
 def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True,
               scaled_input: bool = False) -> torch.Tensor:
     """Differentiable `dg.aggregate(x, kind)`, or its rows `rows` only.
@@ -58,6 +87,8 @@ def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True,
     """
     if rows is None and not scaled_input:
         return Aggregate.apply(x, dg, kind)
+    if rows is not None and compact and kind == "gcn" and takes_scaled_input(dg, kind, rows):
+        return AggregateRows.apply(x, dg, kind, rows, scaled_input)
     out = Aggregate.apply(x, dg, kind, rows, scaled_input)
     return out[rows.index] if (rows is not None and compact) else out
 
@@ -228,15 +259,22 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
         return x if row_scale is None else x * row_scale.to(x.dtype).unsqueeze(1)
     if p >= 1.0:
         return torch.zeros_like(x)
-    seed = draw_seed(generator)
+    return seeded_dropout(x, p, draw_seed(generator), int(dg.lo), row_scale)
+
+
+def seeded_dropout(x: torch.Tensor, p: float, seed, row0: int,
+                   row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """`global_dropout`'s mask for a seed already drawn (`draw_seed`): x [n, D] whose row i is
+    global row row0 + i, p in (0, 1) -> x * mask / (1 - p) (* row_scale[:, None]), differentiable.
+    (mgg.nn.epilogue draws the seed a layer early, at the point global_dropout would.)"""
     if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
-        return HashDropoutCUDA.apply(x, float(p), seed, int(dg.lo), row_scale)
+        return HashDropoutCUDA.apply(x, float(p), seed, int(row0), row_scale)
     if isinstance(seed, torch.Tensor):
         raise TypeError(f"global_dropout: seeds on the device (DeviceSeeds) need float32 [n, D] CUDA rows, "
                         f"got {x.dtype} {tuple(x.shape)} on {x.device}")
     if x.device.type == "cpu":
-        keep = hash_uniform_host(dg.lo, x.shape[0], x.shape[1], seed) >= p
+        keep = hash_uniform_host(row0, x.shape[0], x.shape[1], seed) >= p
         out = x * keep.to(x.dtype) / (1.0 - p)
     else:
-        out = hash_dropout_reference(x, p, seed, dg.lo)
+        out = hash_dropout_reference(x, p, seed, row0)
     return out if row_scale is None else out * row_scale.to(out.dtype).unsqueeze(1)

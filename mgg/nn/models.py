@@ -11,7 +11,8 @@ from torch import nn
 
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .dense import dropout_project, fused_input_projection
-from .functional import draw_seed, global_dropout
+from .epilogue import Epilogue
+from .functional import draw_seed, global_dropout, seeded_dropout
 from .input_cache import InputAggregationCache
 from .registry import ModelDefaults, RegistryView, model_entry, register_model
 from .norm import make_norm
@@ -36,6 +37,11 @@ class GNN(nn.Module):
             takes it natively (P = 1, csr_rows, float32): no pre-scale pass in the aggregation.
             False: the dropout writes plain rows and the aggregation scales them (the same
             values within float32 rounding).
+        fuse_epilogue: when True (default), a hidden conv that `takes_epilogue` (GCNConv) runs
+            its bias, the ReLU and the next layer's input dropout (and input scale) as one
+            `Epilogue` (mgg.nn.epilogue): one pass each way on the GPU instead of five, and no
+            pre-scale pass in its backward aggregation. False: each runs on its own (the same
+            values; the bias gradient summed in another order).
     """
 
     activation = staticmethod(torch.relu)
@@ -48,6 +54,7 @@ class GNN(nn.Module):
         self.dropout = float(dropout)
         self.cache_input_aggregation = True
         self.fold_input_scale = True
+        self.fuse_epilogue = True
         self.input_cache = InputAggregationCache()
 
     def reset_parameters(self) -> None:
@@ -72,37 +79,74 @@ class GNN(nn.Module):
         restrictable = len(self.convs)  # the first layer from which on every conv takes rows
         while restrictable > 0 and getattr(self.convs[restrictable - 1], "supports_rows", False):
             restrictable -= 1
+        layer_rows = [per_layer[i] if (i == last or i >= restrictable) else None for i in range(len(self.convs))]
+        # the last conv without row support computes every row, then the rows are sliced; one
+        # that `supports_output_rows` (GINConv with batch norm) takes them itself
+        sliced = [i == last and layer_rows[i] is not None and i < restrictable
+                  and not getattr(conv, "supports_output_rows", False) for i, conv in enumerate(self.convs)]
+        # a dropout runs before every conv (p >= 1 zeroes its input without a draw)
+        drop = self.training and 0.0 < self.dropout < 1.0
+        carried = None  # the Epilogue that ran this layer's input dropout in the previous conv
         for i, conv in enumerate(self.convs):
-            r = per_layer[i] if (i == last or i >= restrictable) else None
+            r = layer_rows[i]
             kw = {} if r is None else {"rows": r, "compact": i == last}
-            # the last conv without row support computes every row, then the rows are sliced;
-            # one that `supports_output_rows` (GINConv with batch norm) takes them itself
-            sliced = i == last and r is not None and i < restrictable and not getattr(conv, "supports_output_rows", False)
             # the activation inside the conv where it can run it in a GEMM's epilogue
             act_inside = i < last and self.activation is torch.relu and getattr(conv, "takes_relu_out", False)
             if act_inside:
                 kw["relu_out"] = True
             cached = self._cached_input(conv, x, dg) if i == 0 else None
             # the conv's gcn column factor folded into the dropout (or dropout-projection) pass
-            scale = None if (cached is not None or sliced) else self._input_scale(conv, x, dg)
+            if carried is not None:
+                scale = carried.row_scale
+            else:
+                scale = None if (cached is not None or sliced[i]) else self._input_scale(conv, x, dg)
             if scale is not None:
                 kw["scaled_input"] = True
+            # this layer's dropout seed, then the next one's (the epilogue's): the order of draws
+            # global_dropout makes layer by layer
+            seed = draw_seed(generator) if (drop and cached is None and carried is None) else None
+            epi = self._epilogue(i, conv, x, dg, generator, drop, sliced)
+            if epi is not None:
+                kw["epilogue"] = epi
             if cached is not None:  # the first layer from its input's aggregation, computed once
-                if sliced:
+                if sliced[i]:
                     x = conv.forward_aggregated(cached, x, dg)[r.index]
                 else:
                     x = conv.forward_aggregated(cached, x, dg, **kw)
-            elif sliced:  # a conv without rows: all, sliced
-                x = conv(global_dropout(x, self.dropout, dg, generator, self.training), dg)[r.index]
-            elif self._fuses_input(conv, x):  # dropout inside the projection kernels
-                seed = draw_seed(generator)  # the draw global_dropout makes
+            elif carried is not None:  # dropped (and scaled) by the previous conv's epilogue
+                x = conv(x, dg)[r.index] if sliced[i] else conv(x, dg, **kw)
+            elif sliced[i]:  # a conv without rows: all, sliced
+                x = conv(self._input_dropout(x, dg, seed), dg)[r.index]
+            elif seed is not None and self._fuses_input(conv, x):  # dropout inside the projection kernels
                 h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo, row_scale=scale)
                 x = conv.forward_projected(h, dg, **kw)
             else:
-                x = conv(global_dropout(x, self.dropout, dg, generator, self.training, row_scale=scale), dg, **kw)
-            if i < last and not act_inside:
+                x = conv(self._input_dropout(x, dg, seed, scale), dg, **kw)
+            if i < last and not act_inside and epi is None:
                 x = self.activation(x)
+            carried = epi if (epi is not None and epi.p > 0.0) else None
         return x
+
+    def _input_dropout(self, x: torch.Tensor, dg, seed, row_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """A conv's input dropout: global_dropout's mask for `seed` (drawn by forward), or, without a
+        seed (eval, p = 0, p >= 1), global_dropout itself, which then draws none."""
+        if seed is None:
+            return global_dropout(x, self.dropout, dg, None, self.training, row_scale=row_scale)
+        return seeded_dropout(x, self.dropout, seed, dg.lo, row_scale)
+
+    def _epilogue(self, i: int, conv, x: torch.Tensor, dg, generator, drop: bool,
+                  sliced: list[bool]) -> Epilogue | None:
+        """What conv i, a hidden layer whose conv `takes_epilogue` (GCNConv), runs after its bias in
+        one fused pass (mgg.nn.epilogue): the ReLU, and, where the next layer drops its input,
+        that dropout (its seed drawn now) and the next conv's input scale; else None (the
+        activation runs on its own). x: conv i's input (its output has x's device and dtype)."""
+        if (i == len(self.convs) - 1 or self.activation is not torch.relu or not self.fuse_epilogue
+                or not getattr(conv, "takes_epilogue", False)):
+            return None
+        if not drop:
+            return Epilogue()
+        scale = None if sliced[i + 1] else self._input_scale(self.convs[i + 1], x, dg)
+        return Epilogue(self.dropout, draw_seed(generator), int(dg.lo), scale)
 
     def _cached_input(self, conv, x: torch.Tensor, dg) -> torch.Tensor | None:
         """The first conv's aggregation of x from `input_cache` (built on a miss, collective), or

@@ -458,15 +458,16 @@ class DistGraph:
             f = self._gcn_factor = torch.from_numpy(dinv_from_self_weight(self.plan("gcn").self_weight)).to(self.device)
         return f
 
-    def takes_scaled_input(self, kind: str) -> bool:
-        """Whether `aggregate(x, kind, scaled_input=True)` skips a pass (the executor of kind
-        and of its transpose apply the factors natively: csr_rows at P = 1, in float32 or
-        bf16 storage); otherwise such calls still work, unscaling x first. The same answer on every
-        rank of a P = 1 job; at P > 1 always False (another rank's kernel reads this rank's
-        table unscaled)."""
+    def takes_scaled_input(self, kind: str, rows: RowSet | str | None = None) -> bool:
+        """Whether `aggregate(x, kind, scaled_input=True)` (over row set `rows`) skips a pass (the
+        executor of kind and of its transpose apply the factors natively: csr_rows at P = 1, in
+        float32 or bf16 storage); otherwise such calls still work, unscaling x first. The same
+        answer on every rank of a P = 1 job; at P > 1 always False (another rank's kernel reads
+        this rank's table unscaled)."""
         if kind != "gcn" or self.comm.size > 1:
             return False
-        return all(getattr(self.executor(kind, t), "takes_scaled_input", False) for t in (False, True))
+        name = rows.name if isinstance(rows, RowSet) else rows
+        return all(getattr(self.executor(kind, t, name), "takes_scaled_input", False) for t in (False, True))
 
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False,
                   rows: RowSet | str | None = None, scaled_input: bool = False,

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from ..dense import project
+from ..epilogue import Epilogue, aggregate_epilogue, apply_epilogue
 from ..functional import aggregate
 
 __all__ = ["GCNConv"]
@@ -28,6 +29,9 @@ class GCNConv(nn.Module):
     #: forward(scaled_input=True) takes x already multiplied by dg.gcn_factor() per row (folded
     #: into the op that produced x, e.g. the dropout before this conv): no pre-scale pass
     scaled_input_kind = "gcn"
+    #: forward(epilogue=) returns the hidden layer's epilogue(out): the bias, the ReLU and the next
+    #: layer's input dropout in one pass after the aggregation, where it ends in one (mgg.nn.epilogue)
+    takes_epilogue = True
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
@@ -47,14 +51,21 @@ class GCNConv(nn.Module):
         return self.lin.weight if self.out_channels <= self.in_channels else None
 
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True,
-                scaled_input: bool = False) -> torch.Tensor:
+                scaled_input: bool = False, epilogue: Epilogue | None = None) -> torch.Tensor:
         """rows: a RowSet -- only those rows are computed; `compact` returns them alone, else
         [n_local, out] where only they are meaningful (mgg.nn.functional.aggregate).
         scaled_input: x holds dg.gcn_factor()[:, None] * x (the result is that of the unscaled
-        x; the row scale commutes with the linear map, so either order takes it)."""
+        x; the row scale commutes with the linear map, so either order takes it).
+        epilogue: the output then goes through it (ReLU, dropout, row scale; fused with the
+        aggregation when the linear map runs first)."""
         if self.out_channels <= self.in_channels:
-            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact, scaled_input)
-        out = self.lin(aggregate(x, dg, "gcn", rows, compact, scaled_input=scaled_input))
+            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact, scaled_input, epilogue)
+        return self._finish(self.lin(aggregate(x, dg, "gcn", rows, compact, scaled_input=scaled_input)), epilogue)
+
+    def _finish(self, out: torch.Tensor, epilogue: Epilogue | None) -> torch.Tensor:
+        """out + bias, through `epilogue` when given (unfused)."""
+        if epilogue is not None:
+            return apply_epilogue(out, self.bias, epilogue)
         return out if self.bias is None else out + self.bias
 
     def input_aggregation(self) -> tuple[str, int]:
@@ -63,19 +74,19 @@ class GCNConv(nn.Module):
         return "gcn", min(self.in_channels, self.out_channels)
 
     def forward_aggregated(self, agg: torch.Tensor, x: torch.Tensor, dg, rows=None,
-                           compact: bool = True) -> torch.Tensor:
+                           compact: bool = True, epilogue: Epilogue | None = None) -> torch.Tensor:
         """forward given agg = the "gcn" aggregation of x, float32 [n_local, in_channels]:
         lin(agg) + b, as (A x) W == A (x W)."""
         if rows is not None and compact:
             agg = agg[rows.index]
-        out = self.lin(agg)
-        return out if self.bias is None else out + self.bias
+        return self._finish(self.lin(agg), epilogue)
 
     def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True,
-                          scaled_input: bool = False) -> torch.Tensor:
+                          scaled_input: bool = False, epilogue: Epilogue | None = None) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
-        out = aggregate(h, dg, "gcn", rows, compact, scaled_input=scaled_input)
-        return out if self.bias is None else out + self.bias
+        if epilogue is not None and not (rows is not None and compact):
+            return aggregate_epilogue(h, dg, "gcn", self.bias, epilogue, rows, scaled_input)
+        return self._finish(aggregate(h, dg, "gcn", rows, compact, scaled_input=scaled_input), epilogue)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}"
