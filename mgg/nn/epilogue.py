@@ -11,8 +11,9 @@ ends in an aggregation and a bias (GCNConv, linear first) takes these as an `Epi
               scaled input (mgg.runtime.DistGraph.aggregate): no pre-scale pass
 
 (mgg/kernels/bias_relu_dropout.cu, float32 CUDA rows it takes). out and the gradient of x are the
-same bits as the unfused chain; the bias gradient is summed in another order. Everywhere else
-(CPU, other widths) `apply_epilogue` runs the unfused chain itself.
+same bits as the unfused chain; the bias gradient is summed in another order. Without an
+aggregation before it (`apply_epilogue`) the same kernels run the epilogue alone. Everywhere else
+(CPU, other widths) `epilogue_reference` runs the unfused chain itself.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import torch
 
 from .functional import aggregate, seeded_dropout, takes_scaled_input
 
-__all__ = ["Epilogue", "apply_epilogue", "aggregate_epilogue", "AggregateEpilogue", "fuses"]
+__all__ = ["Epilogue", "apply_epilogue", "epilogue_reference", "aggregate_epilogue", "AggregateEpilogue",
+           "BiasReluDropout", "fuses"]
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,45 @@ class Epilogue:
     row_scale: torch.Tensor | None = None
 
 
-def apply_epilogue(h: torch.Tensor, bias: torch.Tensor | None, epi: Epilogue) -> torch.Tensor:
+def epilogue_reference(h: torch.Tensor, bias: torch.Tensor | None, epi: Epilogue) -> torch.Tensor:
     """The unfused chain on any device: h float [n, D] -> relu(h + bias), dropped and scaled as
     `epi` says, float [n, D] (differentiable; what the fused kernels compute)."""
     y = torch.relu(h if bias is None else h + bias)
     if epi.p > 0.0:
         return seeded_dropout(y, epi.p, epi.seed, epi.row0, epi.row_scale)
     return y if epi.row_scale is None else y * epi.row_scale.to(y.dtype).unsqueeze(1)
+
+
+class BiasReluDropout(torch.autograd.Function):
+    """out = epilogue(h + bias) by the fused kernels, one pass each way (no aggregation before it:
+    e.g. GCNConv.forward_aggregated, from the input's cached aggregation)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, bias: torch.Tensor | None, epi: Epilogue) -> torch.Tensor:  # type: ignore[override]
+        from ..kernels.bias_relu_dropout import brd_forward
+
+        h = h.detach().contiguous()
+        b = None if bias is None else bias.detach()
+        ctx.epi = epi
+        ctx.save_for_backward(h, b)
+        return brd_forward(h, b, epi.p, epi.seed, epi.row0, epi.row_scale)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        from ..kernels.bias_relu_dropout import brd_backward
+
+        h, b = ctx.saved_tensors
+        epi = ctx.epi
+        g, db = brd_backward(grad_out.contiguous(), h, b, epi.p, epi.seed, epi.row0, epi.row_scale)
+        return g, (db if ctx.needs_input_grad[1] else None), None
+
+
+def apply_epilogue(h: torch.Tensor, bias: torch.Tensor | None, epi: Epilogue) -> torch.Tensor:
+    """h float [n, D] -> relu(h + bias), dropped and scaled as `epi` says, float [n, D]
+    (differentiable): the fused kernels where they take h (`fuses`), else `epilogue_reference`."""
+    if fuses(h):
+        return BiasReluDropout.apply(h, bias, epi)
+    return epilogue_reference(h, bias, epi)
 
 
 class AggregateEpilogue(torch.autograd.Function):
@@ -104,4 +138,4 @@ def aggregate_epilogue(x: torch.Tensor, dg, kind: str, bias: torch.Tensor | None
     Fused where the kernels take the rows (`fuses`), else the unfused chain."""
     if fuses(x):
         return AggregateEpilogue.apply(x, bias, dg, kind, rows, scaled_input, epi)
-    return apply_epilogue(aggregate(x, dg, kind, rows, compact=False, scaled_input=scaled_input), bias, epi)
+    return epilogue_reference(aggregate(x, dg, kind, rows, compact=False, scaled_input=scaled_input), bias, epi)

@@ -86,7 +86,7 @@ class GNN(nn.Module):
                   and not getattr(conv, "supports_output_rows", False) for i, conv in enumerate(self.convs)]
         # a dropout runs before every conv (p >= 1 zeroes its input without a draw)
         drop = self.training and 0.0 < self.dropout < 1.0
-        carried = None  # the Epilogue that ran this layer's input dropout in the previous conv
+        carried = None  # the Epilogue that ran this layer's input dropout (or scale) in the previous conv
         for i, conv in enumerate(self.convs):
             r = layer_rows[i]
             kw = {} if r is None else {"rows": r, "compact": i == last}
@@ -124,7 +124,7 @@ class GNN(nn.Module):
                 x = conv(self._input_dropout(x, dg, seed, scale), dg, **kw)
             if i < last and not act_inside and epi is None:
                 x = self.activation(x)
-            carried = epi if (epi is not None and epi.p > 0.0) else None
+            carried = epi if (epi is not None and (epi.p > 0.0 or epi.row_scale is not None)) else None
         return x
 
     def _input_dropout(self, x: torch.Tensor, dg, seed, row_scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -137,16 +137,19 @@ class GNN(nn.Module):
     def _epilogue(self, i: int, conv, x: torch.Tensor, dg, generator, drop: bool,
                   sliced: list[bool]) -> Epilogue | None:
         """What conv i, a hidden layer whose conv `takes_epilogue` (GCNConv), runs after its bias in
-        one fused pass (mgg.nn.epilogue): the ReLU, and, where the next layer drops its input,
-        that dropout (its seed drawn now) and the next conv's input scale; else None (the
-        activation runs on its own). x: conv i's input (its output has x's device and dtype)."""
+        one fused pass (mgg.nn.epilogue): the ReLU, the next conv's input scale where it takes one
+        (`_input_scale`), and, where the next layer drops its input, that dropout (its seed drawn
+        now); else None (the activation runs on its own). x: conv i's input (its output has x's
+        device and dtype)."""
         if (i == len(self.convs) - 1 or self.activation is not torch.relu or not self.fuse_epilogue
                 or not getattr(conv, "takes_epilogue", False)):
             return None
-        if not drop:
+        scale = None if sliced[i + 1] else self._input_scale(self.convs[i + 1], x, dg, pass_runs=True)
+        if drop:
+            return Epilogue(self.dropout, draw_seed(generator), int(dg.lo), scale)
+        if self.training and self.dropout >= 1.0:  # the next layer zeroes its input itself
             return Epilogue()
-        scale = None if sliced[i + 1] else self._input_scale(self.convs[i + 1], x, dg)
-        return Epilogue(self.dropout, draw_seed(generator), int(dg.lo), scale)
+        return Epilogue(0.0, None, int(dg.lo), scale)  # no dropout (eval, p = 0): the scale alone
 
     def _cached_input(self, conv, x: torch.Tensor, dg) -> torch.Tensor | None:
         """The first conv's aggregation of x from `input_cache` (built on a miss, collective), or
@@ -162,16 +165,17 @@ class GNN(nn.Module):
         kind, chunk = spec
         return self.input_cache.get(x, dg, kind, chunk)
 
-    def _input_scale(self, conv, x: torch.Tensor, dg) -> torch.Tensor | None:
+    def _input_scale(self, conv, x: torch.Tensor, dg, pass_runs: bool = False) -> torch.Tensor | None:
         """dg.gcn_factor() when `conv`'s input should come out of the dropout already scaled by
         it (the conv then skips its pre-scale pass: GCNConv.scaled_input_kind): training with
-        a dropout probability in (0, 1) (so the dropout kernel runs anyway), float32 CUDA rows,
+        a dropout probability in (0, 1) (so the dropout kernel runs anyway; `pass_runs`: a pass
+        that writes the input runs anyway, the previous conv's Epilogue), float32 CUDA rows,
         and a graph whose executors take scaled input natively (dg.takes_scaled_input: P = 1,
         the same on every rank). Otherwise None."""
         kind = getattr(conv, "scaled_input_kind", None)
         takes = getattr(dg, "takes_scaled_input", None)
-        if (not self.fold_input_scale or kind is None or takes is None or not self.training
-                or not 0.0 < self.dropout < 1.0
+        if (not self.fold_input_scale or kind is None or takes is None
+                or not (pass_runs or (self.training and 0.0 < self.dropout < 1.0))
                 or not x.is_cuda or x.dtype != torch.float32 or not takes(kind)):
             return None
         return dg.gcn_factor()

@@ -154,12 +154,17 @@ def test_gcn_training_with_the_epilogue_matches_the_layer_by_layer_model(monkeyp
     assert p1 == (3 * 1 if hidden == 16 else 3 * 3)
 
 
-def test_eval_forward_fuses_bias_and_relu():
-    """Eval (no dropout): the epilogue is the bias and the ReLU; against float64 dense math."""
+def test_eval_forward_fuses_bias_and_relu(monkeypatch):
+    """Eval (no dropout): the epilogue is the bias, the ReLU and the next conv's input scale (its
+    aggregation then runs no pre-scale pass: one in the forward, the first conv's); against
+    float64 dense math."""
     from mgg.nn import build_model
     from mgg.testing.reference import aggregation_matrix
 
     comm = _one_rank()
+    passes = []
+    real_scale = CsrRowsExecutor._scale_rows
+    monkeypatch.setattr(CsrRowsExecutor, "_scale_rows", lambda self, *a: (passes.append(1), real_scale(self, *a))[1])
     indptr, indices = power_law_csr(2000, seed=3, hubs=2, hub_deg=800)
     w_hat = aggregation_matrix(indptr, indices, "gcn").toarray()
     with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
@@ -169,6 +174,7 @@ def test_eval_forward_fuses_bias_and_relu():
         x = torch.randn(2000, 32, device=DEV)
         with torch.no_grad():
             out = m(x, dg).double().cpu().numpy()
+        assert passes == [1]
         c1, c2 = m.convs
         w1, b1 = c1.lin.weight.detach().double().cpu().numpy(), c1.bias.detach().double().cpu().numpy()
         w2, b2 = c2.lin.weight.detach().double().cpu().numpy(), c2.bias.detach().double().cpu().numpy()
@@ -207,3 +213,33 @@ def test_compact_rows_backward_scales_only_the_rows_of_the_set(monkeypatch, scal
         _same(out, ref)
         _same(xa.grad, xb.grad)
         assert passes == [1]  # Aggregate's backward pre-scales the full table
+
+
+@pytest.mark.parametrize("p,with_scale", [(0.0, False), (0.0, True), (0.5, True)])
+def test_apply_epilogue_fused_is_the_reference_chain(p, with_scale):
+    """apply_epilogue (the kernels, no aggregation before them: GCNConv.forward_aggregated and the
+    aggregate-first order) against epilogue_reference (torch ops and the dropout kernel): the
+    output and the input's gradient bit for bit, the bias gradient to float32 rounding."""
+    from mgg.nn.epilogue import BiasReluDropout, Epilogue, apply_epilogue, epilogue_reference
+
+    a, bias, rs = _inputs(1500, 32, seed=5)
+    a[3] = 0.5  # no NaN here: a NaN row would make the bias gradients NaN alike
+    epi = Epilogue(p, 2 ** 50 + 1 if p else None, 12, rs if with_scale else None)
+    used = []
+    real = BiasReluDropout.apply
+    BiasReluDropout.apply = lambda *x: (used.append(1), real(*x))[1]
+    try:
+        grads = []
+        for fn in (apply_epilogue, epilogue_reference):
+            h = a.clone().requires_grad_(True)
+            b = bias.clone().requires_grad_(True)
+            out = fn(h, b, epi)
+            out.backward(torch.ones_like(out) * 0.25 + h.detach().abs())
+            grads.append((out.detach(), h.grad, b.grad))
+    finally:
+        BiasReluDropout.apply = real
+    assert used == [1]
+    (o1, h1, b1), (o2, h2, b2) = grads
+    _same(o1, o2)
+    _same(h1, h2)
+    torch.testing.assert_close(b1, b2, rtol=1e-5, atol=1e-4)
