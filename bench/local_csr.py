@@ -69,7 +69,8 @@ extern "C" __global__ void l2_gather_unrolled(const float4* __restrict__ table, 
 
 
 def event_ms(fn, reps: int, warmup: int = 3) -> float:
-    """Median milliseconds of fn() over `reps` CUDA-event timings."""
+    """Median milliseconds of fn() over `reps` CUDA-event timings, each call alone (the host's
+    time from the first event to the call's first launch included; the probes' timing)."""
     import torch
 
     for _ in range(warmup):
@@ -85,6 +86,14 @@ def event_ms(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def call_ms(fn, reps: int) -> float:
+    """GPU milliseconds of fn() run back to back (bench.fullgraph.gpu_ms, the way the floors are
+    timed): `reps` calls, five batches of max(1, reps // 5) after three warm-ups."""
+    from bench.fullgraph import gpu_ms
+
+    return gpu_ms(fn, calls=max(1, reps // 5), batches=5)
+
+
 def hbm_bandwidth() -> float:
     """GB/s of a 1 GiB device-to-device copy (read + write bytes)."""
     import torch
@@ -92,7 +101,7 @@ def hbm_bandwidth() -> float:
     n = 1 << 28
     a = torch.empty(n, device="cuda").uniform_()
     b = torch.empty_like(a)
-    ms = event_ms(lambda: b.copy_(a), 10)
+    ms = call_ms(lambda: b.copy_(a), 10)
     del a, b
     torch.cuda.empty_cache()
     return 2 * 4 * n / ms / 1e6
@@ -128,7 +137,7 @@ def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.
         for pattern, ids in (("", idx), ("-seq", seq)):
             args = (np.uint64(table.data_ptr()), np.uint64(ids.data_ptr()), np.int64(n_idx), np.int32(d4),
                     np.uint64(out.data_ptr()))
-            ms = event_ms(lambda: fn((grid,), (block,), args), 10)
+            ms = call_ms(lambda: fn((grid,), (block,), args), 10)
             res[name + pattern] = n_idx * 16 * d4 / (ms * 1e6)
     del table, idx, seq, out
     torch.cuda.empty_cache()
@@ -204,7 +213,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 dp = max(4, (dim + 3) // 4 * 4)
                 x = torch.randn(g.num_nodes, dim, device="cuda")
                 l2 = l2_gather_bandwidth(dim)
-                from bench.fullgraph import gather_floor
+                from bench.fullgraph import floor_note, gather_floor
                 rates: list = []
                 floor = gather_floor(plan, kind, dim, comm, rates=rates, hbm_GBps=hbm)
                 own = floor["GBps"]
@@ -219,7 +228,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                         for wpb in args.wpb:
                             for chunk in args.chunks:
                                 ex.retune(wpb=wpb, chunk=chunk)
-                                ms = event_ms(lambda: ex(x), args.reps)
+                                ms = call_ms(lambda: ex(x), args.reps)
                                 hb = compulsory_bytes(plan, dp, ex.factors.mode == "weighted", uniq) / (hbm * 1e6)
                                 res[f"{name} wpb={wpb} chunk={chunk}"] = (ms, hb)
                 fast.retune(row_mapping="default", bundle_batches=DEFAULT_BUNDLE_BATCHES,
@@ -228,29 +237,29 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 if fast.factors.mode == "column":  # A/B at the default knobs: cf[src] in the kernel or a scaled table
                     for prescale in (True, False):
                         fast.prescale = prescale
-                        ms = event_ms(lambda: fast(x), args.reps)
+                        ms = call_ms(lambda: fast(x), args.reps)
                         res["csr_rows default, " + ("table scaled by cf" if prescale else "cf[src] per edge")] = (
                             ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                     fast.prescale = fast.default_prescale
                     if fast.takes_scaled_input:  # the table scaled by the op that produced it (GCN's
                         xs = x * fast.cf.unsqueeze(1)  # dropout before a gcn aggregation): no pass
-                        ms = event_ms(lambda: fast(xs, scaled_input=True), args.reps)
+                        ms = call_ms(lambda: fast(xs, scaled_input=True), args.reps)
                         res["csr_rows default, table scaled by its producer"] = (
                             ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                         del xs
                     if fast.can_prescale and dp == dim:  # the pre-scale pass alone, beside a copy of its bytes
                         xs = x.contiguous()
-                        scale_ms = event_ms(lambda: fast._scale_rows(xs, dp // 4), args.reps)
-                        copy_ms = event_ms(lambda: xs.clone(), args.reps)
+                        scale_ms = call_ms(lambda: fast._scale_rows(xs, dp // 4), args.reps)
+                        copy_ms = call_ms(lambda: xs.clone(), args.reps)
                         print(f"  {g.name} D={dim} {kind}: pre-scale pass {scale_ms:.3f} ms, a copy of the same "
                               f"bytes {copy_ms:.3f} ms", flush=True)
                 else:
-                    ms = event_ms(lambda: fast(x), args.reps)
+                    ms = call_ms(lambda: fast(x), args.reps)
                     res["csr_rows default"] = (ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                 auto_segments = fast.segments_for(dim)
                 for count in (1, 2, 3):  # source segments (the default picks auto_segments)
                     fast.retune(source_segments=count)
-                    ms = event_ms(lambda: fast(x), args.reps)
+                    ms = call_ms(lambda: fast(x), args.reps)
                     res[f"csr_rows default, {count} source segment{'s' if count > 1 else ''}"] = (
                         ms, compulsory_bytes(plan, dp, False, uniq) / (hbm * 1e6))
                 fast.retune(source_segments=None)
@@ -262,22 +271,22 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                         timed.append((label + " bundles", ex, "bundles"))
                 for label, ex, mapping in timed:  # its row bytes are 2 * round_up(D, 8)
                     ex.retune(row_mapping=mapping or "default")
-                    ms = event_ms(lambda: ex(x), args.reps)
+                    ms = call_ms(lambda: ex(x), args.reps)
                     dp16 = max(8, (dim + 7) // 8 * 8) // 2  # the same bytes as this many floats
                     reads_wt = ex.factors.mode == "weighted" or ex.column_by_weights
                     res[label] = (ms, compulsory_bytes(plan, dp16, reads_wt, uniq) / (hbm * 1e6),
                                   l2_floor * dp16 / dp)  # 16-bit rows: half the gathered bytes
                     if mapping is None and ex.takes_scaled_input:  # as training runs it: the producer
                         xs = x * ex.cf.unsqueeze(1)  # wrote cf * x; rounded once, w = 1, no weights
-                        ms = event_ms(lambda: ex(xs, scaled_input=True), args.reps)
+                        ms = call_ms(lambda: ex(xs, scaled_input=True), args.reps)
                         res[label + ", table scaled by its producer"] = (
                             ms, compulsory_bytes(plan, dp16, False, uniq) / (hbm * 1e6), l2_floor * dp16 / dp)
                         del xs
                 dg.set_variant("paper")
-                ms = event_ms(lambda: dg.aggregate(x, kind), args.reps)
+                ms = call_ms(lambda: dg.aggregate(x, kind), args.reps)
                 res["paper (mgg_local)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
                 diag = torch.from_numpy(ref_diag).cuda().unsqueeze(1) if ref_diag is not None else None
-                ms = event_ms(lambda: (w_csr @ x) + (diag * x if diag is not None else 0), args.reps)
+                ms = call_ms(lambda: (w_csr @ x) + (diag * x if diag is not None else 0), args.reps)
                 res["torch csr (cuSPARSE)"] = (ms, compulsory_bytes(plan, dp, True, uniq) / (hbm * 1e6))
                 ref = (w_csr @ x) + (diag * x if diag is not None else 0)
                 err = float((fast(x) - ref).norm() / ref.norm())
@@ -302,9 +311,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                       f"{l2['unrolled-seq']:.0f}), gather floor {l2_floor:.3f} ms", flush=True)
                 for label, (ms, hb, *gf) in res.items():
                     gfl = gf[0] if gf else l2_floor
-                    # a kernel above a floor means the floor is wrong: say so instead of a ratio
-                    note = "  [above the gather floor: the micro-kernel underrates this graph's gather]" \
-                        if gfl > ms else ""
+                    # a kernel above a floor means the floor is wrong: say so beside the ratio
+                    note = floor_note(gfl, ms)
                     print(f"    {label:>36}: {ms:7.3f} ms | HBM floor {hb:.3f} ms ({hb / ms * 100:3.0f}%) | "
                           f"gather floor {gfl:.3f} ms ({gfl / ms * 100:3.0f}%){note}", flush=True)
                     rows.append({"dataset": g.name, "nodes": g.num_nodes, "edges": g.num_edges, "dim": dim,

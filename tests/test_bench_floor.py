@@ -45,3 +45,13 @@ def test_floor_bytes_counts_each_row_once_and_self_rows_as_gathered():
     # every row is read once (its own row), not the distinct sources plus every row again
     assert selfish["compulsory"] == 4 * e + 8 * (n + 1) + row * (n + n)
     assert selfish["gathered"] == row * (e + n)
+
+
+def test_floor_note_says_at_or_above_the_floor():
+    """Below the floor nothing; within FLOOR_SPREAD of it "at the gather floor" with the ratio;
+    beyond that the floor is called wrong."""
+    from bench.fullgraph import FLOOR_SPREAD, floor_note
+
+    assert floor_note(0.8, 1.0) == "" and floor_note(1.0, 1.0) == ""
+    assert "at the gather floor: 100.5%" in floor_note(1.005, 1.0)
+    assert FLOOR_SPREAD == 0.01 and "above the gather floor (102.0%)" in floor_note(1.02, 1.0)
