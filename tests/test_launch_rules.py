@@ -41,3 +41,23 @@ def test_float4_rows_copies_only_what_a_float4_read_cannot_take():
     cols = base[:, ::2]  # not contiguous
     out = float4_rows(cols)
     assert out.is_contiguous() and out.data_ptr() % 16 == 0 and torch.equal(out, cols)
+
+
+def test_launch_cache_keys_functions_by_the_module_object():
+    """A module swapped in after another was freed gets its own functions: the cache's key holds
+    the module (an id() key let a new module reuse a freed one's id and get its functions)."""
+    from mgg.kernels.streams import LaunchCache
+
+    class Module:
+        def __init__(self, tag):
+            self.tag = tag
+
+        def get_function(self, name):
+            return (self.tag, name)
+
+    cache = LaunchCache(device=0)
+    first = Module("first")
+    assert cache.function(first, "k") == ("first", "k")
+    del first
+    for i in range(50):
+        assert cache.function(Module(i), "k") == (i, "k")

@@ -76,7 +76,9 @@ class LaunchCache:
         self.device = torch.cuda.current_device() if device is None else int(device)
 
     def function(self, module, name: str):
-        key = (id(module), name)
+        # keyed by the module itself, not its id(): the key keeps it alive, so a module swapped
+        # in later (a bench's other cubin) can never reuse a freed one's id and get its functions
+        key = (module, name)
         fn = self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = module.get_function(name)
