@@ -266,7 +266,8 @@ def seeded_dropout(x: torch.Tensor, p: float, seed, row0: int,
                    row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """`global_dropout`'s mask for a seed already drawn (`draw_seed`): x [n, D] whose row i is
     global row row0 + i, p in (0, 1) -> x * mask / (1 - p) (* row_scale[:, None]), differentiable.
-    (mgg.nn.epilogue draws the seed a layer early, at the point global_dropout would.)"""
+    (mgg.nn.models.GNN draws its seeds itself, in global_dropout's order, and hands the next
+    layer's to the hidden conv's Epilogue: mgg.nn.epilogue.)"""
     if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
         return HashDropoutCUDA.apply(x, float(p), seed, int(row0), row_scale)
     if isinstance(seed, torch.Tensor):

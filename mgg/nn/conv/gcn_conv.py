@@ -63,7 +63,8 @@ class GCNConv(nn.Module):
         return self._finish(self.lin(aggregate(x, dg, "gcn", rows, compact, scaled_input=scaled_input)), epilogue)
 
     def _finish(self, out: torch.Tensor, epilogue: Epilogue | None) -> torch.Tensor:
-        """out + bias, through `epilogue` when given (unfused)."""
+        """out + bias, through `epilogue` when given (mgg.nn.epilogue.apply_epilogue: no aggregation
+        left to fuse it with)."""
         if epilogue is not None:
             return apply_epilogue(out, self.bias, epilogue)
         return out if self.bias is None else out + self.bias
