@@ -31,14 +31,17 @@ THREADS = 256       # blockDim.x (the .cu's MGG_BRD_THREADS)
 BLOCKS_PER_SM = 4   # grid = min(blocks of the work, 4 a SM): the backward's partial rows stay few
 
 
-def _check(a: torch.Tensor, bias, p: float, row_scale, name: str = "a") -> None:
+def _check(a: torch.Tensor, p: float, name: str = "a", **vectors) -> None:
+    """a float32 CUDA [n, D] the kernels take, p in [0, 1), and each of `vectors` (bias: [D];
+    row_scale, out_scale: [n]) None or float32 of that shape on a's GPU; else a ValueError naming it."""
     if not supports(a):
         raise ValueError(f"bias_relu_dropout: {name} must be float32 CUDA [n, D] with D = 4 * 2^k <= 1024, got "
                          f"{a.dtype} {tuple(a.shape)} on {a.device}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"bias_relu_dropout: p must be in [0, 1), got {p}")
     n, d = a.shape
-    for v, want, what in ((bias, d, "bias"), (row_scale, n, "row_scale")):
+    for what, v in vectors.items():
+        want = d if what == "bias" else n
         if v is not None and (v.dtype != torch.float32 or v.device != a.device or tuple(v.shape) != (want,)):
             raise ValueError(f"bias_relu_dropout: {what} must be float32 [{want}] on {a.device}, got "
                              f"{v.dtype} {tuple(v.shape)} on {v.device}")
@@ -65,7 +68,7 @@ def brd_forward(a: torch.Tensor, bias: torch.Tensor | None, p: float, seed, row0
     bias: float32 [D] or None (no add). p in [0, 1) (0: no dropout, seed unused). seed: as
     dropout_hash_cuda's (an int, or a DeviceSeeds int64 CUDA tensor). row0: the global id of row 0.
     row_scale: float32 [n] or None."""
-    _check(a, bias, p, row_scale)
+    _check(a, p, bias=bias, row_scale=row_scale)
     a = float4_rows(a)
     out = torch.empty_like(a)
     if a.numel() == 0:
@@ -82,8 +85,8 @@ def brd_backward(g: torch.Tensor, a: torch.Tensor, bias: torch.Tensor | None, p:
                  out_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(g' * out_scale per row, column sums of g'): g = d loss / d brd_forward(a, ...) and a, float32
     CUDA [n, D] -> float32 [n, D], float32 [D]. out_scale: float32 [n] or None."""
-    _check(a, bias, p, row_scale)
-    _check(g, None, p, out_scale, "g")
+    _check(a, p, bias=bias, row_scale=row_scale, out_scale=out_scale)
+    _check(g, p, "g")
     if g.shape != a.shape or g.device != a.device:
         raise ValueError(f"bias_relu_dropout: g {tuple(g.shape)} on {g.device} must match a {tuple(a.shape)} on {a.device}")
     g, a = float4_rows(g), float4_rows(a)

@@ -126,7 +126,7 @@ class AggregateEpilogue(torch.autograd.Function):
 
 def fuses(h: torch.Tensor) -> bool:
     """Whether the fused kernels take rows like h (float32 CUDA [n, D], D = 4 * 2^k <= 1024)."""
-    from ..kernels.norm_relu import supports
+    from ..kernels.bias_relu_dropout import supports
 
     return supports(h)
 

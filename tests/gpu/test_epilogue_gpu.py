@@ -90,6 +90,8 @@ def test_bad_input_names_the_problem():
         brd_forward(a, bias, 1.0, 1, 0)
     with pytest.raises(ValueError, match="must match"):
         brd_backward(torch.randn(63, 16, device=DEV), a, bias, 0.5, 1, 0)
+    with pytest.raises(ValueError, match="out_scale must be float32 \\[64\\]"):
+        brd_backward(torch.randn_like(a), a, bias, 0.5, 1, 0, rs, rs[:10])
 
 
 def _one_rank():
