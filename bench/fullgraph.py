@@ -753,7 +753,8 @@ def with_self_entries(indptr, indices) -> tuple[np.ndarray, np.ndarray]:
     return out_ptr, out
 
 
-def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None) -> float | None:
+def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None,
+                       schedules: tuple[dict, ...] = ()) -> float | None:
     """ms of a bare gather in csr_rows' own schedule: plan p's csr_rows call (default knobs; a
     column-mode plan on an already scaled table, so no pre-scale pass) built with
     MGG_CSR_GATHER_ONLY, every store predicated off -- it reads each entry's row and, with a
@@ -763,7 +764,13 @@ def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None) -
     None where csr_rows does not run the plan alone (remote work) or has nothing to read. On
     one H100 csr_rows read reddit-like D = 64 faster than every flat or row-walking bare gather
     (110% of that floor): its bundles of neighbouring rows keep a table just above the L2's size
-    in it better."""
+    in it better.
+
+    `schedules`: further csr_rows knob sets (CsrRowsExecutor.retune keyword dicts, e.g. the
+    mappings bench/local_csr.py times) whose bare gathers are timed too; the fastest is returned,
+    so that every schedule a bench row runs is itself a candidate (reddit-like D = 64 sum read
+    101.3% of a floor that timed only the default knobs, with bundle window 0 the row that beat
+    it; one H200, bench/results/2026-11-27-h200x1-ad8b166 c1)."""
     if p.num_remote_edges or not p.num_local_edges:
         return None
     import cupy as cp
@@ -776,15 +783,20 @@ def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None) -
     ex.module = cp.RawModule(path=build_cubin("local_csr", nvshmem=False, defines=("MGG_CSR_GATHER_ONLY",)).path)
     x = torch.randn(p.n_local, dim, device="cuda", generator=_cuda_gen())
     scaled = ex.can_prescale  # column weights: read the table as if scaled (w = 1), no pass
-    ms = gpu_ms(lambda: ex.aggregate_local(x, None, scaled_input=scaled), comm=comm)
-    segments = ex.segments_for(dim)
+    best = None
+    for knobs in ({}, *schedules):
+        if knobs:
+            ex.retune(**knobs)
+        ms = gpu_ms(lambda: ex.aggregate_local(x, None, scaled_input=scaled), comm=comm)
+        segments = ex.segments_for(dim)
+        if segments > 1:
+            if not hbm_GBps:
+                continue
+            ms += (segments - 1) * p.n_local * padded_dim(dim) * 4 / (hbm_GBps * 1e6)
+        best = ms if best is None else min(best, ms)
     del ex, x
     torch.cuda.empty_cache()
-    if segments > 1:
-        if not hbm_GBps:
-            return None
-        ms += (segments - 1) * p.n_local * padded_dim(dim) * 4 / (hbm_GBps * 1e6)
-    return ms
+    return best
 
 
 #: source-segment counts the gather floor also times (segmented_gather_ms)
@@ -812,7 +824,8 @@ def segmented_gather_ms(idx, n: int, dim: int, hbm_GBps: float, comm) -> dict:
     return out
 
 
-def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: float | None = None) -> dict:
+def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: float | None = None,
+                 schedules: tuple[dict, ...] = ()) -> dict:
     """The gather floor of one aggregation of plan `p` at width `dim`: the fastest bare gather
     measured of the rows the aggregation reads -- every entry's source row and, with a self
     term, every row's own (the stream of A + I: with_self_entries; sequential self rows come at
@@ -825,7 +838,8 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: f
     gets each stream's best GB/s (gather_bandwidth), then csr_rows' own (GB/s of the same rows).
     With `hbm_GBps` (a plan without remote work), the source-segmented orders are candidates too
     (segmented_gather_ms, their extra output passes included): `segmented_ms` {S: ms}. A kernel
-    may take its entries in any order, so the floor is the best of all."""
+    may take its entries in any order, so the floor is the best of all. `schedules`: csr_rows
+    knob sets whose bare gathers are candidates too (csr_rows_gather_ms)."""
     row = padded_dim(dim) * 4
     remote = row * p.num_remote_edges
     rate = gather_bandwidth(dim, comm, indices=p.local_indices, table_rows=p.n_local,
@@ -838,7 +852,7 @@ def gather_floor(p, kind, dim: int, comm, rates: list | None = None, hbm_GBps: f
         local = row * len(idx)
         self_rate = gather_bandwidth(dim, comm, indices=idx, table_rows=p.n_local, rates=rates, indptr=ptr)
         out.update(ms=local / (self_rate * 1e6), GBps=self_rate)
-    own = csr_rows_gather_ms(p, kind, dim, comm, hbm_GBps)
+    own = csr_rows_gather_ms(p, kind, dim, comm, hbm_GBps, schedules)
     if own is not None:
         if rates is not None:
             rates.append(local / (own * 1e6))

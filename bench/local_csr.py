@@ -215,7 +215,9 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 l2 = l2_gather_bandwidth(dim)
                 from bench.fullgraph import floor_note, gather_floor
                 rates: list = []
-                floor = gather_floor(plan, kind, dim, comm, rates=rates, hbm_GBps=hbm)
+                schedules = tuple(dict(row_mapping=m, bundle_batches=b, bundle_window=w, wpb=wpb, chunk=chunk)
+                                  for m, b, w in args.mappings for wpb in args.wpb for chunk in args.chunks)
+                floor = gather_floor(plan, kind, dim, comm, rates=rates, hbm_GBps=hbm, schedules=schedules)
                 own = floor["GBps"]
                 l2["graph-stream"] = own
                 l2_floor = floor["ms"]  # the floor: a bare gather of this graph's index stream (A + I's with a self term)
