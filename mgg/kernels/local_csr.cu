@@ -576,6 +576,13 @@ __device__ __forceinline__ void scan_end_bits(int cend, int prev, int b, unsigne
     words[w] |= __reduce_or_sync(FULL, (in && (q >> 5) == w) ? (1u << (q & 31)) : 0u);
 }
 
+// A run's row-end word ev = ends[t] (entries < 2^31): row t's end relative to the run's base s
+// (its low 32 bits), and with ends_rf's rows the row factor rf[t] (its high 32 bits). Macros, not
+// functions: as two __forceinline__ functions, even these expressions changed the register
+// allocation of the scan kernels (ptxas, CUDA 13.0); as macros their SASS is unchanged.
+#define MGG_SCAN_END(ev, s) ((int)(((ev) & 0xffffffffll) - (s)))
+#define MGG_SCAN_RF(ev) (__int_as_float((int)((ev) >> 32)))
+
 // Run [r0, r1) (every row of it short; empty rows too) by one warp; see the section comment.
 // `slots`: this warp's ScanGeo<L>::SLOTS float4s of shared memory.
 template <int L, int W, int S>
@@ -605,8 +612,8 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
   long long rc = r0;  // the first row not yet written; lane i holds the end of row rc + i (and its rf)
   bool in = rc + lane < r1;
   long long ev = in ? ends[rc + lane] : 0ll;
-  int cend = in ? (int)((ev & 0xffffffffll) - s) : INT_MAX;
-  float rfl = ends_rf && in ? __int_as_float((int)(ev >> 32)) : 1.f;
+  int cend = in ? MGG_SCAN_END(ev, s) : INT_MAX;
+  float rfl = ends_rf && in ? MGG_SCAN_RF(ev) : 1.f;
   int pend = a0;      // the end of row rc - 1
   float4 carry = make_float4(0.f, 0.f, 0.f, 0.f);  // the part of the row in progress that earlier windows hold
   const bool lok = lig < DV;
@@ -691,7 +698,7 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
       while (__shfl_sync(FULL, ce, 31) <= b + WIN && rr + 32 < r1) {
         const int last = __shfl_sync(FULL, ce, 31);
         rr += 32;
-        ce = rr + lane < r1 ? (int)((ends[rr + lane] & 0xffffffffll) - s) : INT_MAX;
+        ce = rr + lane < r1 ? MGG_SCAN_END(ends[rr + lane], s) : INT_MAX;
         int pv = __shfl_up_sync(FULL, ce, 1);
         if (lane == 0) pv = last;
         scan_end_bits<L>(ce, pv, b, words);
@@ -768,8 +775,8 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
         rc += 32;
         in = rc + lane < r1;
         ev = in ? ends[rc + lane] : 0ll;
-        cend = in ? (int)((ev & 0xffffffffll) - s) : INT_MAX;
-        if (ends_rf) rfl = in ? __int_as_float((int)(ev >> 32)) : 1.f;
+        cend = in ? MGG_SCAN_END(ev, s) : INT_MAX;
+        if (ends_rf) rfl = in ? MGG_SCAN_RF(ev) : 1.f;
         continue;
       }
       if (nc) {
@@ -779,10 +786,10 @@ __device__ __forceinline__ void scan_run(long long r0, long long r1, const long 
         const int sh = __shfl_down_sync(FULL, cend, nc);
         in = !kept && rc + lane < r1;
         ev = in ? ends[rc + lane] : 0ll;
-        cend = kept ? sh : (in ? (int)((ev & 0xffffffffll) - s) : INT_MAX);
+        cend = kept ? sh : (in ? MGG_SCAN_END(ev, s) : INT_MAX);
         if (ends_rf) {
           const float fs = __shfl_down_sync(FULL, rfl, nc);
-          rfl = kept ? fs : (in ? __int_as_float((int)(ev >> 32)) : 1.f);
+          rfl = kept ? fs : (in ? MGG_SCAN_RF(ev) : 1.f);
         }
       }
       break;
