@@ -96,11 +96,11 @@ def parts(dg, kind: str, dim: int, reps: int, comm, thresholds=(None, 32, 64, 12
     sym.write(x)
     sym.publish()
     base.update({"store": med(lambda: (sym.release(), sym.write(x), sym.publish())),
-                 "gather": med(lambda: ex._gather(sym, halo, dv, lanes))})
+                 "gather": med(lambda: ex._gather(sym, halo, dv, lanes, ex.prescale))})
     for thr in thresholds:
         ex.retune(long_threshold=thr)
         rows.append({**base, "threshold": thr, "local_pass": med(lambda: ex.local.aggregate_local(x, sym)),
-                     "remote_pass": med(lambda: ex._remote_pass(halo, out, dv, lanes, vpl))})
+                     "remote_pass": med(lambda: ex._remote_pass(halo, out, dv, lanes, vpl, ex.prescale, True))})
     sym.release()
     return rows
 

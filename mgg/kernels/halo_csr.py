@@ -24,6 +24,11 @@ remote CSR when its weights agree, checked entry by entry once (`remote_factors`
 mean forward (w = rf[row]), gcn (w = dinv[row] * cf[slot], cf derived from the weights), mean
 transposed (w = cf[slot]); otherwise per-edge weights. With float32 storage and column factors
 the gather scales the halo rows, so the remote pass reads no per-edge factor either.
+
+A table scaled by its producer (gcn, `scaled_input=True` / `row_factor=False`, float32 or bf16:
+`takes_scaled_input`): every rank's slice then holds cf * x (rounded once in bf16), the gather
+copies rows unchanged and both passes run w = 1 -- no pre-scale pass, no per-edge weight.
+DistGraph makes that choice on every rank alike, since a rank's slice is read by the others.
 """
 from __future__ import annotations
 
@@ -151,6 +156,13 @@ class HaloCsrExecutor:
         self._wide = None
 
     @property
+    def takes_scaled_input(self) -> bool:
+        """Whether calls may pass `scaled_input=True` / `row_factor=False`: the local part takes
+        them (CsrRowsExecutor.takes_scaled_input) and the remote weights factor the same way
+        (w = rf[row] * cf[slot], cf the owner's column factor), or there are none."""
+        return self.local.takes_scaled_input and (self.factors.mode == "column" or not self.plan.num_remote_edges)
+
+    @property
     def poison(self) -> bool:
         return self.local.poison
 
@@ -180,9 +192,10 @@ class HaloCsrExecutor:
             return torch.full((rows, width), float("nan"), dtype=dt, device=self.device)
         return torch.empty((rows, width), dtype=dt, device=self.device)
 
-    def _gather(self, sym, halo: torch.Tensor, dv: int, lanes: int) -> None:
-        """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]];
-        `lanes` per row as the kernel picks them (pow2ceil(dv), at most 32: `_layout`'s)."""
+    def _gather(self, sym, halo: torch.Tensor, dv: int, lanes: int, scale: bool) -> None:
+        """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]]
+        (cf with `scale`); `lanes` per row as the kernel picks them (pow2ceil(dv), at most 32:
+        `_layout`'s)."""
         h = self.plan.halo_size
         if not h:
             return
@@ -192,33 +205,49 @@ class HaloCsrExecutor:
         fn = cache.function(self.gather_module, "mgg_halo_gather_rows")
         with cache.stream():
             fn((blocks,), (32 * _GATHER_WPB,), (np.int64(h), _p(self.hpe), _p(self.hrow), np.uint64(sym.data_ptr),
-                                               np.int32(dv), _p(self.cf if self.prescale else None), _p(halo)))
+                                               np.int32(dv), _p(self.cf if scale else None), _p(halo)))
 
-    def _remote_pass(self, halo: torch.Tensor, out: torch.Tensor, dv: int, lanes: int, vpl: int) -> None:
+    def _remote_pass(self, halo: torch.Tensor, out: torch.Tensor, dv: int, lanes: int, vpl: int,
+                     scaled: bool, row_factor: bool) -> None:
+        """The remote CSR added to `out`: w = 1 on a scaled halo (`scaled`: cf applied by the
+        gather or by the rows' producer), else the remote factors; rf[row] unless not `row_factor`."""
         sched = self.schedule(32 // lanes)
         if not sched.num_warps:
             return
         partial = self.local._buf(max(sched.num_slots, 1), out.shape[1])
-        mode = WEIGHT_MODES["one" if self.prescale else self.factors.mode]
+        mode = WEIGHT_MODES["one" if scaled else self.factors.mode]
         launch_csr_rows(self.local.module, STORAGE_SUFFIX[self.storage_dtype], lanes, vpl, mode, self.local.wpb,
                         self.num_sms, sched, self.indptr, self.src, self.wt,
-                        None if self.prescale else self.cf, self.rf, None, halo, dv, out, partial, add=True,
-                        cache=self.local.launch_cache)
+                        None if scaled else self.cf, self.rf if row_factor else None, None, halo, dv, out,
+                        partial, add=True, cache=self.local.launch_cache)
 
-    def __call__(self, x: torch.Tensor, sym, only: str | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, sym, only: str | None = None, scaled_input: bool = False,
+                 row_factor: bool = True) -> torch.Tensor:
         """x: float32 [n_local, D] on this GPU; sym: the symmetric array of width D in the storage
         dtype. `only` ("local" or "remote"): that half alone, a partial sum (bench/overlap.py).
-        Collective. Returns float32 [n_local, D]."""
+        Where `takes_scaled_input` (gcn: W = diag(rf) A diag(cf)): `scaled_input`, x holds cf * x;
+        `row_factor=False`, the output without rf (CsrRowsExecutor.__call__); every rank must
+        pass the same flags in a call. Collective. Returns float32 [n_local, D]."""
         if only not in (None, "local", "remote"):
             raise ValueError(f"only must be None, 'local' or 'remote', got {only!r}")
+        factored = scaled_input or not row_factor
+        if factored and not self.takes_scaled_input:
+            raise ValueError(f"halo_csr: this plan (kind {self.kind}, local weights {self.local.factors.mode}, "
+                             f"remote {self.factors.mode}, storage {self.storage_dtype}) takes no scaled input")
         self.local._check_x(x)
         if sym is None:
             raise ValueError("halo_csr: needs the symmetric array (other ranks read x from it)")
         p = self.plan
         dim = int(x.shape[1])
-        if self.storage_dtype == torch.float32 and dim > MAX_DIM_PADDED:
-            return self._wide_executor()(x, sym, only)  # rows wider than the row kernels take
+        if self.storage_dtype == torch.float32 and dim > MAX_DIM_PADDED:  # rows wider than the row kernels take
+            if not factored:
+                return self._wide_executor()(x, sym, only)
+            cf, rf = self.local.cf.unsqueeze(1), self.local.rf.unsqueeze(1)  # the partition kernels' weights
+            out = self._wide_executor()(x / cf if scaled_input else x, sym, only)
+            return out if row_factor else out / rf
         dv, dp, lanes, vpl = self.local._layout(dim)
+        if factored and not scaled_input:  # every rank's slice holds cf * x: scale mine
+            x, scaled_input = self.local.cf.unsqueeze(1) * x, True
         if sym.dim_padded != dp or sym.dtype != self.storage_dtype:
             raise ValueError(f"halo_csr: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
                              f"expected {self.storage_dtype} [*, {dp}]")
@@ -232,21 +261,21 @@ class HaloCsrExecutor:
             if self.overlap:
                 self.side.wait_stream(cur)  # the published slice and the halo buffer
                 with torch.cuda.stream(self.side):
-                    self._gather(sym, halo, dv, lanes)
+                    self._gather(sym, halo, dv, lanes, self.prescale and not factored)
                 gathered = self._gathered  # one event, recorded again each call
                 gathered.record(self.side)
                 halo.record_stream(self.side)
             else:
-                self._gather(sym, halo, dv, lanes)
+                self._gather(sym, halo, dv, lanes, self.prescale and not factored)
         if only == "remote":
             out = torch.zeros((p.n_local, 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)),
                               dtype=torch.float32, device=self.device)
         else:
-            out = self.local.aggregate_local(x, sym)
+            out = self.local.aggregate_local(x, sym, scaled_input, row_factor)
         if run_remote:
             if gathered is not None:
                 cur.wait_event(gathered)
-            self._remote_pass(halo, out, dv, lanes, vpl)
+            self._remote_pass(halo, out, dv, lanes, vpl, self.prescale or factored, row_factor)
         sym.release()
         return out if out.shape[1] == dim else out[:, :dim].contiguous()
 

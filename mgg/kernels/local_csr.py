@@ -719,10 +719,11 @@ class CsrRowsExecutor:
 
     @property
     def takes_scaled_input(self) -> bool:
-        """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan at
-        world_size 1, in float32 or bf16 storage: no other rank reads this rank's table, so a table
-        already scaled by cf never reaches another rank's kernel)."""
-        return self.column_scalable and self.rf is not None and self.plan.world_size == 1
+        """Whether calls may pass `scaled_input=True` / `row_factor=False` (a column-mode plan with
+        a row factor, in float32 or bf16 storage). At world_size > 1 such a call writes cf * x
+        into this rank's symmetric slice, so every rank's kernels must read scaled rows in that
+        call: DistGraph makes the choice the same on every rank (takes_scaled_input)."""
+        return self.column_scalable and self.rf is not None
 
     def quads(self, vectors: int) -> int:
         """The quads of 4 columns (the scan kernel's unit: a lane, a row's DV) in `vectors` 16-byte
@@ -921,6 +922,8 @@ class CsrRowsExecutor:
         if self.plan.world_size > 1:
             if sym is None:
                 raise ValueError("csr_rows: world_size > 1 needs the symmetric array (other ranks read x from it)")
+            if not scaled_input and not row_factor:  # the slice other ranks read holds cf * x
+                x, scaled_input = self.cf.unsqueeze(1) * x, True
             sym.write(x)
             sym.publish()
         out = self.aggregate_local(x, sym, scaled_input, row_factor)

@@ -34,7 +34,8 @@ class GNN(nn.Module):
         fold_input_scale: when True (default), a conv that takes a scaled input
             (`scaled_input_kind`, GCNConv) gets its input from the dropout (or the fused
             dropout-projection) already multiplied by the gcn column factor, where the graph
-            takes it natively (P = 1, csr_rows, float32): no pre-scale pass in the aggregation.
+            takes it natively (csr_rows / halo_csr on every rank, float32 or bf16 storage): no
+            pre-scale pass in the aggregation.
             False: the dropout writes plain rows and the aggregation scales them (the same
             values within float32 rounding).
         fuse_epilogue: when True (default), a hidden conv that `takes_epilogue` (GCNConv) runs
@@ -170,8 +171,8 @@ class GNN(nn.Module):
         it (the conv then skips its pre-scale pass: GCNConv.scaled_input_kind): training with
         a dropout probability in (0, 1) (so the dropout kernel runs anyway; `pass_runs`: a pass
         that writes the input runs anyway, the previous conv's Epilogue), float32 CUDA rows,
-        and a graph whose executors take scaled input natively (dg.takes_scaled_input: P = 1,
-        the same on every rank). Otherwise None."""
+        and a graph whose executors take scaled input natively (dg.takes_scaled_input, the same
+        on every rank). Otherwise None."""
         kind = getattr(conv, "scaled_input_kind", None)
         takes = getattr(dg, "takes_scaled_input", None)
         if (not self.fold_input_scale or kind is None or takes is None

@@ -185,6 +185,8 @@ class DistGraph:
         self._executors: OrderedDict[tuple[PlanParams, str], dict[tuple[str, bool, str | None], Any]] = OrderedDict()
         self._arrays: dict[tuple[int, torch.dtype], SymmetricArray] = {}
         self._gcn_factor: torch.Tensor | None = None  # gcn_factor(), built on first use
+        # (config, kind, transposed, rows) -> whether every rank's executor takes scaled input
+        self._scaled_native: dict[tuple, bool] = {}
         t_store = time.perf_counter()
         self.store = store if store is not None else make_store(comm, self.backend)
         #: seconds of this rank's construction: "partition" (ranges and rows), "store"
@@ -460,14 +462,25 @@ class DistGraph:
 
     def takes_scaled_input(self, kind: str, rows: RowSet | str | None = None) -> bool:
         """Whether `aggregate(x, kind, scaled_input=True)` (over row set `rows`) skips a pass (the
-        executor of kind and of its transpose apply the factors natively: csr_rows at P = 1, in
-        float32 or bf16 storage); otherwise such calls still work, unscaling x first. The same
-        answer on every rank of a P = 1 job; at P > 1 always False (another rank's kernel reads
-        this rank's table unscaled)."""
-        if kind != "gcn" or self.comm.size > 1:
+        executors of kind and of its transpose apply the factors natively on every rank: csr_rows
+        and halo_csr, in float32 or bf16 storage); otherwise such calls still work, unscaling x
+        first. The same answer on every rank; at P > 1 its first call for a configuration (GPU
+        variant, plan knobs) is collective (an allreduce): every rank must ask alike."""
+        if kind != "gcn":
             return False
         name = rows.name if isinstance(rows, RowSet) else rows
-        return all(getattr(self.executor(kind, t, name), "takes_scaled_input", False) for t in (False, True))
+        return all(self._takes_scaled(kind, t, name) for t in (False, True))
+
+    def _takes_scaled(self, kind: str, transposed: bool, rows: str | None) -> bool:
+        """Whether the executor of (kind, transposed, rows) takes scaled input natively on every
+        rank -- a rank's symmetric slice is read by the others, so all must hold cf * x or none
+        -- cached per configuration (collective at P > 1 on a miss)."""
+        key = (self._config_key(), kind, transposed, rows)
+        agreed = self._scaled_native.get(key)
+        if agreed is None:
+            mine = bool(getattr(self.executor(kind, transposed, rows), "takes_scaled_input", False))
+            agreed = self._scaled_native[key] = self.comm.allreduce_scalar(float(mine), "min") == 1.0
+        return agreed
 
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False,
                   rows: RowSet | str | None = None, scaled_input: bool = False,
@@ -507,7 +520,7 @@ class DistGraph:
         with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}{f' rows {name}' if name else ''}"):
             if not factored:
                 return ex(x, sym)
-            if getattr(ex, "takes_scaled_input", False):  # csr_rows at P = 1
+            if self._takes_scaled(kind, transposed, name):  # csr_rows / halo_csr on every rank
                 return ex(x, sym, scaled_input=scaled_input, row_factor=row_factor)
             f = self.gcn_factor().to(x.dtype).unsqueeze(1)
             out = ex(x / f if scaled_input else x, sym)

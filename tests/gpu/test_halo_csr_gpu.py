@@ -17,7 +17,7 @@ pytest.importorskip("cupy")
 pytest.importorskip("nvshmem.core")
 
 from mgg.kernels.halo_csr import HaloCsrExecutor  # noqa: E402
-from mgg.testing.reference import aggregate_reference  # noqa: E402
+from mgg.testing.reference import aggregate_reference, aggregation_matrix  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
 from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its power-law graph with hubs)
 
@@ -87,3 +87,53 @@ def test_16bit_storage(dtype):
             out = dg.aggregate(torch.from_numpy(dg.local(x).copy()).cuda(), kind).cpu().numpy()
             ref = aggregate_reference(indptr, indices, xr, kind)[dg.lo: dg.hi]
             assert not np.isnan(out).any() and rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dim", [16, 33])
+def test_scaled_input_natively_over_ranks(dtype, dim):
+    """gcn on a table its producer scaled by the column factor, at any P: every rank's slice
+    holds f * x (rounded once in bf16), the gather copies rows unchanged and both passes run
+    w = 1. scaled_input: W x; row_factor=False (transposed): (A + I)^T diag(f) g; both from an
+    unscaled x (the executor scales it once, into the slice). Against float64 dense math on the
+    rows as stored; every buffer NaN-poisoned."""
+    indptr, indices = graph()
+    n = len(indptr) - 1
+    d = 1.0 / np.sqrt(np.diff(indptr).astype(np.float64) + 1.0)
+    w = aggregation_matrix(indptr, indices, "gcn")  # W + diag, float64 sparse
+    a_hat = w.multiply(1.0 / d[:, None]).multiply(1.0 / d[None, :]).tocsr()  # A + I
+    rng = np.random.default_rng(dim)
+    x, g = rng.standard_normal((n, dim)), rng.standard_normal((n, dim))
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+
+    def stored(t: np.ndarray) -> np.ndarray:  # f * t as the slice holds it: float32, then rounded
+        return torch.from_numpy(t).float().to(tdt).double().numpy()
+
+    with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr",
+                                                           storage_dtype=dtype)) as dg:
+        assert dg.takes_scaled_input("gcn")
+        for t in (False, True):
+            ex = dg.executor("gcn", t)
+            assert isinstance(ex, HaloCsrExecutor) and ex.takes_scaled_input
+            ex.poison = True
+        if world().size > 1:
+            assert dg.plan("gcn").num_remote_edges > 0
+        f = dg.gcn_factor()
+        xs = (f.unsqueeze(1) * torch.from_numpy(dg.local(x).copy()).float().cuda()).contiguous()
+        xs_all = np.zeros((n, dim))
+        xs_all[dg.lo: dg.hi] = xs.double().cpu().numpy()
+        world().allreduce_(xs_all)  # every rank's scaled rows
+        out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
+        ref = (d[:, None] * (a_hat @ stored(xs_all)))[dg.lo: dg.hi]
+        assert not np.isnan(out).any() and rel_err(out, ref) < 1e-5
+        gl = torch.from_numpy(dg.local(g).copy()).float().cuda()
+        out = dg.aggregate(gl, "gcn", transposed=True, row_factor=False).double().cpu().numpy()
+        fg = np.zeros((n, dim))
+        fg[dg.lo: dg.hi] = (f.unsqueeze(1) * gl).double().cpu().numpy()
+        world().allreduce_(fg)
+        ref = (a_hat.T @ stored(fg))[dg.lo: dg.hi]
+        assert not np.isnan(out).any() and rel_err(out, ref) < 1e-5
+        # the plain call still agrees (the gather scales the halo in float32; bf16: weights per edge)
+        out = dg.aggregate(torch.from_numpy(dg.local(x).copy()).float().cuda(), "gcn").double().cpu().numpy()
+        ref = (w @ stored(x))[dg.lo: dg.hi]
+        assert rel_err(out, ref) < 1e-5

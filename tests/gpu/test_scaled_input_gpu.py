@@ -23,7 +23,8 @@ DEV = torch.device("cuda", torch.cuda.current_device())
 def _one_rank():
     comm = world()
     if comm.size != 1:
-        pytest.skip("the native path is the P = 1 one (tests/test_scaled_input.py covers the fallback)")
+        pytest.skip("csr_rows alone at P = 1 (over ranks: tests/gpu/test_halo_csr_gpu.py; the fallback: "
+                    "tests/test_scaled_input.py)")
     return comm
 
 

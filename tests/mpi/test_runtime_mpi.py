@@ -114,9 +114,10 @@ def test_expand_rows_over_ranks_adds_remote_in_neighbours():
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
-    """At P > 1 no executor takes a scaled table natively (another rank reads this rank's rows):
-    DistGraph.aggregate(scaled_input=True) / (row_factor=False) divide by the gcn factor around
-    the plain call, and still give diag(f) (A + I) x / (A + I)^T diag(f) g on every rank."""
+    """The CPU executor takes no scaled table natively: DistGraph.aggregate(scaled_input=True) /
+    (row_factor=False) divide by the gcn factor around the plain call, and still give
+    diag(f) (A + I) x / (A + I)^T diag(f) g on every rank (the GPU's native path over ranks:
+    tests/gpu/test_halo_csr_gpu.py)."""
     comm = world()
     n, e = 300, 3000
     indptr, indices = random_csr(n, e, seed=11)
@@ -135,3 +136,23 @@ def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
             out = dg.aggregate(xl * f.unsqueeze(1), "gcn", scaled_input=True).numpy()
             ref = dg.local(aggregate_reference(indptr, indices, x, "gcn"))
     assert rel_err(out, ref) < 1e-5
+
+
+def test_scaled_input_is_native_on_every_rank_or_none():
+    """A rank's symmetric slice is read by the others, so a factored gcn call runs natively only
+    where every rank's executor takes it: here rank 0's claims it and the others' do not, so all
+    fall back (rank 0 alone would call its executor with flags it has not got), and the answer
+    is right on every rank."""
+    comm = world()
+    n, e = 300, 3000
+    indptr, indices = random_csr(n, e, seed=12)
+    x = np.random.default_rng(6).standard_normal((n, 4)).astype(np.float32)
+    with DistGraph(indptr, indices, comm, RuntimeConfig(backend="cpu")) as dg:
+        if comm.rank == 0:
+            for t in (False, True):
+                dg.executor("gcn", t).takes_scaled_input = True
+        assert not dg.takes_scaled_input("gcn")
+        f = dg.gcn_factor()
+        xl = torch.from_numpy(dg.local(x).copy())
+        out = dg.aggregate(xl * f.unsqueeze(1), "gcn", scaled_input=True).numpy()
+    assert rel_err(out, dg.local(aggregate_reference(indptr, indices, x, "gcn"))) < 1e-5
