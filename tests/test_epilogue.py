@@ -88,3 +88,50 @@ def test_two_layer_gcn_eval_matches_dense_float64():
     ref = w_hat @ h @ c2.lin.weight.detach().numpy().T + c2.bias.detach().numpy()
     # (the plan holds the gcn weights in float32: 1e-7 relative)
     np.testing.assert_allclose(m(x, dg).detach().numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hidden", [4, 16])  # 4 < in 12: projected before the mean; 16: after
+@pytest.mark.parametrize("training", [True, False])
+def test_sage_with_epilogues_is_the_written_out_model(hidden, training):
+    """SAGEConv takes the hidden layers' Epilogue (the root term by addmm, then bias, ReLU and the
+    next dropout): the layer-by-layer model's values and gradients within float32 rounding (the
+    sum's order differs), the same seeds drawn."""
+    dg, _, _ = _dg(seed=5)
+    torch.manual_seed(1)
+    x = torch.randn(dg.n_local, 12)
+    m = build_model("sage", 12, hidden, 5, 3, 0.5)
+    m.train(training)
+    m.cache_input_aggregation = False
+    outs, grads = [], []
+    for fuse in (True, False, None):
+        m.fuse_epilogue = bool(fuse)
+        m.zero_grad()
+        gen = torch.Generator().manual_seed(4)
+        out = _written_out(m, x, dg, gen) if fuse is None else m(x, dg, gen)
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append([p.grad.clone() for p in m.parameters()])
+        assert torch.randint(0, 2 ** 62, (1,), generator=gen).item() == draws_after(3, training)
+    for o, g in zip(outs[1:], grads[1:]):
+        torch.testing.assert_close(outs[0], o, rtol=1e-5, atol=1e-6)
+        for a, b in zip(grads[0], g):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_sage_takes_the_epilogue_from_its_cached_input_aggregation():
+    """Eval with the input cache: the first SAGE layer starts from mean(x) (forward_aggregated) and
+    still runs its epilogue; the logits are those without the cache and without the epilogue."""
+    dg, _, _ = _dg(seed=6)
+    torch.manual_seed(2)
+    x = torch.randn(dg.n_local, 12)
+    m = build_model("sage", 12, 16, 5, 2, 0.5).eval()
+    called = []
+    conv = m.convs[0]
+    real = conv._epilogue
+    conv._epilogue = lambda *a: called.append(1) or real(*a)
+    with torch.no_grad():
+        cached = m(x, dg)
+        m.cache_input_aggregation, m.fuse_epilogue = False, False
+        plain = m(x, dg)
+    assert m.input_cache.builds == 1 and called == [1]
+    torch.testing.assert_close(cached, plain, rtol=1e-5, atol=1e-6)

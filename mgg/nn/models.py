@@ -38,11 +38,12 @@ class GNN(nn.Module):
             pre-scale pass in the aggregation.
             False: the dropout writes plain rows and the aggregation scales them (the same
             values within float32 rounding).
-        fuse_epilogue: when True (default), a hidden conv that `takes_epilogue` (GCNConv) runs
-            its bias, the ReLU and the next layer's input dropout (and input scale) as one
-            `Epilogue` (mgg.nn.epilogue): one pass each way on the GPU instead of five, and no
-            pre-scale pass in its backward aggregation. False: each runs on its own (the same
-            values; the bias gradient summed in another order).
+        fuse_epilogue: when True (default), a hidden conv that `takes_epilogue` (GCNConv,
+            SAGEConv) runs its bias, the ReLU and the next layer's input dropout (and input
+            scale) as one `Epilogue` (mgg.nn.epilogue): one pass each way on the GPU instead of
+            five, and (GCN) no pre-scale pass in its backward aggregation. False: each runs on
+            its own (the same values within float32 rounding; the bias gradient summed in
+            another order).
     """
 
     activation = staticmethod(torch.relu)
@@ -137,8 +138,8 @@ class GNN(nn.Module):
 
     def _epilogue(self, i: int, conv, x: torch.Tensor, dg, generator, drop: bool,
                   sliced: list[bool]) -> Epilogue | None:
-        """What conv i, a hidden layer whose conv `takes_epilogue` (GCNConv), runs after its bias in
-        one fused pass (mgg.nn.epilogue): the ReLU, the next conv's input scale where it takes one
+        """What conv i, a hidden layer whose conv `takes_epilogue` (GCNConv, SAGEConv), runs after
+        its bias in one fused pass (mgg.nn.epilogue): the ReLU, the next conv's input scale where it takes one
         (`_input_scale`), and, where the next layer drops its input, that dropout (its seed drawn
         now); else None (the activation runs on its own). x: conv i's input (its output has x's
         device and dtype)."""
