@@ -38,6 +38,17 @@ def test_gcn_with_epilogues_is_the_written_out_model(layers, hidden, training):
     m = build_model("gcn", 12, hidden, 5, layers, 0.5)
     m.train(training)
     m.cache_input_aggregation = False  # (the cache aggregates before the first Linear: other rounding)
+    outs, grads = _three_ways(m, x, dg, layers, training)
+    for o, g in zip(outs[1:], grads[1:]):
+        assert torch.equal(outs[0], o)
+        for a, b in zip(grads[0], g):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def _three_ways(m, x, dg, layers: int, training: bool) -> tuple[list, list]:
+    """Model m's logits and parameter gradients (of the logits' square sum) with its epilogues,
+    without them, and written out layer by layer, each from generator seed 4; and that each
+    forward drew its seeds in the same order."""
     outs, grads = [], []
     for fuse in (True, False, None):
         m.fuse_epilogue = bool(fuse)
@@ -48,10 +59,7 @@ def test_gcn_with_epilogues_is_the_written_out_model(layers, hidden, training):
         outs.append(out.detach())
         grads.append([p.grad.clone() for p in m.parameters()])
         assert torch.randint(0, 2 ** 62, (1,), generator=gen).item() == draws_after(layers, training)
-    for o, g in zip(outs[1:], grads[1:]):
-        assert torch.equal(outs[0], o)
-        for a, b in zip(grads[0], g):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    return outs, grads
 
 
 def draws_after(layers: int, training: bool) -> int:
@@ -102,16 +110,7 @@ def test_sage_with_epilogues_is_the_written_out_model(hidden, training):
     m = build_model("sage", 12, hidden, 5, 3, 0.5)
     m.train(training)
     m.cache_input_aggregation = False
-    outs, grads = [], []
-    for fuse in (True, False, None):
-        m.fuse_epilogue = bool(fuse)
-        m.zero_grad()
-        gen = torch.Generator().manual_seed(4)
-        out = _written_out(m, x, dg, gen) if fuse is None else m(x, dg, gen)
-        out.square().sum().backward()
-        outs.append(out.detach())
-        grads.append([p.grad.clone() for p in m.parameters()])
-        assert torch.randint(0, 2 ** 62, (1,), generator=gen).item() == draws_after(3, training)
+    outs, grads = _three_ways(m, x, dg, 3, training)
     for o, g in zip(outs[1:], grads[1:]):
         torch.testing.assert_close(outs[0], o, rtol=1e-5, atol=1e-6)
         for a, b in zip(grads[0], g):
