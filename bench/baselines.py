@@ -228,6 +228,37 @@ class PlainTorchGIN(torch.nn.Module):
         return x
 
 
+class PlainTorchSAGE(torch.nn.Module):
+    """GraphSAGE (mean aggregator) in plain torch: h = lin_l(M h) + lin_r(h) per layer, M the
+    row-normalised adjacency (1 / deg_in per entry; an isolated row sums to 0), lin_l (with the
+    bias) on the narrow side of its SpMM (they commute: M (h W) == (M h) W), lin_r (the root
+    weight) without bias, as PyG's SAGEConv and mgg's. `A_out` / `out_index`: the operator's rows
+    the loss reads and their ids (the last layer then computes only those rows). `dropout`: the
+    probability of the dropout before each layer in training (dropout -> conv -> ReLU)."""
+
+    def __init__(self, dims: list[int], dropout: float = 0.0):
+        super().__init__()
+        self.lin_l = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.lin_r = torch.nn.ModuleList(torch.nn.Linear(a, b, bias=False) for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = float(dropout)
+
+    def forward(self, x, A, A_out=None, out_index=None):
+        last = len(self.lin_l) - 1
+        for i, (lin_l, lin_r) in enumerate(zip(self.lin_l, self.lin_r)):
+            if self.dropout > 0.0:
+                x = torch.nn.functional.dropout(x, self.dropout, training=self.training)
+            rows_only = i == last and A_out is not None
+            op, own = (A_out, x[out_index]) if rows_only else (A, x)
+            if lin_l.out_features < lin_l.in_features:
+                h = op @ (x @ lin_l.weight.t()) + lin_l.bias
+            else:
+                h = lin_l(op @ x)
+            x = h + lin_r(own)
+            if i < last:
+                x = x.relu()
+        return x
+
+
 def layer_widths(in_dim: int, hidden: int, layers: int, classes: int) -> list[int]:
     """[in_dim, hidden, ..., hidden, classes]: the widths between `layers` layers."""
     return [int(in_dim)] + [int(hidden)] * (layers - 1) + [int(classes)]
@@ -235,9 +266,9 @@ def layer_widths(in_dim: int, hidden: int, layers: int, classes: int) -> list[in
 
 def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm: str = "none",
                       dropout: float = 0.0, train_eps: bool = True):
-    """(model, op): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin') and its
-    aggregation operator (a SparseOperator of D^-1/2 (A + I) D^-1/2 for GCN, of the plain
-    adjacency for GIN's sum). `graph`: indptr, indices (the row = target CSR), x, y, num_nodes.
+    """(model, op): the strongest simple one-GPU torch model for `mname` ('gcn' | 'gin' | 'sage')
+    and its aggregation operator (a SparseOperator of D^-1/2 (A + I) D^-1/2 for GCN, of the plain
+    adjacency for GIN's sum, of D^-1 A for SAGE's mean). `graph`: indptr, indices (the row = target CSR), x, y, num_nodes.
     `norm`: GIN's MLP normalisation ("batch" | "none"); `train_eps`: GIN's learnt eps (else
     GIN-0); `dropout`: before each layer in training."""
     n = graph.num_nodes
@@ -254,18 +285,25 @@ def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm:
         return PlainTorchGCN(dims, dropout).to(device), SparseOperator(A)
     if mname == "gin":
         return PlainTorchGIN(dims, hidden, norm, train_eps, dropout).to(device), SparseOperator(_device_csr(graph.indptr, graph.indices, None, n, device))
-    raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin)")
+    if mname == "sage":
+        deg = torch.from_numpy(np.diff(graph.indptr).astype(np.float32)).to(device)
+        ptr = torch.from_numpy(np.asarray(graph.indptr, np.int64)).to(device)
+        row = torch.repeat_interleave(torch.arange(n, device=device), ptr[1:] - ptr[:-1])
+        return PlainTorchSAGE(dims, dropout).to(device), SparseOperator(
+            _device_csr(graph.indptr, graph.indices, 1.0 / deg[row], n, device))
+    raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin, sage)")
 
 
 class PygModel(torch.nn.Module):
-    """The same models in PyG: GCNConv (cached normalisation) or GINConv with mgg's
-    Linear-[BatchNorm1d]-ReLU-Linear MLP, dropout -> conv -> ReLU per layer (none after the last).
+    """The same models in PyG: GCNConv (cached normalisation), GINConv with mgg's
+    Linear-[BatchNorm1d]-ReLU-Linear MLP, or SAGEConv (mean), dropout -> conv -> ReLU per layer
+    (none after the last).
     Raises ImportError without torch_geometric."""
 
     def __init__(self, mname: str, in_dim: int, hidden: int, layers: int, classes: int, norm: str = "none",
                  dropout: float = 0.0, train_eps: bool = True):
         super().__init__()
-        from torch_geometric.nn import GCNConv, GINConv
+        from torch_geometric.nn import GCNConv, GINConv, SAGEConv
 
         dims = layer_widths(in_dim, hidden, layers, classes)
 
@@ -277,8 +315,10 @@ class PygModel(torch.nn.Module):
                 *([torch.nn.Linear(a, hidden, bias=False), torch.nn.BatchNorm1d(hidden)] if batch
                   else [torch.nn.Linear(a, hidden)]),
                 torch.nn.ReLU(), torch.nn.Linear(hidden, b)), train_eps=train_eps) for a, b in zip(dims[:-1], dims[1:])]
+        elif mname == "sage":
+            convs = [SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
         else:
-            raise ValueError(f"PyG baseline: no model {mname!r} (gcn, gin)")
+            raise ValueError(f"PyG baseline: no model {mname!r} (gcn, gin, sage)")
         self.convs = torch.nn.ModuleList(convs)
         self.dropout = float(dropout)
 

@@ -7,10 +7,10 @@ For one graph file this runs, side by side in one invocation:
     GPU only), `--dropout 0 --cuda-graph` (`mgg-graph-nodrop`, GPU only) and with 16-bit rows in
     the store, `--storage-dtype bf16` (`mgg-bf16`, `mgg-nodrop-bf16`; fp16: `mgg-fp16`), and with TF32 matmuls,
     `--tf32` (`mgg-tf32`, `mgg-nodrop-tf32`) (P = 1, or `--np P` under mpirun);
-  * the same model (`--model`: gcn or gin, with mgg's default hyperparameters) in plain torch, CSR
-    SpMM with the first Linear before the aggregation (bench/plain_model.py);
-  * and in PyG, GCNConv or GINConv (skipped when PyG is not installed; out-of-memory is reported
-    as a result).
+  * the same model (`--model`: gcn, gin or sage, with mgg's default hyperparameters) in plain
+    torch, CSR SpMM with the Linear on the narrow side of the aggregation (bench/plain_model.py);
+  * and in PyG, GCNConv, GINConv or SAGEConv (skipped when PyG is not installed; out-of-memory
+    is reported as a result).
 and prints the time from process start to the end of the first epoch, the validation accuracy
 after the last epoch, the startup phases mgg reports (`phases` in its metrics JSON), the median epoch and the peak host RSS / GPU memory.
 Every run is a fresh process, so the kernel cache state is whatever the machine has: run twice
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
                    help="node order of the generated file (`mgg.prepare --reorder-nodes`); every run reads it")
     p.add_argument("--data-dir", default=os.environ.get("MGG_BENCH_DATA", "/tmp/mgg-bench-data"))
     p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--model", default="gcn", choices=("gcn", "gin"),
+    p.add_argument("--model", default="gcn", choices=("gcn", "gin", "sage"),
                    help="the model every run trains (mgg's registered defaults: GIN 5 x 64 with batch norm)")
     p.add_argument("--hidden", type=int, default=None, help="hidden width of every run (the model's default)")
     p.add_argument("--np", type=int, default=1, help="ranks for the mgg runs (mpirun when > 1)")

@@ -5,9 +5,11 @@
 sum: the first before, the last after), aggregation = one torch sparse CSR SpMM by
 D^-1/2 (A + I) D^-1/2 built on the device; or GIN (``--model gin``) with the MLP's first Linear
 before the sum (A + I) and mgg's MLP (Linear-[BatchNorm1d]-ReLU-Linear, ``--norm``; GIN-0 as
-mgg's default). The last layer computes only the training rows (the rows the loss reads), as
-mgg's row sets do. ``--impl pyg``: the same model in PyG (``GCNConv`` with cached normalisation,
-or ``GINConv`` with that MLP; bench/baselines.py ``PygModel``) when PyG is installed. Both drop
+mgg's default); or GraphSAGE (``--model sage``, mean: lin_l on the narrow side of the SpMM by
+D^-1 A, plus the root term lin_r). The last layer computes only the training rows (the rows the
+loss reads), as mgg's row sets do. ``--impl pyg``: the same model in PyG (``GCNConv`` with cached
+normalisation, ``GINConv`` with that MLP, or ``SAGEConv``; bench/baselines.py ``PygModel``) when
+PyG is installed. Both drop
 out ``--dropout`` of each layer's input, as mgg's models do.
 
 Prints one JSON line (the last line of stdout) with ``load_s`` (read the file), ``build_s``
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--file", required=True, help="graph .npz with indptr, indices, x, y")
     p.add_argument("--impl", choices=("torch", "pyg"), default="torch")
-    p.add_argument("--model", choices=("gcn", "gin"), default="gcn")
+    p.add_argument("--model", choices=("gcn", "gin", "sage"), default="gcn")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--hidden", type=int, default=None, help="hidden width (mgg's model default)")
     p.add_argument("--layers", type=int, default=None, help="layers (mgg's model default)")

@@ -22,15 +22,18 @@ def _dense_adj(g) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch")])
-def test_plain_torch_model_matches_dense_float64(mname, norm):
+@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch"), ("sage", "none")])
+@pytest.mark.parametrize("hidden", [8, 40])  # below and above karate's 34 features: either side
+def test_plain_torch_model_matches_dense_float64(mname, norm, hidden):
     g = load_dataset("karate")
     torch.manual_seed(0)
-    model, op = plain_torch_model(g, mname, 8, 2, "cpu", norm=norm)
+    model, op = plain_torch_model(g, mname, hidden, 2, "cpu", norm=norm)
     a = _dense_adj(g)
     if mname == "gcn":
         dinv = 1.0 / np.sqrt(a.sum(1) + 1.0)
         m = dinv[:, None] * (a + np.eye(len(a))) * dinv[None, :]
+    elif mname == "sage":
+        m = a / np.maximum(a.sum(1), 1.0)[:, None]  # the mean; karate has no isolated node
     else:
         m = a
     x = torch.from_numpy(g.x).requires_grad_()
@@ -52,13 +55,13 @@ def test_plain_torch_model_matches_dense_float64(mname, norm):
     assert torch.allclose(grad.double(), x64.grad, atol=1e-5)
 
 
-@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch")])
+@pytest.mark.parametrize("mname,norm", [("gcn", "none"), ("gin", "none"), ("gin", "batch"), ("sage", "none")])
 def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname, norm):
     g = load_dataset("karate")
     torch.manual_seed(0)
     model, op = plain_torch_model(g, mname, 8, 2, "cpu", norm=norm)
     idx = torch.tensor([0, 3, 7, 20, 33])
-    kw = {"out_index": idx} if mname == "gin" else {}
+    kw = {"out_index": idx} if mname in ("gin", "sage") else {}
     x = torch.from_numpy(g.x)
     full = model(x, op)
     (full[idx] ** 2).sum().backward()
@@ -92,7 +95,7 @@ def test_plain_gin0_and_dropout_options():
     assert not torch.allclose(a, learnt(x, op))  # dropout changed it
 
 
-@pytest.mark.parametrize("model", ["gcn", "gin"])
+@pytest.mark.parametrize("model", ["gcn", "gin", "sage"])
 def test_plain_model_cli_trains_the_model_and_reports(tmp_path, model, capsys):
     """bench/plain_model.py (bench/e2e.py's torch run): the model's defaults, a JSON line with the
     epoch time and a validation accuracy in [0, 1]."""
@@ -107,3 +110,20 @@ def test_plain_model_cli_trains_the_model_and_reports(tmp_path, model, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["status"] == "ok", res
     assert res["median_epoch_ms"] > 0 and 0.0 <= res["val_acc"] <= 1.0
+
+
+@pytest.mark.parametrize("hidden", [8, 40])
+def test_plain_sage_is_the_sage_formula(hidden):
+    """Plain SAGE, 2 layers: relu(M x W_l^T + b + x W_r^T), then M h W_l^T + b + h W_r^T (M the
+    mean, D^-1 A), in float64 from the model's own weights, Linear on either side of M."""
+    g = load_dataset("karate")
+    torch.manual_seed(0)
+    model, op = plain_torch_model(g, "sage", hidden, 2, "cpu")
+    a = _dense_adj(g)
+    m = torch.from_numpy(a / a.sum(1)[:, None])
+    x = torch.from_numpy(g.x).double()
+    h = x
+    for i, (ll, lr) in enumerate(zip(model.lin_l, model.lin_r)):
+        h = m @ h @ ll.weight.double().T + ll.bias.double() + h @ lr.weight.double().T
+        h = h.relu() if i == 0 else h
+    torch.testing.assert_close(model(torch.from_numpy(g.x), op).double(), h, rtol=1e-5, atol=1e-5)
