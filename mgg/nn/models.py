@@ -12,7 +12,7 @@ from torch import nn
 from .conv import GATConv, GCNConv, GINConv, SAGEConv
 from .dense import dropout_project, fused_input_projection
 from .epilogue import Epilogue
-from .functional import draw_seed, global_dropout, seeded_dropout
+from .functional import draw_seed, global_dropout, seeded_dropout, takes_scaled_input
 from .input_cache import InputAggregationCache
 from .registry import ModelDefaults, RegistryView, model_entry, register_model
 from .norm import make_norm
@@ -139,9 +139,9 @@ class GNN(nn.Module):
     def _epilogue(self, i: int, conv, x: torch.Tensor, dg, generator, drop: bool,
                   sliced: list[bool]) -> Epilogue | None:
         """What conv i, a hidden layer whose conv `takes_epilogue` (GCNConv, SAGEConv), runs after
-        its bias in one fused pass (mgg.nn.epilogue): the ReLU, the next conv's input scale where it takes one
-        (`_input_scale`), and, where the next layer drops its input, that dropout (its seed drawn
-        now); else None (the activation runs on its own). x: conv i's input (its output has x's
+        its bias in one fused pass (mgg.nn.epilogue): the ReLU, the next conv's input scale where
+        it takes one (`_input_scale`), and, where the next layer drops its input, that dropout
+        (its seed drawn now); else None (the activation runs on its own). x: conv i's input (its output has x's
         device and dtype)."""
         if (i == len(self.convs) - 1 or self.activation is not torch.relu or not self.fuse_epilogue
                 or not getattr(conv, "takes_epilogue", False)):
@@ -175,10 +175,9 @@ class GNN(nn.Module):
         and a graph whose executors take scaled input natively (dg.takes_scaled_input, the same
         on every rank). Otherwise None."""
         kind = getattr(conv, "scaled_input_kind", None)
-        takes = getattr(dg, "takes_scaled_input", None)
-        if (not self.fold_input_scale or kind is None or takes is None
+        if (not self.fold_input_scale or kind is None
                 or not (pass_runs or (self.training and 0.0 < self.dropout < 1.0))
-                or not x.is_cuda or x.dtype != torch.float32 or not takes(kind)):
+                or not x.is_cuda or x.dtype != torch.float32 or not takes_scaled_input(dg, kind)):
             return None
         return dg.gcn_factor()
 
