@@ -161,6 +161,7 @@ def test_weights_from_array(comm):
     ((torch.tensor([0, 1, 2]), torch.tensor([1, 2])), ValueError, "start at 0"),
     ((torch.tensor([0, 1, 2]), torch.tensor([0, 2, 1])), ValueError, "non-decreasing"),
     ((torch.tensor([0, 1, 2]), torch.tensor([0, 4])), ValueError, "exceeds len"),
+    ((torch.tensor([0, 1, 2]), torch.tensor([], dtype=torch.int64)), ValueError, "0 bags"),
     ((torch.tensor([0.0, 1.0]), torch.tensor([0])), TypeError, "integer"),
     ((torch.tensor([0, 1]), torch.tensor([0.0])), TypeError, "integer"),
     ((torch.tensor([[0, 1]]), torch.tensor([0])), ValueError, "1-D"),
@@ -175,6 +176,19 @@ def test_bad_inputs_raise_clear_errors(comm, args, exc, msg):
     with pytest.raises(exc, match=msg):
         emb(*args)
     emb.free()
+
+
+def test_empty_offsets_are_zero_bags_and_own_no_ids():
+    """offsets=[] with no ids is a valid empty batch; the normalized offsets start at 0 and end at
+    len(indices), so batches formed by concatenation give every id to its own input's bag."""
+    from mgg.embedding.validate import check_bag_input
+    b = check_bag_input(torch.tensor([], dtype=torch.int64), torch.tensor([], dtype=torch.int64), None,
+                        num_embeddings=10, mode="sum", include_last_offset=False)
+    assert b.num_bags == 0 and b.offsets.tolist() == [0]
+    for idx, off, ilo in (([1, 2, 3], [0, 1], False), ([1, 2, 3], [0, 1, 2], True), ([4], [0], False)):
+        b = check_bag_input(torch.tensor(idx), torch.tensor(off), None, num_embeddings=10, mode="sum",
+                            include_last_offset=ilo)
+        assert int(b.offsets[0]) == 0 and int(b.offsets[-1]) == b.indices.numel()
 
 
 def test_bad_config(comm):

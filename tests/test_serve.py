@@ -155,6 +155,7 @@ BAD_JSON = [
     ({"table": "a", "indices": [1], "offsets": [0], "per_sample_weights": [1, 2]}, 400, "per_sample_weights"),
     ({"table": "b", "indices": [1], "offsets": [0], "per_sample_weights": [1.0]}, 400, "mode='sum'"),
     ({"table": "a", "indices": [1]}, 400, "required"),
+    ({"table": "a", "indices": [5, 6], "offsets": []}, 400, "0 bags"),
     ({"table": 3, "indices": [1], "offsets": [0]}, 400, "string"),
     ({"table": "a", "indices": [1], "offsets": [0], "extra": 1}, 400, "unknown fields"),
     ([1, 2], 400, "object"),
@@ -228,6 +229,35 @@ def test_concurrent_requests_batched_and_correct(svc, tables):
     assert m["batches"] - before["batches"] < 240  # concurrent requests shared lookups
     assert m["errors_total"] == before["errors_total"]
     assert m["lookup_latency_ms"]["p50"] <= m["lookup_latency_ms"]["p99"]
+
+
+def test_zero_bag_requests_never_leak_ids_into_other_requests(svc, tables):
+    """Requests with ids but no bags, sent between well-formed ones as JSON and npz, are refused
+    with 400 and every well-formed request's bags hold exactly its own rows."""
+    _, W = tables
+    c = EmbeddingClient(svc.url)
+
+    def good(i):
+        rng = np.random.default_rng(500 + i)
+        idx = rng.integers(0, W["a"].shape[0], 6)
+        off = np.array([0, 1, 4])
+        return np.allclose(c.lookup("a", idx, off, binary=bool(i % 2)), ref_bag(W["a"], idx, off, "sum"),
+                           rtol=1e-5, atol=1e-6)
+
+    def bad(i):
+        if i % 2:
+            st, data = svc.raw("POST", "/v1/lookup/npy?table=a",
+                               npz(indices=np.array([5, 6]), offsets=np.zeros(0, dtype=np.int64)))
+        else:
+            st, data = svc.raw("POST", "/v1/lookup", json.dumps({"table": "a", "indices": [5, 6],
+                                                                  "offsets": []}).encode())
+        return st == 400 and "0 bags" in json.loads(data)["error"]
+
+    with cf.ThreadPoolExecutor(12) as ex:
+        goods = [ex.submit(good, i) for i in range(120)]
+        bads = [ex.submit(bad, i) for i in range(60)]
+        assert all(f.result() for f in goods)
+        assert all(f.result() for f in bads)
 
 
 def test_snapshot_is_atomic_and_reloadable(svc, tables):

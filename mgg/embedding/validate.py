@@ -16,7 +16,10 @@ MODES = ("sum", "mean", "max")
 
 
 class BagInput:
-    """Validated, flattened input of one table: indices int64 [n], offsets int64 [B + 1] (include_last_offset form)."""
+    """Validated, flattened input of one table: indices int64 [n], offsets int64 [B + 1] (include_last_offset form).
+
+    offsets[0] == 0 and offsets[-1] == n: every index belongs to exactly one bag, so inputs can be
+    concatenated into one batch by shifting their offsets."""
 
     __slots__ = ("indices", "offsets", "per_sample_weights", "num_bags")
 
@@ -93,6 +96,11 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
     n = int(idx.numel())
     if include_last_offset and off.numel() == 0:
         raise ValueError(f"{what}: include_last_offset=True needs at least one offset")
+    if off.numel() == 0 and not include_last_offset and n:
+        # zero bags own no ids: a batch that appends this input to another would hand them to the
+        # other input's last bag
+        raise ValueError(f"{what}: offsets is empty (0 bags) but indices has {n} entries; "
+                         f"every index must belong to a bag (offsets [0] makes one bag)")
     first, decreasing, last, lo, hi = _summary(idx, off)
     if off.numel():
         if first != 0:
