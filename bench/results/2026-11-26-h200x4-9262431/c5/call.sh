@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# call 5 (4 GPUs): the GPU suite at P = 4 alone (session 27 ran it beside a P = 1 suite on GPU 3
+# call 5 (4 GPUs): the GPU suite at P = 4 alone (ran it beside a P = 1 suite on GPU 3
 # and every test from the embedding tests on failed, cause unknown); then, if time is left,
-# products-like in the cluster order at P = 4 (halo_csr, GCN and GIN), beside session 27's plain
+# products-like in the cluster order at P = 4 (halo_csr, GCN and GIN), beside plain
 # order (GCN 2.17 ms, GIN 37.28 ms).
 set -uo pipefail
 source bench/device_env.sh || exit 1
