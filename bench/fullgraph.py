@@ -9,7 +9,7 @@ generated graph once before it is cached and partitioned, and its rows are named
 
 Per dataset and model (GCN 2x16, GIN 5x64, as in MGG §7; `gin` is mgg's default GIN with batch
 norm in its MLP, and every baseline then has the same BatchNorm1d; `gin:none` is GIN without a
-norm, the plain-torch model of issue 16's first table) it times one training epoch (forward,
+norm) it times one training epoch (forward,
 backward, gradient all-reduce, Adam step; dropout off for every system) of
   * mgg with each kernel variant (pipelined, pipelined_2pass, ptr, halo, nonpipelined = baseline b),
   * baseline (a): NCCL all-to-all of the halo rows, then torch sparse CSR SpMM (bench/baselines.py),
@@ -710,7 +710,7 @@ def csr_rows_orders(p, kind, dim: int) -> list:
     knobs otherwise), for gather_bandwidth's floor; [] where csr_rows does not run the plan alone
     (remote work). One pass: a bare gather carries no output, so an order of S source-segment
     passes is a candidate only with the output passes it needs (segmented_gather_ms); taken here
-    without them (sessions 36-39, whenever csr_rows ran in segments) it made the sum kind's floor
+    without them (whenever csr_rows runs in segments) it would make the sum kind's floor
     low by those passes."""
     if p.num_remote_edges or not p.num_local_edges:
         return []

@@ -10,7 +10,7 @@ the median milliseconds (max over ranks) of
   * serial:  both, one after the other on one stream,
   * overlap: the gather on a second, high-priority stream beside the local part,
 and overlap / max(local, remote): 1.0 is perfect overlap, local + remote over max is none at all
-(issue 18's target: <= 1.1). Designs: `halo_overlap` (partition kernels with atomics; serial =
+(an overlap pays below about 1.1). Designs: `halo_overlap` (partition kernels with atomics; serial =
 variant `halo`) and `halo_csr` (the degree-aware row kernels, mgg/kernels/halo_csr.py; serial =
 its `overlap = False`). Results go to bench/results/overlap-P<P>-<date>.json.
 """

@@ -1,4 +1,4 @@
-"""Per-rank times on the CPU path before and after the cost-balanced partition (issue 14, item 3).
+"""Per-rank times on the CPU path with edge-only ranges (beta = 0) and the cost-balanced partition.
 
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \\
         python bench/partition_balance.py [--nodes 200000] [--degree 12] [--dim 64] [--iters 10]

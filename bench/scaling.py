@@ -17,7 +17,7 @@ The table, per dataset, model and P:
   symmetric heap); NVLink MB per epoch (max over ranks) and the NVLink floor: those bytes over the
   GPU-to-GPU copy rate measured in the same run. The floor is a lower bound on the epoch, so
   floor / epoch is the share of the epoch that NVLink bandwidth alone would explain.
-Issue 18's targets: speedup over P = 1 of >= 1.8x (P=2), 3.4x (P=4), 6x (P=8); >= 1.5x over NCCL.
+Goals: speedup over P = 1 of >= 1.8x (P=2), 3.4x (P=4), 6x (P=8); >= 1.5x over NCCL.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ default a temporary folder, and reused when it exists), to partition it (`partit
 default beta, and beta=0 for reference), then for every rank of P = --parts in this one process,
 the way `DistGraph` does on its plan device (--device): forward rows, transposed rows, the forward
 and transposed GCN plans, and the reweighted plans of every other kind (sum, mean; both
-directions). `load_to_plans_s` = load + partition + rows + plans + reweights: the issue-14 target
+directions). `load_to_plans_s` = load + partition + rows + plans + reweights: the startup goal
 (reddit-like, one H200: <= 1.5 s). Prints one table row per dataset; `--json PATH` also writes
 the figures.
 """

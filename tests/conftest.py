@@ -12,8 +12,8 @@ Test modules import the helpers (`from tests.conftest import ROOT, subprocess_en
   still keeps every failure's message and traceback.
 - `MGG_TEST_ABORT_ON_FAILURE=1`: under mpirun with several ranks, the first failing test (after
   its report is logged) aborts every rank (`MPI.COMM_WORLD.Abort`): the other ranks would
-  otherwise wait for ever in that test's next collective, as the P = 4 GPU suite did until its
-  time limit (session 29, c3). Off by default: a run then reports every failure it reaches.
+  otherwise wait for ever in that test's next collective, until the run's time limit.
+  Off by default: a run then reports every failure it reaches.
 
 Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
 for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.

@@ -1,4 +1,4 @@
-"""mgg/atomic.py: atomic writes give the mode `open(path, "w")` would (issue 17, item 9)."""
+"""mgg/atomic.py: atomic writes give the mode `open(path, "w")` would."""
 import os
 import stat
 import subprocess

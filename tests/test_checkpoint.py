@@ -265,7 +265,7 @@ def test_cli_resume_auto_starts_fresh_and_corrupt_file_is_refused(tmp_path):
 @pytest.mark.slow
 def test_cli_resume_auto_falls_back_to_the_previous_checkpoint(tmp_path, karate):
     """A damaged checkpoint.mgg: --resume auto continues from checkpoint.prev.mgg with a warning;
-    --resume naming the damaged file refuses and names the previous one (issue 17 item 10)."""
+    --resume naming the damaged file refuses and names the previous one."""
     ck = tmp_path / "ck"
     straight = train(TrainConfig(epochs=6, backend="cpu", progress=False), SOLO, karate)
     r = train_cli("--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", str(ck))

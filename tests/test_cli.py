@@ -94,7 +94,7 @@ def test_mpirun_two_ranks_metrics(tmp_path):
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_mpirun_wrapper_help_shows_its_own_usage_first(flag):
     """`launch/mpirun.sh --help`: the wrapper's usage (its -np, defaults, environment), then
-    mgg.train's flags; nothing is launched (issue 17 item 10)."""
+    mgg.train's flags; nothing is launched."""
     r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", flag], cwd=ROOT, env=env(),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -96,7 +96,7 @@ def test_registry_refuses_inconsistent_entries():
 
 @pytest.mark.slow
 def test_gat_tune_is_refused_by_the_command(tmp_path):
-    """The issue's command: python -m mgg.train --model gat --tune --epochs 3 (was a KeyError)."""
+    """python -m mgg.train --model gat --tune --epochs 3 is refused with one line, not a KeyError."""
     import os
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_osc="^ucx", CI="true")

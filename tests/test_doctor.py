@@ -126,7 +126,7 @@ def test_under_mpirun_two_simulated_nodes():
 
 @pytest.mark.slow
 def test_mpi_test_log_is_text(tmp_path):
-    """pytest --with-mpi prints pytest-mpi's MPI banner on every rank: no NUL bytes (issue 17 item 10)."""
+    """pytest --with-mpi prints pytest-mpi's MPI banner on every rank: no NUL bytes."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
                         "tests/test_version.py::test_version_matches_pyproject"],
                        cwd=ROOT, env=env(), capture_output=True, timeout=300)

@@ -214,7 +214,7 @@ def test_bad_config(comm):
 
 def test_open_table_probes_the_format(tmp_path):
     """open_table: .npy needs NumPy's header; safetensors is recognised by its bytes whatever the
-    suffix; anything else gets one clear line (issue 17 item 10)."""
+    suffix; anything else gets one clear line."""
     from mgg.embedding.io import open_table, save_safetensors
 
     W = np.arange(12, dtype=np.float32).reshape(4, 3)

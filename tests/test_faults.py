@@ -90,7 +90,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
 @pytest.mark.slow
 def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
     """SIGTERM to launch/mpirun.sh (the launcher a user or supervisor kills): every rank stops after
-    a checkpoint, rank 0 says so and the job exits 143, as the README promises (issue 17 item 3)."""
+    a checkpoint, rank 0 says so and the job exits 143, as the README promises."""
     ck = tmp_path / "ck"
     cmd = ["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--backend", "cpu", "--dataset", "sbm",
            "--scale", "0.1", "--epochs", "100000", "--checkpoint-dir", str(ck), "--checkpoint-every", "20"]

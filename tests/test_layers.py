@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 #: cycles that exist today and are being removed elsewhere; each entry must still be a cycle
 #: (test_known_cycles_are_still_real), so the list cannot go stale. mgg.train <-> mgg.train_sampled
-#: goes with the training app's split into mgg/apps/ (issue 15, item 3): then delete the entry.
+#: went with the training app's split into mgg/apps/.
 KNOWN_CYCLES: set[frozenset[str]] = set()  # none left; an entry needs a reason and the companion test
 
 

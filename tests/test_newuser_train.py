@@ -1,4 +1,4 @@
-"""What a new user meets on the training command line (issue 17): clear refusals, exit 2."""
+"""What a new user meets on the training command line: clear refusals, exit 2."""
 from __future__ import annotations
 
 import subprocess

@@ -312,7 +312,7 @@ def test_dropout_kernel_compiles(kernel_cache_dir, monkeypatch):
     assert build("sm_90") == path  # cached
 
 
-# -- GIN's defaults train (issue 17 item 8) ------------------------------------------------------
+# -- GIN's defaults train -------------------------------------------------------------------------
 
 def test_gin_defaults_train_sbm_as_well_as_gcn():
     # sbm at 2,000 nodes, 50 epochs: with the old defaults (no norm) GIN reached val 0.15 here

@@ -1,4 +1,4 @@
-"""The README's commands run as written (as root too): issue 17 item 11."""
+"""The README's commands run as written (as root too)."""
 import os
 import re
 import shlex

@@ -194,7 +194,7 @@ def test_bad_perm_is_rejected():
 
 
 def _label_propagation_numpy(a, rounds: int, seed: int = 0) -> np.ndarray:
-    """The numpy label propagation "cluster" used until session 27 (on the scipy pattern A + A^T),
+    """A numpy label propagation for "cluster" (on the scipy pattern A + A^T),
     kept as the oracle of the torch one: the same random draws must give the same labels."""
     n = a.shape[0]
     labels = np.arange(n, dtype=np.int64)

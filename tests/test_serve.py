@@ -328,7 +328,7 @@ def test_bad_tables_file_is_refused(tmp_path):
 
 def test_bodiless_posts_on_control_endpoints(tables):
     """`curl -X POST .../v1/shutdown` sends no Content-Length: control endpoints accept it, a lookup
-    still needs a body (411) (issue 17 item 6)."""
+    still needs a body (411)."""
     d, _ = tables
     s = Service(d / "tables.json", "--snapshot-dir", str(d / "bodiless"))
     try:
@@ -348,7 +348,7 @@ def test_bodiless_posts_on_control_endpoints(tables):
 @pytest.mark.slow
 def test_serve_and_dlrm_print_no_spurious_mpi_error(tables):
     """Plain `mpirun -np 2` (no --mca osc, no OMPI_MCA_osc): Open MPI 5's UCX one-sided component
-    must not print "Error: OSC UCX component ..." on every rank (issue 17 item 5)."""
+    must not print "Error: OSC UCX component ..." on every rank."""
     d, _ = tables
     s = Service(d / "tables.json", osc=False)
     try:
@@ -368,7 +368,7 @@ def test_serve_and_dlrm_print_no_spurious_mpi_error(tables):
 
 def test_junk_npy_table_is_named_as_such(tmp_path):
     """A .npy path that holds no NumPy data is reported as that, not as a safetensors header
-    problem (issue 17 item 10)."""
+    problem."""
     (tmp_path / "junk.npy").write_bytes(b"this is not a table, just some text\n" * 4)
     (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "junk.npy"}]))
     r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),

@@ -57,8 +57,8 @@ def test_tuner_feasibility_equals_launcher(variant):
     assert not disagree, f"{variant}: (ps, ps_inter, wpb, dim, tuner, launcher) disagree at {disagree[:5]}"
 
 
-def test_issue_case_pipelined_ps32_wpb16_d128_is_refused_by_both():
-    """The case of issue 15: the tuner said 18,432 B while the kernel asks 262,144 B."""
+def test_pipelined_ps32_wpb16_d128_is_refused_by_both():
+    """The tuner and the kernel agree on 262,144 B (a shared-memory formula of 18,432 B was wrong)."""
     plan = _plan(PlanParams(32, 4, 16))
     e = estimate(TuneConfig(32, 4, 16, "pipelined"), 128, H100)
     assert e.smem == 16 * 32 * 128 * 4 == 262144

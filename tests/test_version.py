@@ -1,6 +1,6 @@
 """mgg's version comes from the installed distribution (mgg/version.py), so nothing that runs
 after training needs `from mgg import __version__`, which fails when a checkout folder named
-`mgg` is picked up as a namespace package (issue 17, item 1)."""
+`mgg` is picked up as a namespace package."""
 import json
 import os
 import re

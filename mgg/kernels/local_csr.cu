@@ -922,7 +922,7 @@ DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 // stores any; grid = ceil(n * DV / (SCALE_UNROLL * blockDim)), no grid-stride loop. The row of a
 // float4 is i >> shift when DV is a power of two (shift >= 0), else i / DV. Stores are plain, so
 // the part of out that stays in L2 serves the gather that follows. One H200 (bench/results/
-// 2026-11-26-h200x1-ac5feba/c3/scale_probe.py): 0.088 ms for [2.45M, 16] against 0.084 for a
+// 2026-11-26-h200x1-ac5feba, c3): 0.088 ms for [2.45M, 16] against 0.084 for a
 // copy, where a grid-stride loop took 0.093-0.097 and torch's broadcast multiply 0.128.
 #define SCALE_UNROLL 4
 extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, const float* __restrict__ cf,

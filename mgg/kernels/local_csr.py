@@ -74,7 +74,7 @@ ROW_MAPPINGS = ("default", "packed", "bundles", "scan")
 SCAN_LANES = (2, 4, 8)
 #: ... and those whose "default" mapping is scan, where bundles would pay
 #: (`bundles_pay`: short rows of a few entries). One H200, against the bundles they replace
-#: (bench/results/2026-11-27-h200x1-b6415bd, c3, devscripts scanab.py; each call's best source
+#: (bench/results/2026-11-27-h200x1-b6415bd, c3; each call's best source
 #: segment count): products-like D = 16 sum 1.249 against 1.421 ms, gcn 1.547 against 1.706; D = 8
 #: 0.792 / 0.983 against 1.071 / 1.362. Reddit-like keeps its packed rows (bundles do not pay
 #: there): scan took 0.94-1.00x of them. D = 17..32 (8 lanes): 0.97-0.99x of bundles, so not there.
@@ -84,7 +84,7 @@ SCAN_LANES = (2, 4, 8)
 SCAN_DEFAULT_LANES: tuple[int, ...] = (2, 4)
 #: entries (plus rows) a scan run aims at (a warp's run of consecutive short rows): 1024 against
 #: 512 on products-like D = 16 (c3): 1.249 / 1.270 ms sum, 1.547 / 1.573 gcn; 2048 and 4096 were
-#: slower (session 38 probe c2)
+#: slower
 DEFAULT_SCAN_RUN = 1024
 #: rows with more entries than this are long tasks under the scan mapping (whole warps, split at
 #: `chunk`); the others are in runs. 256 (the bundles' threshold at D = 16) against 1024 on
@@ -106,7 +106,7 @@ DEFAULT_BUNDLE_WINDOW = 8192
 #: loaded a batch after its index and shuffled after the row loads (tried there, not kept)
 PRESCALE_COLUMN = True
 #: the scan kernel reads a call's row factor packed with the row ends (pack_row_ends) instead of
-#: loading it a window (session 40's ncu: those loads all missed the L2). One H200 each,
+#: loading it a window (in ncu those loads all missed the L2). One H200 each,
 #: products-like (bench/results/2026-11-27-h200x1-a28b5e5): gcn on a producer-scaled table D = 16
 #: 1.197 against 1.243 ms (c1), 1.03-1.04x (c2, c8), D = 8 1.04-1.06x; with the pre-scale pass
 #: 1.04-1.05x and 1.04-1.09x; sum (no rf) unchanged

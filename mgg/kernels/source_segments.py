@@ -10,7 +10,7 @@ pays only where the table is around one to four times the L2 and the rows are lo
 (`auto_source_segments`).
 
 Measured on one H200 (torch reports 60 MB of L2), bench/results/2026-11-26-h200x1-1eb0ad7: c2
-(`segprobe.py`: kind sum, one launch per segment) and c3 (`bench/local_csr.py`, whole calls):
+(kind sum, one launch per segment) and c3 (`bench/local_csr.py`, whole calls):
 
 | ms | table / L2 | S = 1 | S = 2 | S = 3 |
 | --- | --- | --- | --- | --- |
@@ -20,7 +20,7 @@ Measured on one H200 (torch reports 60 MB of L2), bench/results/2026-11-26-h200x
 | reddit-like D = 64 gcn / sum (c3) | 1.0 | 2.969 / 3.008 | **2.888 / 2.931** | 2.913 / 2.962 |
 | reddit-like D = 16 gcn / sum (c3) | 0.25 | **0.834 / 0.801** | 0.864 / 0.826 | 0.878 / 0.845 |
 
-16-bit storage (session 39, one H200, bench/results/2026-11-27-h200x2-52bd5e5 c3, `p1probe.py`:
+16-bit storage (one H200, bench/results/2026-11-27-h200x2-52bd5e5 c3:
 whole calls on one GPU of two; the table as stored, 2 bytes an element):
 
 | ms | table / L2 | S = 1 | S = 2 | S = 3 |
@@ -60,17 +60,17 @@ AUTO_MAX_TABLE_L2 = 4.0
 #: measured) ...
 MAX_AUTO_SEGMENTS = 2
 #: ... and for the scan mapping (mgg_csr_scan: a pass walks its rows for fewer instructions), where
-#: three beat two on products-like (one H200, session 39 c4-c6, float32: D = 8 sum and gcn
+#: three beat two on products-like (one H200, bench/results/2026-11-27-h200x1-52bd5e5 c4-c6, float32: D = 8 sum and gcn
 #: 1.09-1.14x, D = 16 sum 1.03-1.10x, gcn within 2%)
 MAX_AUTO_SEGMENTS_SCAN = 3
-#: A self term (gcn, sum_self) takes the same count. From session 41 to 43 it took two on a table
-#: of 2 L2s or more: an adding pass then loaded and stored its rows, and products-like D = 16 gcn
+#: A self term (gcn, sum_self) takes the same count. Two won on a table
+#: of 2 L2s or more while an adding pass loaded and stored its rows: products-like D = 16 gcn
 #: ran two 1.02-1.05x faster than three (bench/results/2026-11-27-h200x1-a28b5e5 c2-c4). Since
 #: the adding passes reduce into their rows (local_csr.cu's add_to_row), three won there: gcn on
 #: a producer-scaled table 1.150 ms in three against 1.186 in two (-612ad9f c1).
 #: ... and a scan call on a 16-bit table takes two from half the L2's size: its rows are half
 #: float32's bytes for the same row walk a pass, so passes cost relatively more. One H200,
-#: products-like (bench/results/2026-11-27-h200x2-97b2a66 c9, seg16ab.py; sum and gcn, bf16 and
+#: products-like (bench/results/2026-11-27-h200x2-97b2a66 c9; sum and gcn, bf16 and
 #: fp16): D = 16 (78 MB, 1.3x the L2) two segments 1.02-1.05x faster than three and 1.17-1.22x
 #: than one; D = 8 (39 MB, 0.65x) two 1.13-1.29x faster than one and 1.03-1.08x than three.
 MAX_AUTO_SEGMENTS_SCAN_16 = 2

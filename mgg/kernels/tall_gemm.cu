@@ -44,7 +44,7 @@
 // lane: each quad of lanes writes 32 contiguous bytes of a row), with the bias and the ReLU
 // applied there. A prologue's map is applied when a chunk is used, not when it loads: an
 // instruction on a value as it arrives would wait on the load and stop the prefetch (tnp with
-// the map at load time took 0.67 ms a call against tn's 0.50; at use time 0.56, c1 / c2 of
+// the map at load time took 0.67 ms a call against tn's 0.50; at use time 0.56, calls c1 and c2 in
 // bench/results/2026-11-26-h200x1-d399e4f).
 // Launch geometry: blockDim.x = 32 * XB_WARPS, grid-stride over 32-row tiles by warp (tile =
 // blockIdx.x * XB_WARPS + warp); dynamic shared memory KC * NP * (2 * NT8 * 32 + (xbp: 8)) float4

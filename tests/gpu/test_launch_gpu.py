@@ -1,8 +1,8 @@
 """Kernels launched on a GPU that is not the current one (mgg.kernels.launch): modules, function
 handles and streams are per GPU, so a kernel first used on one GPU and then called with tensors
-of another runs there and gives the same values. Before, the first GPU's module ran on the other
-GPU's stream with its pointers: an illegal memory access that failed every later test of the
-P = 4 suite (sessions 27, 28). Needs two GPUs; under mpirun every rank runs it and gets its own
+of another runs there and gives the same values. A module of the first GPU run on the other
+GPU's stream with its pointers is an illegal memory access that fails every later test of the
+P = 4 suite. Needs two GPUs; under mpirun every rank runs it and gets its own
 GPU back afterwards (tests/gpu/conftest.py bound it)."""
 import pytest
 import torch

@@ -38,8 +38,8 @@ def test_p_ranks_train_the_one_rank_weights(dataset, model):
         # With dropout, 5-layer GIN's training diverges by chance: a P-rank row sums its local,
         # then its remote entries, so the float32 gradients differ in the last bits, and Adam
         # (g / (|g| + eps)) turns that into up to +-lr where an element is near 0. With every
-        # plan row sorted (session 31): sbm at P = 2 and 3, 1.6e-4 after one epoch and 1.7e-2
-        # after ten (3e-5 to 9e-5 in the rows' former order); karate at P = 3, the loss 5e-4 off
+        # plan row sorted: sbm at P = 2 and 3, 1.6e-4 after one epoch and 1.7e-2
+        # after ten (3e-5 to 9e-5 in the input's row order); karate at P = 3, the loss 5e-4 off
         # at epoch 3 and 4e-3 at epoch 10 (one step's gradients agree to 2.4e-7 with or without
         # the last layer's rows path). So: the first epoch's loss (same weights, same dropout
         # masks at any P) must agree, and without dropout the weights after ten epochs (1.9e-6
