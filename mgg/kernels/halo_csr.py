@@ -16,8 +16,10 @@
      local pass wrote (`add = 1`; rows without remote entries get no task). Then release.
 
 So each remote row crosses NVLink once (as in `halo`), and both passes are the atomics-free row
-kernels of `csr_rows` instead of the partition kernels. Running the gather beside the local pass
-(`overlap`) is measured slower than one after the other (see the class), so it is off by default.
+kernels of `csr_rows` instead of the partition kernels. By default (`overlap`) the publish barrier
+and the gather run on a high-priority side stream while the local pass runs on the current stream:
+the local pass reads only this rank's rows, so it waits neither for the slowest rank nor for
+NVLink.
 
 Weights (as in `csr_rows`): the local CSR's factorisation (`factor_weights`) carries over to the
 remote CSR when its weights agree, checked entry by entry once (`remote_factors`): sum (w = 1),
@@ -110,11 +112,14 @@ class HaloCsrExecutor:
         storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
 
     Attributes:
-        overlap: True runs the gather on the side stream beside the local pass; False (default)
-            runs gather, local pass and remote pass one after the other on the current stream.
-            Measured on 2x H100 (bench/overlap.py, reddit-like D = 16 / products-like D = 64):
-            serial 0.916-0.944 / 4.771 ms, overlapped 0.979-0.989 / 4.747 ms -- the gather is
-            small and both passes share the SMs and HBM -- and the side stream costs host time.
+        overlap: True (default) runs the publish barrier and the gather on the side stream beside
+            the local pass; False runs barrier, gather, local pass and remote pass one after the
+            other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
+            at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
+            (bench/results/2026-11-28-h200x2-overlap). Capping the gather's grid (`gather_blocks`)
+            leaves more SMs to the local pass: 33 blocks gave reddit-like 2.59 but products-like,
+            whose gather moves 20x more rows, 5.47.
+        gather_blocks: the gather's grid cap (None: 16 blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
 
@@ -131,7 +136,8 @@ class HaloCsrExecutor:
                                      storage_dtype=storage_dtype, local_part=True)
         self.plan, self.store, self.kind = plan, store, kind
         self.storage_dtype = storage_dtype
-        self.overlap = False
+        self.overlap = True
+        self.gather_blocks: int | None = None
         dev = self.local.device
         self.device = dev
         self.indptr = _dev(plan.remote_indptr, np.int64, dev)
@@ -200,7 +206,7 @@ class HaloCsrExecutor:
         if not h:
             return
         rows_per_block = _GATHER_WPB * (32 // lanes)
-        blocks = max(1, min(-(-h // rows_per_block), self.num_sms * 16))
+        blocks = max(1, min(-(-h // rows_per_block), self.gather_blocks or self.num_sms * 16))
         cache = self.local.launch_cache
         fn = cache.function(self.gather_module, "mgg_halo_gather_rows")
         with cache.stream():
@@ -252,20 +258,23 @@ class HaloCsrExecutor:
             raise ValueError(f"halo_csr: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
                              f"expected {self.storage_dtype} [*, {dp}]")
         sym.write(x)
-        sym.publish()
         cur = torch.cuda.current_stream(self.device)
         halo = self._halo(max(p.halo_size, 1), dp)
         run_remote = only != "local" and p.halo_size > 0
         gathered = None
-        if run_remote:
-            if self.overlap:
-                self.side.wait_stream(cur)  # the published slice and the halo buffer
-                with torch.cuda.stream(self.side):
-                    self._gather(sym, halo, dv, lanes, self.prescale and not factored)
-                gathered = self._gathered  # one event, recorded again each call
-                gathered.record(self.side)
-                halo.record_stream(self.side)
-            else:
+        if run_remote and self.overlap:
+            # the publish barrier and the gather on the side stream: the local pass, which reads
+            # only this rank's rows, does not wait for the slowest rank
+            self.side.wait_stream(cur)  # my written slice and the halo buffer
+            with torch.cuda.stream(self.side):
+                sym.publish()
+                self._gather(sym, halo, dv, lanes, self.prescale and not factored)
+            gathered = self._gathered  # one event, recorded again each call
+            gathered.record(self.side)
+            halo.record_stream(self.side)
+        else:
+            sym.publish()
+            if run_remote:
                 self._gather(sym, halo, dv, lanes, self.prescale and not factored)
         if only == "remote":
             out = torch.zeros((p.n_local, 4 * dv * (1 if self.storage_dtype == torch.float32 else 2)),
