@@ -116,7 +116,7 @@ class HaloCsrExecutor:
             the local pass; False runs barrier, gather, local pass and remote pass one after the
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
             at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
-            (bench/results/2026-11-28-h200x2-overlap). Capping the gather's grid (`gather_blocks`)
+            (bench/results/2026-11-28-h200x2-47c293c). Capping the gather's grid (`gather_blocks`)
             leaves more SMs to the local pass: 33 blocks gave reddit-like 2.59 but products-like,
             whose gather moves 20x more rows, 5.47.
         gather_blocks: the gather's grid cap (None: 16 blocks an SM).
