@@ -34,6 +34,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         from ..data.prepare import prepare_graph
 
         from ..runtime.backends import resolve_backend
+        from .node_order import AUTO_MIN_NODES
         from .phases import PhaseClock
 
         clock = clock or PhaseClock(comm, show=False)
@@ -49,8 +50,10 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not explicit)
             if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
                 graph, prep = _prepare_mapped(cfg, comm, graph)
-        with clock.phase("reorder"):
-            graph, choice = _node_order(cfg, graph, device or "cpu")
+        choice = None
+        if cfg.reorder_nodes != "none" and (explicit or graph.num_nodes >= AUTO_MIN_NODES):
+            with clock.phase("reorder"):
+                graph, choice = _node_order(cfg, graph, device or "cpu")
         if choice is not None and comm.rank == 0 and cfg.progress:
             print(choice.line, flush=True)
         stage = "prepare"
