@@ -29,6 +29,8 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
     graph = prep = None
     err: BaseException | None = None
     stage = "load"
+    nodes = comm.node_of_ranks()  # collective: before anything that can fail on one rank
+    host_ranks = int((nodes == nodes[comm.rank]).sum())
     try:
         from ..data import load_dataset
         from ..data.prepare import prepare_graph
@@ -53,7 +55,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         choice = None
         if cfg.reorder_nodes != "none" and (explicit or graph.num_nodes >= AUTO_MIN_NODES):
             with clock.phase("reorder"):
-                graph, choice = _node_order(cfg, graph, device or "cpu")
+                graph, choice = _node_order(cfg, graph, device or "cpu", host_ranks)
         if choice is not None and comm.rank == 0 and cfg.progress:
             print(choice.line, flush=True)
         stage = "prepare"
@@ -73,18 +75,19 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
     return graph, prep
 
 
-def _node_order(cfg: TrainConfig, graph: Any, device: str):
+def _node_order(cfg: TrainConfig, graph: Any, device: str, host_ranks: int = 1):
     """(graph in the order --reorder-nodes asks for, OrderChoice or None when nothing was
     weighed). ``auto`` (mgg.apps.node_order): a memory-mapped file keeps its order (relabelling
     would read it whole on every rank; mgg.prepare writes a local order into the file), a graph
     built in memory is tried with the cluster order, whose labels are the same on every device,
-    so P ranks train the graph one rank trains."""
+    so P ranks train the graph one rank trains. `host_ranks`: ranks on this host (each relabels
+    its own copy)."""
     from .node_order import OrderChoice, apply_order, choose_order, input_order_is_local
 
     if cfg.reorder_nodes == "none":
         return graph, None
     if cfg.reorder_nodes != "auto":
-        return apply_order(graph, cfg.reorder_nodes, device=device)
+        return apply_order(graph, cfg.reorder_nodes, device=device, processes=host_ranks)
     if getattr(graph, "mapped", False):
         if getattr(graph, "user_ids", None) is not None:
             return graph, OrderChoice("file", "auto: the file's order, relabelled by mgg.prepare")

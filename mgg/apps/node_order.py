@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["AUTO_MIN_NODES", "LOCAL_SHARE", "MIN_GAIN", "PROBE_PARTS", "SAMPLES", "OrderChoice",
-           "remote_share", "remote_rows_max", "input_order_is_local", "choose_order", "apply_order", "prepare_candidate"]
+           "remote_share", "remote_rows_max", "input_order_is_local", "choose_order", "apply_order", "prepare_candidate", "check_metis_fits"]
 
 AUTO_MIN_NODES = 65_536
 LOCAL_SHARE = 0.5
@@ -91,13 +91,30 @@ def prepare_candidate(num_nodes: int, num_edges: int, available: int | None = No
     return "metis" if have_pymetis() and metis_host_bytes(num_nodes, num_edges) <= free else "cluster"
 
 
-def apply_order(graph, method: str, device="cpu"):
-    """(graph relabelled by `method`, OrderChoice); ``method="none"`` returns `graph` itself."""
+def check_metis_fits(num_nodes: int, num_edges: int, processes: int = 1, available: int | None = None) -> None:
+    """ValueError (one line) when `processes` METIS runs on this host would not fit its free memory."""
+    from ..data.metis_order import metis_host_bytes
+    from .memory_check import host_available
+
+    need = processes * metis_host_bytes(num_nodes, num_edges)
+    free = host_available() if available is None else available
+    if need > free:
+        each = f" ({processes} ranks on this host, each runs it)" if processes > 1 else ""
+        raise ValueError(f"--reorder-nodes metis: METIS needs about {need / 2**30:.1f} GiB for {num_nodes:,} nodes and "
+                         f"{num_edges:,} edges{each}, this host has {free / 2**30:.1f} GiB free; use --reorder-nodes "
+                         f"cluster (on a GPU: seconds), or python -m mgg.prepare on a larger host")
+
+
+def apply_order(graph, method: str, device="cpu", processes: int = 1):
+    """(graph relabelled by `method`, OrderChoice); ``method="none"`` returns `graph` itself.
+    `processes`: how many processes of this host relabel at once (for METIS's memory check)."""
     from ..data.reorder import reorder_nodes
 
     t0 = time.perf_counter()
     if method == "none":
         return graph, OrderChoice("none", "--reorder-nodes none: the input order")
+    if method == "metis":
+        check_metis_fits(graph.num_nodes, graph.num_edges, processes)
     g, _ = reorder_nodes(graph, method, device=device)
     return g, OrderChoice(method, f"--reorder-nodes {method}", seconds=time.perf_counter() - t0)
 
