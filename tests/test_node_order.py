@@ -13,28 +13,7 @@ from mgg.data.reorder import permute_graph, reorder_nodes, to_user_order
 from mgg.data.validate import GraphFormatError
 from mgg.runtime.footprint import rank_footprints
 from mgg.runtime.partition import partition_ranges
-
-
-def communities(k: int = 8, size: int = 200, degree: int = 12, cross: float = 0.0, seed: int = 0,
-                features: bool = True) -> tuple[Graph, np.ndarray]:
-    """(graph, community of every node): `k` communities of `size` nodes, each node with `degree`
-    in-edges from its own community (a share `cross` from anywhere), ids shuffled; labels = community."""
-    rng = np.random.default_rng(seed)
-    n = k * size
-    comm = np.repeat(np.arange(k), size)
-    tgt = np.repeat(np.arange(n), degree)
-    src = comm[tgt] * size + rng.integers(0, size, len(tgt))
-    far = rng.random(len(tgt)) < cross
-    src[far] = rng.integers(0, n, int(far.sum()))
-    shuffle = rng.permutation(n)  # node old -> shuffled id
-    s, t = shuffle[src], shuffle[tgt]
-    order = np.lexsort((s, t))
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(t, minlength=n), out=indptr[1:])
-    label = np.empty(n, dtype=np.int64)
-    label[shuffle] = comm
-    x = rng.standard_normal((n, 6)).astype(np.float32) if features else None
-    return Graph(indptr, s[order].astype(np.int64), x=x, y=label, name="communities"), label
+from mgg.testing.communities import shuffled_communities as communities
 
 
 def remote_share(g: Graph, p: int) -> float:
