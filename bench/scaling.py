@@ -3,6 +3,10 @@
     python bench/scaling.py [--ranks 1,2,4,8] [--datasets reddit-like:1,products-like:1,papers-like:0.1]
                             [--models gcn,gin] [--out DIR] [-- extra bench/fullgraph.py flags]
     python bench/scaling.py --summarize DIR_OR_FILES...
+    python bench/scaling.py --cli [--ranks 1,2] [--datasets products-like:1] [--orders none,auto] [--models gcn,gin]
+
+`--cli` times `python -m mgg.train` with default flags instead, on each dataset written by
+`mgg.prepare` in every order of `--orders` (bench/scaling_cli.py), with the remote rows per rank.
 
 Run mode launches `mpirun -np P python bench/fullgraph.py` for every P of `--ranks` that the
 machine has GPUs for (the others are named and skipped). Each run times, side by side on the same
@@ -137,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="gcn,gin")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scaling"))
     ap.add_argument("--summarize", nargs="+", default=None, metavar="DIR_OR_FILE")
+    sys.path.insert(0, ROOT)
+    from bench.scaling_cli import add_cli_args, run_cli
+
+    add_cli_args(ap)
     args = ap.parse_args(argv)
+    if args.cli:
+        return run_cli(args)
     paths = args.summarize if args.summarize is not None else run(args, extra)
     rows = scaling_rows(load_docs(paths if args.summarize is not None else [args.out]))
     print_table(rows)

@@ -177,7 +177,7 @@ def test_prepare_dry_run_sizes_without_writing(tmp_path, capsys, monkeypatch):
         assert e.value.code == 2 and msg in capsys.readouterr().err
 
 
-def test_reorder_nodes_writes_the_relabelled_graph_and_its_permutation(tmp_path):
+def test_reorder_nodes_writes_the_relabelled_graph_and_its_user_ids(tmp_path):
     import numpy as np
 
     from mgg.apps.prepare_cli import main
@@ -187,7 +187,9 @@ def test_reorder_nodes_writes_the_relabelled_graph_and_its_permutation(tmp_path)
 
     out = tmp_path / "g.npz"
     assert main(["sbm", "--scale", "0.05", "--out", str(out), "--reorder-nodes", "degree"]) == 0
-    g, perm = load_npz(str(out)), np.load(tmp_path / "g.perm.npy")
+    g = load_npz(str(out))
+    perm = g.user_ids  # stored in the file: user_ids[new] = the input's id
+    assert load_npz(str(out), mmap=True).user_ids is not None and not (tmp_path / "g.perm.npy").exists()
     orig = load_dataset("sbm", scale=0.05, seed=0)
     assert sorted(perm.tolist()) == list(range(orig.num_nodes))  # a permutation, perm[new] = old
     np.testing.assert_array_equal(g.y, orig.y[perm])

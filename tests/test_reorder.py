@@ -40,9 +40,15 @@ GRAPHS = {"random": lambda: _random_graph(), "sbm": lambda: load_dataset("sbm", 
           "powerlaw": lambda: load_dataset("products-like", scale=0.0005, seed=1)}
 
 
+def _needs(method: str) -> None:
+    if method == "metis":
+        pytest.importorskip("pymetis")
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_reordered_graph_is_isomorphic_under_perm(name, method):
+    _needs(method)
     g = GRAPHS[name]()
     g2, perm = reorder_nodes(g, method)
     n = g.num_nodes
@@ -58,6 +64,8 @@ def test_reordered_graph_is_isomorphic_under_perm(name, method):
         assert g2.train_mask[k] == g.train_mask[perm[k]]
         assert g2.val_mask[k] == g.val_mask[perm[k]]
         assert g2.test_mask[k] == g.test_mask[perm[k]]
+    if method != "none":  # the input's id of every node travels with it
+        np.testing.assert_array_equal(g2.user_ids, perm)
     if method != "none":  # rows re-sorted ascending
         t = g2.targets()
         assert np.all((np.diff(g2.indices) >= 0) | (np.diff(t) != 0))
@@ -82,6 +90,7 @@ def test_unsorted_rows_keep_their_order_when_asked():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_round_trip(method):
+    _needs(method)
     g = _random_graph(seed=7)
     g2, perm = reorder_nodes(g, method)
     inv = inverse_permutation(perm)
@@ -94,10 +103,11 @@ def test_round_trip(method):
     assert np.array_equal(back.x, g.x) and np.array_equal(back.y, g.y)
 
 
-@pytest.mark.parametrize("method", ["degree", "rcm", "cluster"])
+@pytest.mark.parametrize("method", ["degree", "rcm", "cluster", "metis"])
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
 def test_aggregation_commutes_with_reordering(method, kind):
     """mgg's CPU executor on the reordered graph == the float64 oracle on the original, permuted."""
+    _needs(method)
     g = _random_graph(n=80, e=700, seed=11)
     g2, perm = reorder_nodes(g, method)
     x = np.random.default_rng(2).standard_normal((g.num_nodes, 6))
@@ -173,14 +183,22 @@ def test_empty_and_edgeless_graphs():
     for n in (0, 5):
         g = Graph(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
         for m in METHODS:
+            if m == "metis" and not _have_pymetis():
+                continue
             g2, perm = reorder_nodes(g, m)
             assert g2.num_nodes == n and g2.num_edges == 0 and len(perm) == n
 
 
+def _have_pymetis() -> bool:
+    from mgg.data.metis_order import have_pymetis
+
+    return have_pymetis()
+
+
 def test_bad_method_names_it_and_the_allowed_values():
     g = _random_graph()
-    with pytest.raises(ValueError, match=r"'metis'.*none, degree, rcm, cluster"):
-        reorder_nodes(g, "metis")
+    with pytest.raises(ValueError, match=r"'spectral'.*none, degree, rcm, cluster, metis"):
+        reorder_nodes(g, "spectral")
 
 
 def test_bad_perm_is_rejected():

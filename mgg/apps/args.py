@@ -110,9 +110,11 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     """How the graph is laid out and aggregated: partitioning, kernels, storage, profiling."""
-    p.add_argument("--reorder-nodes", choices=("none", "degree", "rcm", "cluster"), default="none",
-                   help="relabel the nodes before partitioning (default none; docs/reorder.md: cluster "
-                   "halves the remote rows of community-structured graphs at P = 8, degree and rcm do not help)")
+    p.add_argument("--reorder-nodes", choices=("auto", "none", "degree", "rcm", "cluster", "metis"), default="auto",
+                   help="relabel the nodes before partitioning (docs/partition.md). auto (default): a graph "
+                   "built in memory (a preset, an edge list) whose order has no locality gets the cluster order "
+                   "when it cuts the remote rows, the same for every P; a memory-mapped .npz keeps its order "
+                   "(mgg.prepare writes a local one); none: the input order; metis needs pymetis")
     p.add_argument("--ps", type=_int_in(1, 1024), default=None,
                    help="neighbor partition size [1, 1024] (default 16; with --tune: pins ps)")
     p.add_argument("--dist", type=_int_in(1, 16), default=None,

@@ -29,11 +29,14 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
     graph = prep = None
     err: BaseException | None = None
     stage = "load"
+    nodes = comm.node_of_ranks()  # collective: before anything that can fail on one rank
+    host_ranks = int((nodes == nodes[comm.rank]).sum())
     try:
         from ..data import load_dataset
         from ..data.prepare import prepare_graph
 
         from ..runtime.backends import resolve_backend
+        from .node_order import AUTO_MIN_NODES
         from .phases import PhaseClock
 
         clock = clock or PhaseClock(comm, show=False)
@@ -44,16 +47,17 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             from ..runtime.gpu_assignment import device_index
 
             device = f"cuda:{device_index(comm.local_rank, torch.cuda.device_count())}"
-        reorder = cfg.reorder_nodes != "none"
-        with clock.phase("load"):  # a relabelled graph is built whole, so it is not mapped
-            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not reorder)
+        explicit = cfg.reorder_nodes not in ("auto", "none")
+        with clock.phase("load"):  # a graph relabelled on request is built whole, so it is not mapped
+            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not explicit)
             if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
                 graph, prep = _prepare_mapped(cfg, comm, graph)
-        if reorder:
-            from ..data.reorder import reorder_nodes
-
+        choice = None
+        if cfg.reorder_nodes != "none" and (explicit or graph.num_nodes >= AUTO_MIN_NODES):
             with clock.phase("reorder"):
-                graph, _ = reorder_nodes(graph, cfg.reorder_nodes, device=device or "cpu")
+                graph, choice = _node_order(cfg, graph, device or "cpu", host_ranks)
+        if choice is not None and comm.rank == 0 and cfg.progress:
+            print(choice.line, flush=True)
         stage = "prepare"
         with clock.phase("prepare"):
             if prep is None:
@@ -69,6 +73,31 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
                             f"but cannot be trained on: {msg}") from e
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
     return graph, prep
+
+
+def _node_order(cfg: TrainConfig, graph: Any, device: str, host_ranks: int = 1):
+    """(graph in the order --reorder-nodes asks for, OrderChoice or None when nothing was
+    weighed). ``auto`` (mgg.apps.node_order): a memory-mapped file keeps its order (relabelling
+    would read it whole on every rank; mgg.prepare writes a local order into the file), a graph
+    built in memory is tried with the cluster order, whose labels are the same on every device,
+    so P ranks train the graph one rank trains. `host_ranks`: ranks on this host (each relabels
+    its own copy)."""
+    from .node_order import OrderChoice, apply_order, choose_order, input_order_is_local
+
+    if cfg.reorder_nodes == "none":
+        return graph, None
+    if cfg.reorder_nodes != "auto":
+        return apply_order(graph, cfg.reorder_nodes, device=device, processes=host_ranks)
+    if getattr(graph, "mapped", False):
+        if getattr(graph, "user_ids", None) is not None:
+            return graph, OrderChoice("file", "auto: the file's order, relabelled by mgg.prepare")
+        local, share, _ = input_order_is_local(graph)
+        if local:
+            return graph, None
+        return graph, OrderChoice("none", f"auto: a memory-mapped file keeps its order, though {share:.0%} of its "
+                                          f"edges cross 8 ranges; python -m mgg.prepare FILE --out NEW.npz tries "
+                                          f"a local order", share=share)
+    return choose_order(graph, "cluster", device=device)
 
 
 def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:

@@ -80,7 +80,7 @@ class TrainConfig:
     weight_decay: float | None = None
     dropout: float | None = None
     norm: str | None = None              # GIN's MLP normalisation (None: the model's default, batch)
-    reorder_nodes: str = "none"          # relabel nodes before partitioning (mgg.data.reorder.METHODS)
+    reorder_nodes: str = "auto"          # relabel nodes before partitioning: auto (mgg.apps.node_order) or a mgg.data.reorder method
     seed: int = 0
     ps: int | None = None                # None: KNOB_DEFAULTS, or tuned with --tune (given: pinned)
     dist: int | None = None

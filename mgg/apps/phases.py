@@ -2,7 +2,8 @@
 reported (max over ranks) in the metrics JSON as `phases` with `time_to_first_epoch_s`.
 
 Phases, in order: init (process start to the start of loading: interpreter, imports, MPI and
-the communicator), load (read or generate the dataset), reorder (with --reorder-nodes), prepare (features, labels, masks),
+the communicator), load (read or generate the dataset), reorder (an explicit --reorder-nodes, or auto on a graph of
+65,536 nodes or more: mgg.apps.node_order), prepare (features, labels, masks),
 partition (ranges, this rank's forward and transposed rows: `DistGraph` construction without the
 store), store (the symmetric store: MPI window or NVSHMEM init), data (this rank's features, labels and
 masks onto its device, and the row sets of the training and evaluated rows), plan (forward and

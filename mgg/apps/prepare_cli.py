@@ -27,6 +27,18 @@ from typing import Sequence
 __all__ = ["main", "build_parser"]
 
 _MB = float(1 << 20)
+#: host bytes per CSR entry of relabelling a whole graph beyond two copies of it (the label
+#: propagation's sort keys; METIS's own estimate is mgg.data.metis_order.metis_host_bytes)
+_REORDER_BYTES_PER_EDGE = 48
+
+
+def _reorder_choices() -> tuple[str, ...]:
+    from ..data.reorder import METHODS
+
+    return ("auto", *METHODS)
+
+
+REORDER_CHOICES = _reorder_choices()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="where presets draw their edges and features (cpu or cuda)")
     p.add_argument("--ranks", default="", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8")
     p.add_argument("--hidden", type=int, default=16, help="hidden width, for the symmetric heap column")
-    p.add_argument("--reorder-nodes", choices=("none", "degree", "rcm", "cluster"), default="none",
-                   help="relabel the nodes before writing (mgg.data.reorder; docs/reorder.md): the file then "
-                        "carries the locality, and training needs no --reorder-nodes. The graph is held whole "
-                        "while it is relabelled; perm[new] = old is written beside it as <out>.perm.npy")
+    p.add_argument("--reorder-nodes", choices=REORDER_CHOICES, default="auto",
+                   help="relabel the nodes before writing (docs/partition.md): auto keeps a local input order "
+                        "and otherwise writes the METIS order (pymetis installed and fitting the host) or the "
+                        "cluster order, whichever the rule of mgg.apps.node_order finds cuts the remote rows; "
+                        "none keeps the input order. A relabelled file stores user_ids (the input's id of every "
+                        "node), and training needs no --reorder-nodes. The graph is held whole while it is "
+                        "relabelled: a preset too large for this host is written in its generated order")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
     p.add_argument("--dry-run", action="store_true",
                    help="presets: draw every edge and feature and size them for --ranks, but write no file "
@@ -88,8 +103,11 @@ def _write(ns: argparse.Namespace) -> None:
         raise ValueError(f"--out must name a .npz file, got {out!r}")
     t0 = time.perf_counter()
     key = ns.dataset.lower()
-    if ns.reorder_nodes != "none":
-        n, e = _write_reordered(ns)
+    method = ns.reorder_nodes
+    if key in PRESETS and method == "auto":
+        method = _auto_for_preset(ns)
+    if method != "none":
+        n, e = _write_reordered(ns, method)
     elif key in PRESETS:
         say = lambda m: print(f"  writing {m}", flush=True)  # noqa: E731
         n, e = save_preset(key, out, ns.scale, ns.seed, ns.device, progress=say)
@@ -105,27 +123,52 @@ def _write(ns: argparse.Namespace) -> None:
           f"({e / max(dt, 1e-9) / 1e6:.1f}M edges/s; peak host RSS {_peak_rss_mb():,.0f} MiB)", flush=True)
 
 
-def _write_reordered(ns: argparse.Namespace) -> tuple[int, int]:
-    """Load (or generate) the dataset whole, relabel it by --reorder-nodes, write it and its
-    permutation (both atomically); returns (nodes, edges)."""
-    import numpy as np
+def _reorder_bytes(num_nodes: int, num_edges: int, num_features: int, method: str) -> int:
+    """Host bytes of relabelling a whole graph by `method` (two copies of it plus the order's own)."""
+    from ..apps.node_order import prepare_candidate
+    from ..data.metis_order import metis_host_bytes
 
-    from ..atomic import atomic_write
+    graph = 8 * num_edges + num_nodes * (4 * num_features + 8 + 8 + 3 + 8)
+    if method == "auto":
+        method = prepare_candidate(num_nodes, num_edges)
+    order = metis_host_bytes(num_nodes, num_edges) if method == "metis" else _REORDER_BYTES_PER_EDGE * num_edges
+    return 2 * graph + order
+
+
+def _auto_for_preset(ns: argparse.Namespace) -> str:
+    """``auto`` for a generated preset: "auto" when the whole graph can be relabelled on this host
+    (its ids are random, so the rule will reorder it), else "none" with a line saying why."""
+    from ..data.generators import PRESETS, preset_sizes
+    from .memory_check import host_available
+
+    n, e = preset_sizes(ns.dataset.lower(), ns.scale)
+    need, free = _reorder_bytes(n, e, PRESETS[ns.dataset.lower()].num_features, "auto"), host_available()
+    if need <= free:
+        return "auto"
+    print(f"node order: none (auto: relabelling {n:,} nodes and {e:,} edges needs about {need / 2**30:.0f} GiB, "
+          f"this host has {free / 2**30:.0f} GiB free: the generated order; its ranges read remote rows "
+          f"without locality)", flush=True)
+    return "none"
+
+
+def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
+    """Load (or generate) the dataset whole, relabel it by `method` ("auto": mgg.apps.node_order's
+    rule), write it with its user_ids (atomically); returns (nodes, edges)."""
     from ..data import load_dataset
-    from ..data.npz import save_npz
     from ..data.generators import PRESETS
-    from ..data.reorder import reorder_nodes
+    from ..data.npz import save_npz
+    from .node_order import apply_order, choose_order, prepare_candidate
 
     t0 = time.perf_counter()
     g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False,
                      device=ns.device if ns.dataset.lower() in PRESETS else None)
-    print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s; relabelling ({ns.reorder_nodes})",
-          flush=True)
-    t0 = time.perf_counter()
-    g, perm = reorder_nodes(g, ns.reorder_nodes, device=ns.device)
-    print(f"  relabelled in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s; node order {method}", flush=True)
+    if method == "auto":
+        g, choice = choose_order(g, prepare_candidate(g.num_nodes, g.num_edges), device=ns.device)
+    else:
+        g, choice = apply_order(g, method, device=ns.device)
+    print(choice.line, flush=True)
     save_npz(g, ns.out)
-    atomic_write(ns.out[:-len(".npz")] + ".perm.npy", lambda f: np.save(f, perm))
     return g.num_nodes, g.num_edges
 
 

@@ -30,7 +30,7 @@ def infer_num_nodes(num_nodes, src, dst, x=None, y=None, masks=(), source: str =
 
 def graph_from_edges(src, dst, *, source: str, name: str, num_nodes=None, field: str = "edge_index",
                      x=None, y=None, train_mask=None, val_mask=None, test_mask=None,
-                     to_undirected: bool = False) -> Graph:
+                     user_ids=None, to_undirected: bool = False) -> Graph:
     """Build and validate a Graph from edges ``src[k] -> dst[k]`` (ids checked before use)."""
     src = _as_int64(src, source, field)
     dst = _as_int64(dst, source, field)
@@ -43,6 +43,6 @@ def graph_from_edges(src, dst, *, source: str, name: str, num_nodes=None, field:
     _check_ids(dst, n, source, f"{field}[1]")
     indptr, indices = csr_from_edges(src, dst, n)
     g = Graph(indptr, indices, x=x, y=y, train_mask=train_mask, val_mask=val_mask,
-              test_mask=test_mask, name=name)
+              test_mask=test_mask, user_ids=user_ids, name=name)
     g = validate_graph(g, source)
     return g.to_undirected() if to_undirected else g

@@ -49,6 +49,10 @@ class Graph:
         x: float32 [N, F] node features, or None.
         y: int64 [N] node labels (-1 = unlabelled), or None.
         train_mask, val_mask, test_mask: bool [N], or None.
+        user_ids: int64 [N] with ``user_ids[k]`` = the id the user's input gave node ``k``, when
+            the nodes were relabelled (mgg.data.reorder; stored in the file by
+            ``mgg.prepare --reorder-nodes``); None when the graph is in the user's order.
+            Per-node results go back to the user's ids with ``out_user[user_ids] = out``.
         name: a human-readable name (dataset name or file path).
         mapped: ``indices`` and the node data are read-only ``np.memmap`` views of a file
             (mgg.data.npz.load_npz with ``mmap=True``): read only the rows you need
@@ -62,6 +66,7 @@ class Graph:
     train_mask: np.ndarray | None = None
     val_mask: np.ndarray | None = None
     test_mask: np.ndarray | None = None
+    user_ids: np.ndarray | None = None
     name: str = "graph"
     mapped: bool = False
 

@@ -15,7 +15,7 @@ from .validate import GraphFormatError, validate_graph, validate_mapped
 
 __all__ = ["load_npz", "save_npz"]
 
-_NODE_KEYS = ("x", "y", "train_mask", "val_mask", "test_mask")
+_NODE_KEYS = ("x", "y", "train_mask", "val_mask", "test_mask", "user_ids")
 
 
 def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | None = None,
@@ -34,7 +34,8 @@ def load_npz(path: str | os.PathLike, num_nodes: int | None = None, name: str | 
         * ``edge_index``: int [2, E], row 0 sources, row 1 targets (PyG convention);
         * ``indptr`` int [N+1] + ``indices`` int [E]: target-major CSR (mgg convention).
     Optional keys: ``x`` float [N, F], ``y`` int [N] (-1 = unlabelled), ``train_mask``,
-    ``val_mask``, ``test_mask`` bool [N], ``num_nodes`` int scalar (overridden by the
+    ``val_mask``, ``test_mask`` bool [N], ``user_ids`` int64 [N] (the input's id of every node
+    of a relabelled file, see ``Graph.user_ids``), ``num_nodes`` int scalar (overridden by the
     ``num_nodes`` argument). Pickled objects are refused.
 
     Raises:

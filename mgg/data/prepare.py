@@ -77,7 +77,8 @@ class DeferredPrepared:
             masks = [d[k] for k in ("train_mask", "val_mask", "test_mask")]
             if any(m is None for m in masks):  # the seeded split needs every label: y read whole
                 n = int(len(g.indptr) - 1)
-                masks = [m[lo:hi] for m in _random_split(np.asarray(g.y, dtype=np.int64).reshape(n), n, self.seed)]
+                masks = [m[lo:hi] for m in _user_split(np.asarray(g.y, dtype=np.int64).reshape(n), n, self.seed,
+                                                       getattr(g, "user_ids", None))]
             train_m, val_m, test_m = (np.asarray(m, dtype=bool) & (y >= 0) for m in masks)
             # rows read from a file are fresh arrays: no copy where they already are float32 / int64
             out = (np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.int64),
@@ -110,6 +111,17 @@ def _random_split(y: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
         m[part] = True
         masks.append(m)
     return masks
+
+
+def _user_split(y: np.ndarray, n: int, seed: int, user_ids) -> list[np.ndarray]:
+    """`_random_split` drawn in the user's node ids (``Graph.user_ids``, int [n] or None) and
+    returned in the graph's order: a relabelled graph gets the split its input order gets."""
+    if user_ids is None:
+        return _random_split(y, n, seed)
+    ids = np.asarray(user_ids, dtype=np.int64)
+    y_user = np.empty_like(y)
+    y_user[ids] = y
+    return [m[ids] for m in _random_split(y_user, n, seed)]
 
 
 def labels_hint() -> str:
@@ -149,7 +161,7 @@ def prepare_graph(graph: Any, seed: int = 0, deferred: bool = False) -> Prepared
     x = np.ascontiguousarray(x, dtype=np.float32)
     masks = [getattr(graph, k, None) for k in ("train_mask", "val_mask", "test_mask")]
     if any(m is None for m in masks):
-        masks = _random_split(y, n, seed)
+        masks = _user_split(y, n, seed, getattr(graph, "user_ids", None))
     # unlabelled nodes (y == -1) never count, whatever the masks say
     train_m, val_m, test_m = (np.asarray(m, dtype=bool) & (y >= 0) for m in masks)
     if not train_m.any():

@@ -17,10 +17,16 @@ Methods (``METHODS``):
   bandwidth-reducing BFS order, so neighbours get nearby ids.
 * ``cluster`` -- communities found by a few rounds of vectorised label propagation on the
   symmetrised pattern, laid out one after another (largest first); inside a community, in-degree
-  descending. A cheap stand-in for Rabbit-order-like clustering orders.
+  descending. A cheap stand-in for Rabbit-order-like clustering orders; runs on the GPU
+  (``device="cuda"``) in seconds.
+* ``metis``  -- parts of a METIS recursive bisection, one after another
+  (mgg.data.metis_order; needs pymetis): nested, so the ranges of every P = 2, 4, 8, ... hold
+  whole parts.
 
-Whether any of them helps is measured in docs/reorder.md (bench/reorder.py); none is on by
-default.
+The relabelled graph records the input's id of every node in ``Graph.user_ids`` (composed
+over successive relabellings), which mgg.prepare stores in the file. Which order the tools
+pick by default (``auto``) is mgg.data.locality's rule; measurements in docs/partition.md
+(bench/partition_locality.py) and docs/reorder.md (bench/reorder.py).
 """
 from __future__ import annotations
 
@@ -32,9 +38,9 @@ import scipy.sparse as sp
 from .graph import Graph
 
 __all__ = ["METHODS", "reorder_nodes", "permutation", "permute_graph", "inverse_permutation",
-           "to_new_order", "to_old_order"]
+           "to_new_order", "to_old_order", "to_user_order"]
 
-METHODS = ("none", "degree", "rcm", "cluster")
+METHODS = ("none", "degree", "rcm", "cluster", "metis")
 
 # CSR entries handled per chunk when gathering and sorting rows (bounded temporaries).
 _EDGE_CHUNK = 1 << 22
@@ -71,6 +77,16 @@ def to_new_order(a: np.ndarray, perm: np.ndarray) -> np.ndarray:
 def to_old_order(a_new: np.ndarray, perm: np.ndarray) -> np.ndarray:
     """Per-node array in new order ([N, ...], e.g. a model output) -> old order: ``a_new[inv]``."""
     return a_new[inverse_permutation(perm)]
+
+
+def to_user_order(a: np.ndarray, graph: Graph) -> np.ndarray:
+    """Per-node array in `graph`'s order ([N, ...], e.g. predictions or embeddings) -> the same
+    rows in the user's node ids (``Graph.user_ids``; `a` itself for a graph in the user's order)."""
+    if graph.user_ids is None:
+        return a
+    out = np.empty_like(a)
+    out[np.asarray(graph.user_ids, dtype=np.int64)] = a
+    return out
 
 
 # -------------------------------------------------------------------------------- orders
@@ -196,7 +212,7 @@ def _cluster_order(graph: Graph, device="cpu") -> np.ndarray:
 def permutation(graph: Graph, method: str, device="cpu") -> np.ndarray:
     """int64 [N] ``perm`` (``perm[new] = old``) of `method` for `graph`, without relabelling.
     `device`: where "cluster" runs its label propagation (torch; "cuda" on a GPU machine); the
-    result does not depend on it."""
+    result does not depend on it. "metis" raises ValueError when pymetis is not installed."""
     _check_method(method)
     if method == "none":
         return np.arange(graph.num_nodes, dtype=np.int64)
@@ -204,6 +220,10 @@ def permutation(graph: Graph, method: str, device="cpu") -> np.ndarray:
         return _degree_order(graph)
     if method == "rcm":
         return _rcm_order(graph)
+    if method == "metis":
+        from .metis_order import metis_order
+
+        return metis_order(graph)
     return _cluster_order(graph, device)
 
 
@@ -219,7 +239,9 @@ def permute_graph(graph: Graph, perm: np.ndarray, sort_rows: bool = True) -> Gra
             entry order, relabelled).
 
     Returns:
-        A new Graph with int64 CSR; the same edge multiset under the relabelling.
+        A new Graph with int64 CSR; the same edge multiset under the relabelling, and
+        ``user_ids`` = the input's user ids in the new order (``arange(N)[perm]`` = ``perm`` for
+        a graph in the user's order).
     """
     n, e = graph.num_nodes, graph.num_edges
     perm = np.asarray(perm, dtype=np.int64)
@@ -254,9 +276,11 @@ def permute_graph(graph: Graph, perm: np.ndarray, sort_rows: bool = True) -> Gra
     def follow(a):
         return None if a is None else np.asarray(a)[perm]
 
+    user_ids = perm if graph.user_ids is None else np.asarray(graph.user_ids, dtype=np.int64)[perm]
     return dataclasses.replace(graph, indptr=indptr, indices=indices, x=follow(graph.x),
                                y=follow(graph.y), train_mask=follow(graph.train_mask),
-                               val_mask=follow(graph.val_mask), test_mask=follow(graph.test_mask))
+                               val_mask=follow(graph.val_mask), test_mask=follow(graph.test_mask),
+                               user_ids=user_ids, mapped=False)
 
 
 def reorder_nodes(graph: Graph, method: str, sort_rows: bool = True, device="cpu") -> tuple[Graph, np.ndarray]:

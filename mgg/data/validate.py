@@ -180,7 +180,25 @@ def validate_graph(g: Graph, source: str | None = None) -> Graph:
     x = None if g.x is None else _check_x(g.x, n, source)
     y = None if g.y is None else _check_y(g.y, n, source)
     masks = {f: (None if getattr(g, f) is None else _check_mask(getattr(g, f), n, source, f, y)) for f in _MASKS}
-    return dataclasses.replace(g, indptr=indptr, indices=indices, x=x, y=y, **masks)
+    user_ids = None if g.user_ids is None else check_user_ids(g.user_ids, n, source)
+    return dataclasses.replace(g, indptr=indptr, indices=indices, x=x, y=y, user_ids=user_ids, **masks)
+
+
+def check_user_ids(user_ids, n: int, source: str) -> np.ndarray:
+    """``Graph.user_ids`` as int64 [N], checked to be a permutation of [0, N) (a relabelled
+    file whose map back to the user's ids is damaged is refused, never used)."""
+    a = np.asarray(user_ids)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise GraphFormatError(source, "user_ids", f"has shape {a.shape} but the graph has {n} nodes (expected [{n}])")
+    a = _as_int64(a, source, "user_ids")
+    seen = np.zeros(n, dtype=bool)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+        raise GraphFormatError(source, "user_ids", f"ids must lie in [0, {n}); found {int(a.min())}..{int(a.max())}")
+    seen[a] = True
+    if not seen.all():
+        raise GraphFormatError(source, "user_ids", f"is not a permutation of [0, {n}): user id {_first(~seen)} "
+                                                   f"belongs to no node")
+    return a
 
 
 def _check_indptr(indptr: np.ndarray, num_indices: int, source: str) -> int:
@@ -239,6 +257,9 @@ def validate_mapped(g: Graph, source: str | None = None) -> Graph:
             raise GraphFormatError(source, f, f"{f} has shape {m.shape} but the graph has {n} nodes (expected [{n}])")
         if m.dtype != np.bool_ and m.dtype.kind not in "iu":
             raise GraphFormatError(source, f, f"dtype {m.dtype} is not bool (integer 0/1 masks are accepted)")
+    if g.user_ids is not None and (g.user_ids.ndim != 1 or g.user_ids.shape[0] != n or g.user_ids.dtype.kind not in "iu"):
+        raise GraphFormatError(source, "user_ids", f"has shape {g.user_ids.shape} and dtype {g.user_ids.dtype}; "
+                                                   f"expected integer [{n}]")
     return dataclasses.replace(g, indptr=indptr)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..data.rows import read_rows
 from .partition import partition_ranges
 
-__all__ = ["RankFootprint", "rank_footprints"]
+__all__ = ["RankFootprint", "rank_footprints", "footprints_from_chunks", "array_chunks"]
 
 _CHUNK = 1 << 24  # entries of indices read at a time (128 MiB of int64)
 
@@ -116,7 +116,7 @@ def footprints_from_chunks(indptr: np.ndarray, chunks, world_sizes: list[int], n
     return {p: t.result() for p, t in zip(world_sizes, tallies)}
 
 
-def _array_chunks(indices, total: int):
+def array_chunks(indices, total: int):
     """(s, e, indices[s:e]) in chunks; a memory map is read with positioned reads (its pages do
     not stay in this process's resident set)."""
     for s in range(0, total, _CHUNK):
@@ -132,4 +132,4 @@ def rank_footprints(indptr: np.ndarray, indices: np.ndarray, world_size: int, nu
     Memory: one bool [N] mask and one chunk."""
     indptr = np.asarray(indptr, dtype=np.int64)
     total = int(indptr[-1])
-    return footprints_from_chunks(indptr, _array_chunks(indices, total), [world_size], num_features, beta)[world_size]
+    return footprints_from_chunks(indptr, array_chunks(indices, total), [world_size], num_features, beta)[world_size]
