@@ -54,7 +54,7 @@ class ServiceConfig:
     max_wait_ms: float = 2.0
     max_batch_ids: int = 65536
     request_timeout_s: float = 60.0
-    max_connections: int = 1024
+    max_connections: int = 4096
     idle_timeout_s: float = 15.0
     io_timeout_s: float = 30.0
     watchdog_timeout_s: float = 30.0
