@@ -2,7 +2,7 @@
 and without one adversarial client, every reply checked against a direct numpy lookup.
 
     python bench/serve_load.py --np 2                       # this tree's service
-    python bench/serve_load.py --np 2 --other-tree DIR      # and, in the same run, DIR's service
+    python bench/serve_load.py --np 2 --other-tree DIR      # and DIR's service, configuration by configuration
 
 Each well-behaved client is a thread with one kept-alive connection sending npz lookups of
 `--req-bags` bags x `--pooling` ids (Zipf ids, a pool of 256 requests whose float64 answers are
@@ -186,21 +186,25 @@ def main(argv=None) -> int:
             pool.append((npz(indices=idx, offsets=np.arange(B) * L),
                          W[idx].astype(np.float64).reshape(B, L, -1).sum(1)))
         big_idx = rng.integers(0, args.rows, args.adv_ids)
-        big_off = np.sort(rng.integers(0, args.adv_ids + 1, args.adv_bags))
+        big_off = np.sort(rng.integers(0, args.adv_ids, args.adv_bags))
         big_off[0] = 0
         ends = np.append(big_off[1:], args.adv_ids)
-        big_ref = np.add.reduceat(W[big_idx].astype(np.float64), big_off, axis=0)
+        big_ref = np.add.reduceat(W[big_idx], big_off, axis=0, dtype=np.float64)
         big_ref[ends == big_off] = 0.0  # reduceat gives the row itself for an empty bag
         amp = json.dumps({"table": "t", "indices": [], "offsets": [0] * 50_000}).encode()
         adversary = (npz(indices=big_idx, offsets=big_off), big_ref, amp)
         trees = [("this", ROOT)] + ([("other", os.path.abspath(args.other_tree))] if args.other_tree else [])
-        for label, tree in trees:
-            proc, host, port = start_service(tree, os.path.join(tmp, "tables.json"), args.np)
-            try:
+        services = {}
+        try:
+            for label, tree in trees:  # all up at once: every configuration runs on each in turn,
+                services[label] = start_service(tree, os.path.join(tmp, "tables.json"), args.np)
+                host, port = services[label][1:]
                 for _ in range(50):  # warm up
                     Conn(host, port).post("/v1/lookup/npy?table=t", pool[0][0])
-                for clients in map(int, args.clients.split(",")):
-                    for adv in (None, adversary):
+            for clients in map(int, args.clients.split(",")):  # so load drifting on a shared box hits both alike
+                for adv in (None, adversary):
+                    for label, _ in trees:
+                        _, host, port = services[label]
                         r = run_config(host, port, pool, clients, args.seconds, adv, W)
                         r["tree"] = label
                         results.append(r)
@@ -208,7 +212,8 @@ def main(argv=None) -> int:
                               f"{r['requests_per_s']:8.1f} req/s  p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms"
                               f"  wrong {r['wrong']}  errors {r['errors']} {r['error_kinds']}"
                               + (f"  adversary {r['adversary_requests']['statuses']}" if adv else ""), flush=True)
-            finally:
+        finally:
+            for proc, _, _ in services.values():
                 proc.terminate()
                 try:
                     proc.wait(60)
