@@ -1,20 +1,18 @@
 """The lookup service end to end: `mpirun -np 2 python -m mgg.serve` on a loopback port."""
 import concurrent.futures as cf
-import http.client
 import io
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from mgg.embedding.client import EmbeddingClient, ServiceError
 from mgg.embedding.io import save_safetensors
+from mgg.testing.serve import ServiceProcess, bag_reference, npz_bytes
 
 from tests.conftest import MPIRUN, ROOT, needs_mpirun
 from tests.conftest import subprocess_env
@@ -39,48 +37,9 @@ def env(osc: bool = True) -> dict[str, str]:
     return e
 
 
-class Service:
+class Service(ServiceProcess):
     def __init__(self, tables_json, *extra, np_=2, osc=True):
-        self.proc = subprocess.Popen(mpirun(np_, osc) + [sys.executable, "-m", "mgg.serve", "--tables",
-                                                         str(tables_json), "--port", "0", *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(osc),
-                                     cwd=ROOT)
-        deadline = time.time() + 60
-        while True:
-            line = self.proc.stdout.readline()
-            m = re.search(r"listening on (http://[\d.]+:\d+)", line)
-            if m:
-                self.url = m.group(1)
-                break
-            if not line and self.proc.poll() is not None or time.time() > deadline:
-                self.proc.kill()
-                raise RuntimeError(f"service did not start: {self.proc.stderr.read()[-3000:]}")
-        self.host, self.port = self.url[7:].split(":")
-
-    def raw(self, method, path, body=b"", headers=None):
-        c = http.client.HTTPConnection(self.host, int(self.port), timeout=30)
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data
-
-    def bodiless_post(self, path):
-        """POST with no body and no Content-Length header (what `curl -X POST URL` sends)."""
-        c = http.client.HTTPConnection(self.host, int(self.port), timeout=30)
-        c.putrequest("POST", path)
-        c.endheaders()
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data
-
-    def wait(self, timeout=30):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
+        super().__init__(mpirun(np_, osc), tables_json, *extra, env=env(osc), cwd=ROOT, start_timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -110,17 +69,7 @@ def svc(tables):
         s.wait()
 
 
-def ref_bag(W, idx, off, mode, psw=None):
-    idx, off = np.asarray(idx), np.asarray(off)
-    ends = list(off[1:]) + [len(idx)]
-    out = np.zeros((len(off), W.shape[1]), dtype=np.float64)
-    for i, (a, b) in enumerate(zip(off, ends)):
-        if b > a:
-            rows = W[idx[a:b]].astype(np.float64)
-            if psw is not None:
-                rows = rows * np.asarray(psw[a:b])[:, None]
-            out[i] = {"sum": rows.sum(0), "mean": rows.mean(0), "max": rows.max(0)}[mode]
-    return out
+ref_bag = bag_reference
 
 
 def test_lookups_match_numpy(svc, tables):
@@ -168,10 +117,7 @@ def test_bad_json_requests_get_4xx(svc, doc, status, msg):
     assert st == status and msg in json.loads(body)["error"]
 
 
-def npz(**arrays):
-    b = io.BytesIO()
-    np.savez(b, **arrays)
-    return b.getvalue()
+npz = npz_bytes
 
 
 def test_other_bad_requests_and_service_stays_up(svc, tables):
