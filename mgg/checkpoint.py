@@ -16,8 +16,8 @@ truncated file is named as such) and the checksum before unpickling anything, th
 `check_compatible` refuses a checkpoint of another graph, world size or model configuration.
 
 `load_for_resume` reads on rank 0 and broadcasts, so every rank either gets the same state or
-raises the same `CheckpointError`. `StopSignal` turns SIGTERM (Slurm's pre-kill signal) and
-SIGUSR1 into a flag the training loop agrees on at the end of an epoch.
+raises the same `CheckpointError`. `StopSignal` turns SIGTERM (Slurm's pre-kill signal), SIGINT
+(Ctrl-C) and SIGUSR1 into a flag the training loop agrees on at the end of an epoch.
 """
 from __future__ import annotations
 
@@ -336,18 +336,20 @@ class Checkpointer:
 
 # -- graceful stop ------------------------------------------------------------------------------
 class StopSignal:
-    """Context manager: SIGTERM / SIGUSR1 set `requested` (the signal number) instead of killing.
+    """Context manager: SIGTERM / SIGINT / SIGUSR1 set `requested` (the signal number) instead of
+    killing (or raising KeyboardInterrupt, SIGINT's default in Python).
 
     The training loop sums the flag over ranks at the end of every epoch, so one signalled rank
     stops all of them at the same epoch; a second signal ends the process at once (the
-    previous handler runs). Outside the main thread it installs nothing.
+    previous handler runs: a second Ctrl-C raises KeyboardInterrupt). Outside the main thread it
+    installs nothing.
 
     With MGG_SIGUSR2_IS_SIGTERM=1 (set by launch/mpirun.sh) SIGUSR2 counts as SIGTERM: the wrapper
     turns a SIGTERM it gets into a SIGUSR2 for mpirun, because Open MPI's mpirun kills the ranks
     when it gets SIGTERM itself but passes SIGUSR2 on.
     """
 
-    SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
     SIGUSR2_ENV = "MGG_SIGUSR2_IS_SIGTERM"
 
     def __init__(self) -> None:

@@ -218,6 +218,17 @@ def test_stop_signal_sets_flag_and_restores_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_stop_signal_takes_sigint_instead_of_keyboard_interrupt():
+    """Ctrl-C stops after the epoch like SIGTERM; a second Ctrl-C raises KeyboardInterrupt at once."""
+    before = signal.getsignal(signal.SIGINT)
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
+        assert stop.requested == signal.SIGINT and stop.name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == before
+
+
 def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monkeypatch):
     """launch/mpirun.sh forwards a SIGTERM as SIGUSR2 (mpirun would kill on SIGTERM) and sets
     MGG_SIGUSR2_IS_SIGTERM=1; without that variable SIGUSR2 keeps its default meaning."""
@@ -233,13 +244,17 @@ def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monk
 
 # -- the CLI ---------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_cli_signal_checkpoint_then_resume_equals_straight(tmp_path, karate, sig, code):
+    """SIGTERM, and SIGINT (Ctrl-C) alike: a checkpoint after the epoch, exit 128 + the signal."""
     ck = tmp_path / "ck"
     straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), SOLO, karate)
-    b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT="0:3:sigterm")
-    assert b.returncode == 143, b.stderr
-    assert "SIGTERM received: stopped after epoch 3 of 8" in b.stderr and "--resume auto" in b.stderr
-    assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == "SIGTERM"
+    b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT=f"0:3:{sig.lower()}")
+    assert b.returncode == code, b.stderr
+    assert (f"mgg.train: {sig} received: stopped after epoch 3 of 8; checkpoint {ck / LAST} written at "
+            f"epoch 3; continue with --resume auto") in b.stderr, b.stderr
+    assert "Traceback" not in b.stderr and "KeyboardInterrupt" not in b.stderr
+    assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == sig
     c = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "--metrics-json",
                   str(tmp_path / "c.json"))
     assert c.returncode == 0, c.stderr

@@ -182,7 +182,7 @@ def check_fits(cfg: TrainConfig, comm) -> None:
 def run(cfg: TrainConfig, comm) -> TrainResult:
     """Load (agreeing on errors), train, report on rank 0. Collective.
 
-    SIGTERM/SIGUSR1 during training end it after the current epoch (`res.stopped`), with a
+    SIGTERM/SIGINT/SIGUSR1 during training end it after the current epoch (`res.stopped`), with a
     checkpoint when `cfg.checkpoint_dir` is set.
     """
     from ..checkpoint import StopSignal
@@ -231,7 +231,8 @@ def _exit_together(code) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors and
-    128 + signal number (143 for SIGTERM) when a signal stopped the run after a checkpoint."""
+    128 + signal number (143 for SIGTERM, 130 for SIGINT) when a signal stopped the run after a
+    checkpoint."""
     try:
         cfg = parse_args(argv)
     except SystemExit as e:  # argparse printed the error (or --help) on this rank
