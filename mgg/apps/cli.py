@@ -191,7 +191,10 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
     from .phases import PhaseClock, process_age_s
 
+    from .outputs import check_outputs
+
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
+    check_outputs(cfg, comm)  # results are written after the last epoch: their paths are checked now
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
@@ -206,9 +209,12 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
         if res.stopped:
             print_stopped(res, cfg.epochs)
             return res
+        print_summary(cfg, graph, res, comm.size)  # first: a failed write below keeps the results shown
         if cfg.metrics_json:
-            write_metrics(cfg.metrics_json, cfg, graph, res)
-        print_summary(cfg, graph, res, comm.size)
+            try:
+                write_metrics(cfg.metrics_json, cfg, graph, res)
+            except OSError as e:  # checked before the run; the disk filled or the folder changed since
+                raise UserError(f"--metrics-json {cfg.metrics_json}: cannot write it: {e}") from e
     return res
 
 
