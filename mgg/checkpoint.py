@@ -21,6 +21,7 @@ raises the same `CheckpointError`. `StopSignal` turns SIGTERM (Slurm's pre-kill 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -104,7 +105,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise CheckpointError(path, f"cannot read: {e.strerror or e}") from e
+        raise CheckpointError(path, f"cannot read: {_unreadable(path, e)}") from e
     if not data.startswith(MAGIC):
         raise CheckpointError(path, "not an mgg checkpoint (bad magic; truncated or another file type)")
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + _MAX_HEADER)
@@ -139,11 +140,26 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     return state
 
 
+def _unreadable(path: str, e: OSError) -> str:
+    """Why `path` could not be opened, naming a broken symbolic link as such."""
+    if os.path.islink(path):
+        target = os.readlink(path)
+        if e.errno == errno.ELOOP:
+            return f"a symbolic link (to {target}) that loops"
+        if not os.path.exists(path):
+            return f"a symbolic link to {target}, which does not exist"
+    return e.strerror or str(e)
+
+
 def find_checkpoint(directory: str | os.PathLike) -> str | None:
-    """DIR/checkpoint.mgg, else DIR/checkpoint.prev.mgg (a crash between the two renames), else None."""
+    """DIR/checkpoint.mgg, else DIR/checkpoint.prev.mgg (a crash between the two renames), else None.
+
+    Any entry under a name counts, a broken symbolic link or a folder included: reading it then
+    fails with the reason (and `read_newest` may fall back to the previous checkpoint), instead
+    of a run that silently starts from epoch 0."""
     for name in (LAST, PREV):
         p = os.path.join(os.fspath(directory), name)
-        if os.path.isfile(p):
+        if os.path.lexists(p):
             return p
     return None
 
@@ -166,7 +182,7 @@ def resolve_resume(spec: str | None, checkpoint_dir: str | None) -> str | None:
         if found is None:
             raise CheckpointError(spec, f"folder holds no {LAST} or {PREV}")
         return found
-    if not os.path.exists(spec):
+    if not os.path.lexists(spec):  # a broken symbolic link is read, and named as such
         raise CheckpointError(spec, "file not found")
     return spec
 
@@ -262,8 +278,13 @@ def read_newest(path: str, fallback: bool) -> tuple[str, dict, str]:
         return path, read_checkpoint(path), ""
     except CheckpointError as e:
         prev = os.path.join(os.path.dirname(os.path.abspath(path)), PREV)
-        if os.path.basename(path) != LAST or not os.path.isfile(prev):
+        if os.path.basename(path) != LAST:
             raise
+        if not os.path.lexists(prev):
+            if not fallback:
+                raise
+            raise CheckpointError(e.path, f"{e.problem}; there is no previous checkpoint {PREV} to fall back "
+                                          f"on (move the file away to start from epoch 0)") from e
         if not fallback:
             raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is still there "
                                           f"(--resume {prev} continues from it)") from e

@@ -299,6 +299,51 @@ def test_cli_resume_auto_falls_back_to_the_previous_checkpoint(tmp_path, karate)
     np.testing.assert_allclose(lr, losses(straight), rtol=0, atol=1e-6)
 
 
+def test_broken_symlinks_are_named_not_skipped(tmp_path):
+    """A checkpoint.mgg that is a looping or dangling symbolic link is found (not skipped for the
+    previous checkpoint, or for a fresh start) and its problem named when it is read."""
+    (tmp_path / LAST).symlink_to(LAST)  # loops onto itself
+    assert find_checkpoint(tmp_path) == str(tmp_path / LAST)
+    with pytest.raises(CheckpointError, match=r"cannot read: a symbolic link \(to checkpoint.mgg\) that loops"):
+        read_checkpoint(tmp_path / LAST)
+    os.unlink(tmp_path / LAST)
+    (tmp_path / LAST).symlink_to(tmp_path / "gone.mgg")
+    with pytest.raises(CheckpointError, match=f"a symbolic link to {tmp_path / 'gone.mgg'}, which does not exist"):
+        read_checkpoint(tmp_path / LAST)
+    assert resolve_resume(str(tmp_path / LAST), None) == str(tmp_path / LAST)  # read, not "not found"
+
+
+@pytest.mark.slow
+def test_cli_resume_auto_with_a_broken_checkpoint_symlink(tmp_path, karate):
+    """--resume auto and a checkpoint.mgg that is a symbolic link loop: with checkpoint.prev.mgg
+    the run continues from it with a warning naming the link; without one it stops before any
+    epoch (one line, exit 2) instead of starting again from epoch 0."""
+    ck = tmp_path / "ck"
+    straight = train(TrainConfig(epochs=6, backend="cpu", progress=False), SOLO, karate)
+    r = train_cli("--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", str(ck))
+    assert r.returncode == 0, r.stderr
+    os.unlink(ck / LAST)
+    (ck / LAST).symlink_to(LAST)
+    r = train_cli("--epochs", "6", "--checkpoint-dir", str(ck), "--resume", "auto", "--metrics-json",
+                  str(tmp_path / "m.json"))
+    assert r.returncode == 0, r.stderr
+    assert (f"mgg: warning: checkpoint {ck / LAST} is unusable (cannot read: a symbolic link (to checkpoint.mgg) "
+            f"that loops); resuming from the previous checkpoint {ck / PREV} (epoch 2) instead") in r.stderr, r.stderr
+    assert f"resumed from {ck / PREV} after epoch 2" in r.stdout
+    lr = [e["loss"] for e in json.loads((tmp_path / "m.json").read_text())["epochs"]]
+    np.testing.assert_allclose(lr, losses(straight), rtol=0, atol=1e-6)
+    assert read_checkpoint(ck / LAST)["epoch"] == 6 and not (ck / LAST).is_symlink()  # replaced by a file
+
+    os.unlink(ck / PREV)
+    os.unlink(ck / LAST)
+    (ck / LAST).symlink_to(LAST)
+    r = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "auto", MGG_FAULT_INJECT="0:1:raise")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"error: cannot resume: checkpoint {ck / LAST}: cannot read: a symbolic link (to "
+                        f"checkpoint.mgg) that loops; there is no previous checkpoint {PREV} to fall back on "
+                        f"(move the file away to start from epoch 0)\n")
+
+
 def test_read_newest_with_both_checkpoints_damaged(tmp_path):
     from mgg.checkpoint import read_newest
 
