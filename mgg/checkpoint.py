@@ -1,7 +1,8 @@
 """Checkpoint/resume and graceful stop (SIGTERM) for `mgg.train`.
 
 A checkpoint is one file written by rank 0, atomically (temporary file in the same folder, fsync,
-`os.replace`); the folder keeps the newest (`checkpoint.mgg`) and the one before it
+`os.replace`; the temporary files a crash leaves are removed at the start of the next run and
+before every write, mgg.atomic.remove_stale_temporaries); the folder keeps the newest (`checkpoint.mgg`) and the one before it
 (`checkpoint.prev.mgg`). Layout::
 
     b"MGGCKPT1\\n"
@@ -34,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atomic import atomic_write
+from .atomic import atomic_write, remove_stale_temporaries
 
 __all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC", "read_newest",
            "STRICT_CONFIG_KEYS", "encode", "write_checkpoint", "read_checkpoint", "find_checkpoint",
@@ -80,11 +81,13 @@ def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
     """Write `state` as DIR/checkpoint.mgg atomically; the previous one becomes checkpoint.prev.mgg.
 
     Returns the path written. A crash at any point leaves at least one complete checkpoint
-    (the old `last` or `prev`) and never a partial file under either name.
+    (the old `last` or `prev`) and never a partial file under either name; the temporary file
+    such a crash leaves (``.tmp-*-checkpoint.mgg``) is removed by the next write.
     """
     d = os.path.abspath(os.fspath(directory))
     data = encode(state)
     last, prev = os.path.join(d, LAST), os.path.join(d, PREV)
+    remove_stale_temporaries(last)  # never one a live writer holds (mgg.atomic)
 
     def keep_previous() -> None:  # after the new file is on disk, before it takes `last`'s name
         if os.path.exists(last):
@@ -335,6 +338,12 @@ class Checkpointer:
         self.every = int(every)
         self.comm = comm
         self.last_path: str | None = None
+        if comm.rank == 0:  # what interrupted writes of earlier runs left
+            stale = remove_stale_temporaries(os.path.join(self.directory, LAST))
+            if stale:
+                sys.stderr.write(f"mgg: removed {len(stale)} temporary file(s) that interrupted checkpoint "
+                                 f"writes left in {self.directory}\n")
+                sys.stderr.flush()
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and epoch % self.every == 0

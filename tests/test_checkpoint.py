@@ -73,6 +73,34 @@ def test_failed_write_keeps_both_checkpoints(tmp_path, monkeypatch):
     assert (os.stat(tmp_path / LAST).st_mode & 0o777) == 0o644
 
 
+def test_write_removes_temporaries_of_interrupted_writes(tmp_path):
+    """What a crash mid-write leaves (an unlocked .tmp-*-checkpoint.mgg, mode 0600) is removed by
+    the next write; other files stay."""
+    import tempfile
+
+    for _ in range(3):
+        fd, _ = tempfile.mkstemp(dir=tmp_path, prefix=".tmp-", suffix="-" + LAST)
+        os.write(fd, MAGIC + b"partial")
+        os.close(fd)
+    (tmp_path / "notes.txt").write_text("mine")
+    write_checkpoint(tmp_path, state(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LAST, "notes.txt"])
+
+
+@pytest.mark.slow
+def test_cli_removes_temporaries_of_interrupted_writes_at_start(tmp_path):
+    import tempfile
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for _ in range(2):
+        os.close(tempfile.mkstemp(dir=ck, prefix=".tmp-", suffix="-" + LAST)[0])
+    r = train_cli("--epochs", "2", "--checkpoint-dir", str(ck))
+    assert r.returncode == 0, r.stderr
+    assert f"mgg: removed 2 temporary file(s) that interrupted checkpoint writes left in {ck}" in r.stderr
+    assert sorted(p.name for p in ck.iterdir()) == [LAST]
+
+
 def test_header_is_readable_json(tmp_path):
     write_checkpoint(tmp_path, state(7))
     data = (tmp_path / LAST).read_bytes()
