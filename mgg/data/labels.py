@@ -4,8 +4,9 @@ Labels `y` (int64 [N]) are class ids 0..C-1, and -1 for an unlabelled node. C is
 when given (a label >= C is refused), else max(y) + 1 -- unless that leaves more than
 max(EMPTY_CLASSES_ALLOWED, D) of the classes 0..max(y) without a single node, D being the number
 of distinct labels: one stray label of 100000 in a 7-class graph would otherwise make a
-100,001-class model (57x slower, or an allocation that cannot succeed). Such labels are refused,
-naming the row; `--num-classes` says that many classes are meant.
+100,001-class model (a last layer and logits 14,000x wider; a label of 10^9, an allocation that
+cannot succeed). Such labels are refused, naming the row; `--num-classes` says that many classes
+are meant.
 
 The check runs on shares of rows so that no rank reads all of a memory-mapped `y`: each rank
 summarises its share (`summarize_share`), the summaries are gathered, and `num_classes_of` decides
