@@ -171,7 +171,7 @@ def check_fits(cfg: TrainConfig, comm, classes: int = 0, graph: Any = None) -> N
     if cfg.force:
         return
     from ..runtime.backends import resolve_backend
-    from .memory_check import ASSUMED_CLASSES, GraphSize, check_memory
+    from .memory_check import GraphSize, check_memory
 
     r = cfg.resolved()
     gpu = resolve_backend(cfg.backend) == "gpu"
@@ -200,9 +200,8 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
-    from .phases import PhaseClock, process_age_s
-
     from .outputs import check_outputs
+    from .phases import PhaseClock, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     check_outputs(cfg, comm)  # results are written after the last epoch: their paths are checked now
