@@ -15,10 +15,14 @@
 # Environment: MPIRUN (mpirun binary), PYTHON (interpreter), MGG_MPIRUN_ARGS (extra mpirun args);
 # NVSHMEM_BOOTSTRAP, NVSHMEM_SYMMETRIC_SIZE, NVSHMEM_REMOTE_TRANSPORT, MGG_RANKS_PER_NODE and
 # MGG_FAULT_INJECT reach every rank when set. Inside a Slurm allocation use launch/srun.sh.
-# Signals: SIGTERM or SIGINT sent to this script stops every rank after the current epoch (with a
-# checkpoint when --checkpoint-dir is set) and the job exits 143. Open MPI's mpirun itself would
-# kill the ranks on SIGTERM (exit 1, rank output cut), so the script forwards it as SIGUSR2, which
-# mpirun passes on and the ranks read as SIGTERM (MGG_SIGUSR2_IS_SIGTERM=1). SIGUSR1 is forwarded.
+# Signals: SIGTERM, or SIGINT (Ctrl-C in a terminal), sent to this script stops every rank after
+# the current epoch (with a checkpoint when --checkpoint-dir is set; rank 0 prints the line to
+# resume from it) and the script exits 128 + the signal it got: 143 for SIGTERM, 130 for SIGINT.
+# Open MPI's mpirun itself would kill the ranks on SIGTERM or SIGINT (exit 1, rank output cut), so
+# mpirun runs in its own process group (Ctrl-C reaches only this script) and the script forwards
+# the stop as SIGUSR2, which mpirun passes on and the ranks read as SIGTERM
+# (MGG_SIGUSR2_IS_SIGTERM=1). SIGUSR1 is forwarded as SIGUSR1 (exit 138). A second signal ends the
+# ranks at once. mpirun's standard input is /dev/null.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -94,15 +98,25 @@ fi
 export MGG_SIGUSR2_IS_SIGTERM=1
 mpi_args+=(-x MGG_SIGUSR2_IS_SIGTERM)
 
+# job control on: mpirun gets a process group of its own, so a terminal's Ctrl-C (SIGINT to the
+# foreground group) reaches this script only, which turns it into a graceful stop below
+set -m
 "${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
-  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} &
+  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} </dev/null &
 child=$!
-stop_ranks() {
-  echo "launch/mpirun.sh: $1 received: every rank stops after its current epoch" >&2
+set +m
+stopped_by=""
+stop_ranks() {  # $1: the signal's name, $2: 128 + its number
+  if [[ -z "$stopped_by" ]]; then
+    echo "launch/mpirun.sh: $1 received: every rank stops after its current epoch (forwarded as SIGTERM)" >&2
+    stopped_by=$2
+  else
+    echo "launch/mpirun.sh: $1 received again: ending the ranks now" >&2
+  fi
   kill -USR2 "$child" 2>/dev/null || true
 }
-trap 'stop_ranks SIGTERM' TERM
-trap 'stop_ranks SIGINT' INT
+trap 'stop_ranks SIGTERM 143' TERM
+trap 'stop_ranks SIGINT 130' INT
 trap 'kill -USR1 "$child" 2>/dev/null || true' USR1
 set +e
 while true; do
@@ -110,4 +124,8 @@ while true; do
   rc=$?
   kill -0 "$child" 2>/dev/null || break  # wait was only interrupted by a trapped signal
 done
+# the ranks stopped as asked (they exit 143, the SIGTERM they read): report the signal this script got
+if [[ -n "$stopped_by" && $rc == 143 ]]; then
+  rc=$stopped_by
+fi
 exit "$rc"

@@ -1,7 +1,8 @@
 """Checkpoint/resume and graceful stop (SIGTERM) for `mgg.train`.
 
 A checkpoint is one file written by rank 0, atomically (temporary file in the same folder, fsync,
-`os.replace`); the folder keeps the newest (`checkpoint.mgg`) and the one before it
+`os.replace`; the temporary files a crash leaves are removed at the start of the next run and
+before every write, mgg.atomic.remove_stale_temporaries); the folder keeps the newest (`checkpoint.mgg`) and the one before it
 (`checkpoint.prev.mgg`). Layout::
 
     b"MGGCKPT1\\n"
@@ -16,11 +17,12 @@ truncated file is named as such) and the checksum before unpickling anything, th
 `check_compatible` refuses a checkpoint of another graph, world size or model configuration.
 
 `load_for_resume` reads on rank 0 and broadcasts, so every rank either gets the same state or
-raises the same `CheckpointError`. `StopSignal` turns SIGTERM (Slurm's pre-kill signal) and
-SIGUSR1 into a flag the training loop agrees on at the end of an epoch.
+raises the same `CheckpointError`. `StopSignal` turns SIGTERM (Slurm's pre-kill signal), SIGINT
+(Ctrl-C) and SIGUSR1 into a flag the training loop agrees on at the end of an epoch.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -33,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atomic import atomic_write
+from .atomic import atomic_write, remove_stale_temporaries
 
 __all__ = ["CheckpointError", "Checkpointer", "StopSignal", "LAST", "PREV", "MAGIC", "read_newest",
            "STRICT_CONFIG_KEYS", "encode", "write_checkpoint", "read_checkpoint", "find_checkpoint",
@@ -79,11 +81,13 @@ def write_checkpoint(directory: str | os.PathLike, state: dict) -> str:
     """Write `state` as DIR/checkpoint.mgg atomically; the previous one becomes checkpoint.prev.mgg.
 
     Returns the path written. A crash at any point leaves at least one complete checkpoint
-    (the old `last` or `prev`) and never a partial file under either name.
+    (the old `last` or `prev`) and never a partial file under either name; the temporary file
+    such a crash leaves (``.tmp-*-checkpoint.mgg``) is removed by the next write.
     """
     d = os.path.abspath(os.fspath(directory))
     data = encode(state)
     last, prev = os.path.join(d, LAST), os.path.join(d, PREV)
+    remove_stale_temporaries(last)  # never one a live writer holds (mgg.atomic)
 
     def keep_previous() -> None:  # after the new file is on disk, before it takes `last`'s name
         if os.path.exists(last):
@@ -104,7 +108,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise CheckpointError(path, f"cannot read: {e.strerror or e}") from e
+        raise CheckpointError(path, f"cannot read: {_unreadable(path, e)}") from e
     if not data.startswith(MAGIC):
         raise CheckpointError(path, "not an mgg checkpoint (bad magic; truncated or another file type)")
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + _MAX_HEADER)
@@ -139,11 +143,26 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     return state
 
 
+def _unreadable(path: str, e: OSError) -> str:
+    """Why `path` could not be opened, naming a broken symbolic link as such."""
+    if os.path.islink(path):
+        target = os.readlink(path)
+        if e.errno == errno.ELOOP:
+            return f"a symbolic link (to {target}) that loops"
+        if not os.path.exists(path):
+            return f"a symbolic link to {target}, which does not exist"
+    return e.strerror or str(e)
+
+
 def find_checkpoint(directory: str | os.PathLike) -> str | None:
-    """DIR/checkpoint.mgg, else DIR/checkpoint.prev.mgg (a crash between the two renames), else None."""
+    """DIR/checkpoint.mgg, else DIR/checkpoint.prev.mgg (a crash between the two renames), else None.
+
+    Any entry under a name counts, a broken symbolic link or a folder included: reading it then
+    fails with the reason (and `read_newest` may fall back to the previous checkpoint), instead
+    of a run that silently starts from epoch 0."""
     for name in (LAST, PREV):
         p = os.path.join(os.fspath(directory), name)
-        if os.path.isfile(p):
+        if os.path.lexists(p):
             return p
     return None
 
@@ -166,7 +185,7 @@ def resolve_resume(spec: str | None, checkpoint_dir: str | None) -> str | None:
         if found is None:
             raise CheckpointError(spec, f"folder holds no {LAST} or {PREV}")
         return found
-    if not os.path.exists(spec):
+    if not os.path.lexists(spec):  # a broken symbolic link is read, and named as such
         raise CheckpointError(spec, "file not found")
     return spec
 
@@ -262,8 +281,13 @@ def read_newest(path: str, fallback: bool) -> tuple[str, dict, str]:
         return path, read_checkpoint(path), ""
     except CheckpointError as e:
         prev = os.path.join(os.path.dirname(os.path.abspath(path)), PREV)
-        if os.path.basename(path) != LAST or not os.path.isfile(prev):
+        if os.path.basename(path) != LAST:
             raise
+        if not os.path.lexists(prev):
+            if not fallback:
+                raise
+            raise CheckpointError(e.path, f"{e.problem}; there is no previous checkpoint {PREV} to fall back "
+                                          f"on (move the file away to start from epoch 0)") from e
         if not fallback:
             raise CheckpointError(e.path, f"{e.problem}; the previous checkpoint {prev} is still there "
                                           f"(--resume {prev} continues from it)") from e
@@ -314,6 +338,12 @@ class Checkpointer:
         self.every = int(every)
         self.comm = comm
         self.last_path: str | None = None
+        if comm.rank == 0:  # what interrupted writes of earlier runs left
+            stale = remove_stale_temporaries(os.path.join(self.directory, LAST))
+            if stale:
+                sys.stderr.write(f"mgg: removed {len(stale)} temporary file(s) that interrupted checkpoint "
+                                 f"writes left in {self.directory}\n")
+                sys.stderr.flush()
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and epoch % self.every == 0
@@ -336,18 +366,20 @@ class Checkpointer:
 
 # -- graceful stop ------------------------------------------------------------------------------
 class StopSignal:
-    """Context manager: SIGTERM / SIGUSR1 set `requested` (the signal number) instead of killing.
+    """Context manager: SIGTERM / SIGINT / SIGUSR1 set `requested` (the signal number) instead of
+    killing (or raising KeyboardInterrupt, SIGINT's default in Python).
 
     The training loop sums the flag over ranks at the end of every epoch, so one signalled rank
     stops all of them at the same epoch; a second signal ends the process at once (the
-    previous handler runs). Outside the main thread it installs nothing.
+    previous handler runs: a second Ctrl-C raises KeyboardInterrupt). Outside the main thread it
+    installs nothing.
 
     With MGG_SIGUSR2_IS_SIGTERM=1 (set by launch/mpirun.sh) SIGUSR2 counts as SIGTERM: the wrapper
     turns a SIGTERM it gets into a SIGUSR2 for mpirun, because Open MPI's mpirun kills the ranks
     when it gets SIGTERM itself but passes SIGUSR2 on.
     """
 
-    SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
     SIGUSR2_ENV = "MGG_SIGUSR2_IS_SIGTERM"
 
     def __init__(self) -> None:

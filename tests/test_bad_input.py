@@ -119,6 +119,27 @@ def make_case(name, d: Path) -> tuple[list[str], str]:
         return ["--wpb", "33"], "argument --wpb: must be an integer in [1, 32], got 33"
     if name == "ps-inter-out-of-range":
         return ["--ps-inter", "4096"], "argument --ps-inter: must be an integer in [1, 1024]"
+    if name == "label-beyond-classes":  # row 3 lies in rank 1's share of the rows
+        return ["--dataset", write_npz(d / "lb.npz", **tiny(y=np.array([0, 1, 0, 100000])))], \
+            "y[3]=100000 implies 100001 classes, but only 3 distinct labels occur"
+    if name == "label-beyond-num-classes":
+        return ["--dataset", write_npz(d / "ln.npz", **tiny(y=np.array([0, 1, 5, 1]))), "--num-classes", "2"], \
+            "y[2]=5 is not below --num-classes 2"
+    if name == "label-below-minus-one":
+        return ["--dataset", write_npz(d / "lm.npz", **tiny(y=np.array([0, -4, 0, 1])))], "y[1]=-4 is below -1"
+    if name == "metrics-json-unwritable":  # a path below a regular file: refused even as root
+        (d / "file").write_text("")
+        return ["--metrics-json", str(d / "file" / "m.json")], \
+            f"--metrics-json {d / 'file' / 'm.json'}: cannot write into {d / 'file'}: {d / 'file'} is not a folder"
+    if name == "metrics-json-is-a-folder":
+        return ["--metrics-json", str(d)], f"--metrics-json {d}: is a folder; give a file name"
+    if name == "checkpoint-dir-unwritable":
+        (d / "file").write_text("")
+        return ["--checkpoint-dir", str(d / "file" / "ck")], \
+            f"--checkpoint-dir {d / 'file' / 'ck'}: cannot write into {d / 'file' / 'ck'}: {d / 'file'} is not a folder"
+    if name == "checkpoint-dir-is-a-file":
+        (d / "file").write_text("")
+        return ["--checkpoint-dir", str(d / "file")], f"--checkpoint-dir {d / 'file'}: exists and is not a folder"
     if name == "checkpoint-of-another-run":
         # a 1-rank checkpoint of another graph: both mismatches are named
         ck = d / "ck"
@@ -133,7 +154,9 @@ CASES = ["truncated-npz", "corrupt-npz", "id-out-of-range", "negative-id", "edge
          "wrong-dtype", "wrong-dtype-x", "ragged-csr", "csr-length-mismatch", "empty-graph",
          "nan-features", "inf-features", "no-labels", "bad-edgelist", "bad-gzip", "unknown-option",
          "ps-out-of-range", "dist-out-of-range", "wpb-out-of-range", "ps-inter-out-of-range",
-         "checkpoint-of-another-run"]
+         "checkpoint-of-another-run", "metrics-json-unwritable", "metrics-json-is-a-folder",
+         "checkpoint-dir-unwritable", "checkpoint-dir-is-a-file", "label-beyond-classes",
+         "label-beyond-num-classes", "label-below-minus-one"]
 ARGPARSE = {"unknown-option", "ps-out-of-range", "dist-out-of-range", "wpb-out-of-range",
             "ps-inter-out-of-range"}
 
@@ -178,7 +201,8 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
 
 @pytest.mark.slow
 @needs_mpirun
-@pytest.mark.parametrize("name", ["truncated-npz", "unknown-option", "checkpoint-of-another-run"])
+@pytest.mark.parametrize("name", ["truncated-npz", "unknown-option", "checkpoint-of-another-run",
+                                  "metrics-json-unwritable", "label-beyond-classes"])
 def test_bad_input_ends_the_mpirun_job(tmp_path, name):
     """The same through the launcher: a non-zero exit of the whole job within 60 s, both ranks' errors."""
     args, needle = make_case(name, tmp_path)

@@ -73,6 +73,34 @@ def test_failed_write_keeps_both_checkpoints(tmp_path, monkeypatch):
     assert (os.stat(tmp_path / LAST).st_mode & 0o777) == 0o644
 
 
+def test_write_removes_temporaries_of_interrupted_writes(tmp_path):
+    """What a crash mid-write leaves (an unlocked .tmp-*-checkpoint.mgg, mode 0600) is removed by
+    the next write; other files stay."""
+    import tempfile
+
+    for _ in range(3):
+        fd, _ = tempfile.mkstemp(dir=tmp_path, prefix=".tmp-", suffix="-" + LAST)
+        os.write(fd, MAGIC + b"partial")
+        os.close(fd)
+    (tmp_path / "notes.txt").write_text("mine")
+    write_checkpoint(tmp_path, state(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LAST, "notes.txt"])
+
+
+@pytest.mark.slow
+def test_cli_removes_temporaries_of_interrupted_writes_at_start(tmp_path):
+    import tempfile
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for _ in range(2):
+        os.close(tempfile.mkstemp(dir=ck, prefix=".tmp-", suffix="-" + LAST)[0])
+    r = train_cli("--epochs", "2", "--checkpoint-dir", str(ck))
+    assert r.returncode == 0, r.stderr
+    assert f"mgg: removed 2 temporary file(s) that interrupted checkpoint writes left in {ck}" in r.stderr
+    assert sorted(p.name for p in ck.iterdir()) == [LAST]
+
+
 def test_header_is_readable_json(tmp_path):
     write_checkpoint(tmp_path, state(7))
     data = (tmp_path / LAST).read_bytes()
@@ -218,6 +246,17 @@ def test_stop_signal_sets_flag_and_restores_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_stop_signal_takes_sigint_instead_of_keyboard_interrupt():
+    """Ctrl-C stops after the epoch like SIGTERM; a second Ctrl-C raises KeyboardInterrupt at once."""
+    before = signal.getsignal(signal.SIGINT)
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
+        assert stop.requested == signal.SIGINT and stop.name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == before
+
+
 def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monkeypatch):
     """launch/mpirun.sh forwards a SIGTERM as SIGUSR2 (mpirun would kill on SIGTERM) and sets
     MGG_SIGUSR2_IS_SIGTERM=1; without that variable SIGUSR2 keeps its default meaning."""
@@ -233,13 +272,17 @@ def test_stop_signal_reads_sigusr2_as_sigterm_only_when_the_wrapper_says_so(monk
 
 # -- the CLI ---------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_cli_signal_checkpoint_then_resume_equals_straight(tmp_path, karate, sig, code):
+    """SIGTERM, and SIGINT (Ctrl-C) alike: a checkpoint after the epoch, exit 128 + the signal."""
     ck = tmp_path / "ck"
     straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), SOLO, karate)
-    b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT="0:3:sigterm")
-    assert b.returncode == 143, b.stderr
-    assert "SIGTERM received: stopped after epoch 3 of 8" in b.stderr and "--resume auto" in b.stderr
-    assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == "SIGTERM"
+    b = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), MGG_FAULT_INJECT=f"0:3:{sig.lower()}")
+    assert b.returncode == code, b.stderr
+    assert (f"mgg.train: {sig} received: stopped after epoch 3 of 8; checkpoint {ck / LAST} written at "
+            f"epoch 3; continue with --resume auto") in b.stderr, b.stderr
+    assert "Traceback" not in b.stderr and "KeyboardInterrupt" not in b.stderr
+    assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == sig
     c = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "--metrics-json",
                   str(tmp_path / "c.json"))
     assert c.returncode == 0, c.stderr
@@ -282,6 +325,51 @@ def test_cli_resume_auto_falls_back_to_the_previous_checkpoint(tmp_path, karate)
     assert f"resumed from {ck / PREV} after epoch 2" in r.stdout
     lr = [e["loss"] for e in json.loads((tmp_path / "m.json").read_text())["epochs"]]
     np.testing.assert_allclose(lr, losses(straight), rtol=0, atol=1e-6)
+
+
+def test_broken_symlinks_are_named_not_skipped(tmp_path):
+    """A checkpoint.mgg that is a looping or dangling symbolic link is found (not skipped for the
+    previous checkpoint, or for a fresh start) and its problem named when it is read."""
+    (tmp_path / LAST).symlink_to(LAST)  # loops onto itself
+    assert find_checkpoint(tmp_path) == str(tmp_path / LAST)
+    with pytest.raises(CheckpointError, match=r"cannot read: a symbolic link \(to checkpoint.mgg\) that loops"):
+        read_checkpoint(tmp_path / LAST)
+    os.unlink(tmp_path / LAST)
+    (tmp_path / LAST).symlink_to(tmp_path / "gone.mgg")
+    with pytest.raises(CheckpointError, match=f"a symbolic link to {tmp_path / 'gone.mgg'}, which does not exist"):
+        read_checkpoint(tmp_path / LAST)
+    assert resolve_resume(str(tmp_path / LAST), None) == str(tmp_path / LAST)  # read, not "not found"
+
+
+@pytest.mark.slow
+def test_cli_resume_auto_with_a_broken_checkpoint_symlink(tmp_path, karate):
+    """--resume auto and a checkpoint.mgg that is a symbolic link loop: with checkpoint.prev.mgg
+    the run continues from it with a warning naming the link; without one it stops before any
+    epoch (one line, exit 2) instead of starting again from epoch 0."""
+    ck = tmp_path / "ck"
+    straight = train(TrainConfig(epochs=6, backend="cpu", progress=False), SOLO, karate)
+    r = train_cli("--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", str(ck))
+    assert r.returncode == 0, r.stderr
+    os.unlink(ck / LAST)
+    (ck / LAST).symlink_to(LAST)
+    r = train_cli("--epochs", "6", "--checkpoint-dir", str(ck), "--resume", "auto", "--metrics-json",
+                  str(tmp_path / "m.json"))
+    assert r.returncode == 0, r.stderr
+    assert (f"mgg: warning: checkpoint {ck / LAST} is unusable (cannot read: a symbolic link (to checkpoint.mgg) "
+            f"that loops); resuming from the previous checkpoint {ck / PREV} (epoch 2) instead") in r.stderr, r.stderr
+    assert f"resumed from {ck / PREV} after epoch 2" in r.stdout
+    lr = [e["loss"] for e in json.loads((tmp_path / "m.json").read_text())["epochs"]]
+    np.testing.assert_allclose(lr, losses(straight), rtol=0, atol=1e-6)
+    assert read_checkpoint(ck / LAST)["epoch"] == 6 and not (ck / LAST).is_symlink()  # replaced by a file
+
+    os.unlink(ck / PREV)
+    os.unlink(ck / LAST)
+    (ck / LAST).symlink_to(LAST)
+    r = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "auto", MGG_FAULT_INJECT="0:1:raise")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"error: cannot resume: checkpoint {ck / LAST}: cannot read: a symbolic link (to "
+                        f"checkpoint.mgg) that loops; there is no previous checkpoint {PREV} to fall back on "
+                        f"(move the file away to start from epoch 0)\n")
 
 
 def test_read_newest_with_both_checkpoints_damaged(tmp_path):

@@ -1,5 +1,6 @@
 """The mgg.train command line, run as subprocesses (single process and under mpirun)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -104,3 +105,34 @@ def test_mpirun_wrapper_help_shows_its_own_usage_first(flag):
     assert usage < out.index("MGG_MPIRUN_ARGS") < train_usage < out.index("--checkpoint-dir", train_usage)
     assert "#" not in out[:out.index("usage: mgg.train")]  # the comment block, shown as text
     assert "set -euo" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--metrics-json", "--checkpoint-dir", "--tune-log"])
+def test_unwritable_output_is_refused_before_the_first_epoch(tmp_path, flag):
+    """Outputs written after training are checked first: one line, exit 2, and no epoch ran (the
+    fault hook would raise in epoch 1)."""
+    (tmp_path / "file").write_text("")
+    bad = tmp_path / "file" / "out"
+    extra = ["--tune"] if flag == "--tune-log" else []
+    r = subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", "--epochs", "3", flag, str(bad),
+                        *extra], cwd=ROOT, env=env(MGG_FAULT_INJECT="0:1:raise"), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    where = bad if flag == "--checkpoint-dir" else bad.parent
+    assert r.stderr == f"error: {flag} {bad}: cannot write into {where}: {bad.parent} is not a folder\n"
+    assert r.stdout == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_read_only_folder_is_refused_before_the_first_epoch(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        r = train_cli("--backend", "cpu", "--epochs", "3", "--metrics-json", str(ro / "m.json"))
+    finally:
+        ro.chmod(0o700)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: --metrics-json {ro / 'm.json'}: cannot write "
+                                                     f"into {ro}: Permission denied"), r.stderr

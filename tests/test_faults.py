@@ -20,6 +20,7 @@ import pytest
 from mgg.checkpoint import LAST, read_checkpoint
 from mgg.data import load_dataset
 from mgg.runtime import Communicator
+from mgg.testing.terminal import InTerminal
 from mgg.train import TrainConfig, train
 
 from tests.conftest import ROOT, needs_mpirun
@@ -112,6 +113,41 @@ def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
     s = read_checkpoint(ck / LAST)
     assert s["reason"] == "SIGTERM" and 20 <= s["epoch"] < 100000
     assert f"mgg.train: SIGTERM received: stopped after epoch {s['epoch']} of 100000" in err.decode()
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_terminal_stops_the_ranks_after_a_checkpoint(tmp_path):
+    """Ctrl-C typed into the terminal of launch/mpirun.sh (SIGINT to the terminal's foreground
+    process group, not a signal picked for one process): the ranks stop after a checkpoint as on
+    SIGTERM, rank 0 says how to resume and the launcher exits 130, as its --help says."""
+    ck = tmp_path / "ck"
+    cmd = ["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--backend", "cpu", "--dataset", "sbm",
+           "--scale", "0.1", "--epochs", "100000", "--checkpoint-dir", str(ck), "--checkpoint-every", "20"]
+    with InTerminal(cmd, tmp_path / "out", cwd=ROOT, env=env()) as term:
+        while not (ck / LAST).exists():
+            assert term.proc.poll() is None, term.stderr
+            time.sleep(0.1)
+        term.ctrl_c()
+        code = term.wait(timeout=LIMIT_S)
+        err = term.stderr
+    assert code == 130, err
+    s = read_checkpoint(ck / LAST)
+    assert s["reason"] == "SIGTERM" and 20 <= s["epoch"] < 100000  # the ranks read the launcher's stop
+    assert "launch/mpirun.sh: SIGINT received: every rank stops after its current epoch" in err
+    assert (f"mgg.train: SIGTERM received: stopped after epoch {s['epoch']} of 100000; checkpoint {ck / LAST} "
+            f"written at epoch {s['epoch']}; continue with --resume auto") in err, err
+
+
+@pytest.mark.slow
+def test_sigint_on_one_rank_stops_every_rank_naming_it(tmp_path):
+    """SIGINT on rank 1 only: both ranks stop after epoch 3, agree on the signal's name (the
+    checkpoint's reason, rank 0's line) and exit 130."""
+    ck = tmp_path / "ck"
+    r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), fault="1:3:sigint")
+    assert r.returncode == 130, r.stderr
+    assert "mgg.train: SIGINT received: stopped after epoch 3 of 8; checkpoint" in r.stderr, r.stderr
+    s = read_checkpoint(ck / LAST)
+    assert s["epoch"] == 3 and s["reason"] == "SIGINT"
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@
     sampled.py  --mode sampled: mini-batch training on the same skeleton
     faults.py   MGG_FAULT_INJECT (test hook of the reliability tests)
     report.py   the metrics JSON and the summary lines
+    outputs.py  the files a run writes at its end (metrics, checkpoints), checked before it starts
 
 Models and what they support (--tune, --mode sampled) come from mgg.nn.registry; features,
 labels and masks from mgg.data.prepare_graph. full.py and sampled.py do not import each other.

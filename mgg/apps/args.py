@@ -100,6 +100,10 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                    help="normalisation in GIN's MLP (default batch: statistics over all ranks); gin only")
     p.add_argument("--seed", type=_int_in(0), default=0,
                    help="seed of weights, dropout, generated datasets and splits (default 0)")
+    p.add_argument("--num-classes", type=_int_in(1), default=None, metavar="C",
+                   help="classes of the model's output; every label must be below C (-1: unlabelled). "
+                   "Default: max(y) + 1, refused when that leaves more than max(16, D) classes without a "
+                   "node (D: distinct labels; a stray large label): give C to train that many anyway")
     p.add_argument("--metrics-json", default=None, metavar="PATH", help="write metrics as JSON (rank 0)")
     p.add_argument("--eval-every", type=_int_in(1), default=1, help="evaluate every N epochs (and the last)")
     p.add_argument("--no-progress", dest="progress", action="store_false",

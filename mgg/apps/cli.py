@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from .args import build_parser, parse_args
 from .config import MODES, TrainConfig, TrainResult, UserError
+from .memory_check import ASSUMED_CLASSES
 
 __all__ = ["build_parser", "parse_args", "load", "train", "run", "main"]
 
@@ -23,10 +24,13 @@ __all__ = ["build_parser", "parse_args", "load", "train", "run", "main"]
 def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
     """(graph, PreparedGraph): load and prepare the dataset on every rank; a user error on any
     rank -> UserError on all. `clock` (a PhaseClock) times the `load` and `prepare` phases.
-    Generated presets are drawn on the GPU when the run uses one (the same graph as on the CPU)."""
+    Generated presets are drawn on the GPU when the run uses one (the same graph as on the CPU).
+    The labels are range-checked as loaded (rows named as in the file; mgg.apps.classes) and the
+    prepared graph trains the number of classes decided there."""
     from ..runtime import RankError
+    from .classes import agree_num_classes, label_share, with_num_classes
 
-    graph = prep = None
+    graph = prep = share = None
     err: BaseException | None = None
     stage = "load"
     nodes = comm.node_of_ranks()  # collective: before anything that can fail on one rank
@@ -50,6 +54,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         explicit = cfg.reorder_nodes not in ("auto", "none")
         with clock.phase("load"):  # a graph relabelled on request is built whole, so it is not mapped
             graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not explicit)
+            share = label_share(graph, comm.rank, comm.size, cfg.num_classes)  # before any relabelling
             if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
                 graph, prep = _prepare_mapped(cfg, comm, graph)
         choice = None
@@ -72,7 +77,10 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             raise UserError(f"dataset {cfg.dataset!r} loaded ({graph.num_nodes} nodes, {graph.num_edges} edges) "
                             f"but cannot be trained on: {msg}") from e
         raise UserError(f"cannot load dataset {cfg.dataset!r}: {msg}") from e
-    return graph, prep
+    classes = agree_num_classes(share, cfg, comm)
+    if classes is not None and classes > ASSUMED_CLASSES:  # the memory check assumed fewer
+        check_fits(cfg, comm, classes, graph)
+    return graph, with_num_classes(prep, classes)
 
 
 def _node_order(cfg: TrainConfig, graph: Any, device: str, host_ranks: int = 1):
@@ -184,13 +192,15 @@ def check_storage_variant(cfg: TrainConfig) -> None:
         raise UserError(problem)
 
 
-def check_fits(cfg: TrainConfig, comm) -> None:
+def check_fits(cfg: TrainConfig, comm, classes: int = 0, graph: Any = None) -> None:
     """UserError when the run's memory estimate does not fit this node's host memory or its GPU
-    (mgg.apps.memory_check); skipped with --force. Every rank computes the same answer."""
+    (mgg.apps.memory_check; `classes`: the model's outputs once the labels are read, 0: the
+    estimate's assumption; `graph`: the loaded graph, whose size is used when the dataset's cannot
+    be read from its name or file); skipped with --force. Every rank computes the same answer."""
     if cfg.force:
         return
     from ..runtime.backends import resolve_backend
-    from .memory_check import check_memory
+    from .memory_check import GraphSize, check_memory
 
     r = cfg.resolved()
     gpu = resolve_backend(cfg.backend) == "gpu"
@@ -202,8 +212,9 @@ def check_fits(cfg: TrainConfig, comm) -> None:
 
         gpu_free = int(torch.cuda.mem_get_info(device_index(comm.local_rank, torch.cuda.device_count()))[0])
     nodes = comm.node_of_ranks()
-    why = check_memory(cfg.dataset, cfg.scale, r.hidden, r.layers, comm.size,
-                       int((nodes == nodes[comm.rank]).sum()), gpu, gpu_free, cfg.mode)
+    size = None if graph is None else GraphSize(graph.num_nodes, graph.num_edges, graph.num_features or 2)
+    why = check_memory(cfg.dataset, cfg.scale, r.hidden, r.layers, comm.size, int((nodes == nodes[comm.rank]).sum()),
+                       gpu, gpu_free, cfg.mode, classes or ASSUMED_CLASSES, size)
     if why:
         raise UserError(why)
 
@@ -211,16 +222,18 @@ def check_fits(cfg: TrainConfig, comm) -> None:
 def run(cfg: TrainConfig, comm) -> TrainResult:
     """Load (agreeing on errors), train, report on rank 0. Collective.
 
-    SIGTERM/SIGUSR1 during training end it after the current epoch (`res.stopped`), with a
+    SIGTERM/SIGINT/SIGUSR1 during training end it after the current epoch (`res.stopped`), with a
     checkpoint when `cfg.checkpoint_dir` is set.
     """
     from ..checkpoint import StopSignal
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
+    from .outputs import check_outputs
     from .phases import PhaseClock, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
+    check_outputs(cfg, comm)  # results are written after the last epoch: their paths are checked now
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
@@ -235,9 +248,12 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
         if res.stopped:
             print_stopped(res, cfg.epochs)
             return res
+        print_summary(cfg, graph, res, comm.size)  # first: a failed write below keeps the results shown
         if cfg.metrics_json:
-            write_metrics(cfg.metrics_json, cfg, graph, res)
-        print_summary(cfg, graph, res, comm.size)
+            try:
+                write_metrics(cfg.metrics_json, cfg, graph, res)
+            except OSError as e:  # checked before the run; the disk filled or the folder changed since
+                raise UserError(f"--metrics-json {cfg.metrics_json}: cannot write it: {e}") from e
     return res
 
 
@@ -260,7 +276,8 @@ def _exit_together(code) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors and
-    128 + signal number (143 for SIGTERM) when a signal stopped the run after a checkpoint."""
+    128 + signal number (143 for SIGTERM, 130 for SIGINT) when a signal stopped the run after a
+    checkpoint."""
     try:
         cfg = parse_args(argv)
     except SystemExit as e:  # argparse printed the error (or --help) on this rank

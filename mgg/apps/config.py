@@ -94,6 +94,7 @@ class TrainConfig:
     tune_log: str | None = None          # tuning log for `python -m mgg.tune --report`
     metrics_json: str | None = None
     eval_every: int = 1
+    num_classes: int | None = None       # labels must be below it (None: max(y) + 1, mgg.data.labels)
     progress: bool = True
     force: bool = False                  # train even when the memory estimate says it does not fit
     profile_steps: bool = False          # time the parts of every step (mgg.apps.step_profile)

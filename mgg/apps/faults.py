@@ -2,7 +2,8 @@
 
 Rank RANK fails in the middle of epoch EPOCH, after the forward pass and before the backward's
 collectives. KIND: raise (default; an exception), exit (os._exit(17), no MPI_Finalize), kill
-(SIGKILL, as `kill -9`), sigterm (SIGTERM to itself), hang (sleeps; its peers wait in a collective).
+(SIGKILL, as `kill -9`), sigterm (SIGTERM to itself), sigint (SIGINT to itself, as Ctrl-C), hang
+(sleeps; its peers wait in a collective).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .config import UserError
 
 __all__ = ["FAULT_KINDS", "FaultSpec", "parse_fault", "fault_point"]
 
-FAULT_KINDS = ("raise", "exit", "kill", "sigterm", "hang")
+FAULT_KINDS = ("raise", "exit", "kill", "sigterm", "sigint", "hang")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ def fault_point(fault: FaultSpec | None, rank: int, epoch: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
+    if kind == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)
     if kind == "hang":
         while True:
             time.sleep(3600)

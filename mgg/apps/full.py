@@ -275,7 +275,11 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
     check_cuda_graph(cfg)
     fault = parse_fault(os.environ.get("MGG_FAULT_INJECT"))
     resume = resume_state(cfg, comm, graph)
-    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed, deferred=True)
+    if prepared is None:  # not through `load`: the labels are range-checked here
+        from .classes import resolve_num_classes, with_num_classes
+
+        prepared = with_num_classes(prepare_graph(graph, cfg.seed, deferred=True), resolve_num_classes(cfg, comm, graph))
+    prep = prepared
     clock = clock or PhaseClock(comm, show=False)
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
         cfg = resolve_cuda_graph(cfg, dg.device.type, comm.size, resume[1]["config"] if resume else None)

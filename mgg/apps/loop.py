@@ -21,7 +21,7 @@ import numpy as np
 from .config import TrainConfig, TrainResult, UserError
 
 __all__ = ["LocalData", "EpochHooks", "EpochSums", "LoopState", "Teardown", "build_distgraph", "distgraph_session",
-           "local_data", "mask_counts", "register_row_sets", "ROW_SET_MAX_SHARE", "reduce_epoch", "run_epochs", "finish", "untimed", "tuning_summary",
+           "local_data", "mask_counts", "register_row_sets", "ROW_SET_MAX_SHARE", "STOP_SIGNALS", "reduce_epoch", "run_epochs", "finish", "untimed", "tuning_summary",
            "progress_bar", "MASKS"]
 
 MASKS = ("train", "val", "test")
@@ -151,28 +151,42 @@ def mask_counts(logits, data: LocalData) -> dict[str, float]:
     return out
 
 
+#: the signals that stop a run after an epoch (mgg.checkpoint.StopSignal), in the order the ranks
+#: pick one when several were received
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
+
+
 @dataclass
 class EpochSums:
     """An epoch's values summed over the ranks (one all-reduce)."""
 
     loss: float
-    stop: bool                              # some rank was asked to stop
+    stop: str                               # the signal some rank was asked to stop by ("": none)
     values: dict[str, float]                # the loop's named counters
     accuracies: dict[str, float] | None     # train_acc/val_acc/test_acc on evaluation epochs
 
 
-def reduce_epoch(comm, loss: float, stop_requested: bool, values: dict[str, float],
+def reduce_epoch(comm, loss: float, stop_requested: int, values: dict[str, float],
                  counts: dict[str, float] | None) -> EpochSums:
-    """Sum the loss, the stop flag, `values` and the mask `counts` over the ranks in one all-reduce."""
+    """Sum the loss, the stop requests, `values` and the mask `counts` over the ranks in one
+    all-reduce. `stop_requested`: the number of the signal this rank got (0: none); every rank
+    then names the same signal (the first of STOP_SIGNALS that some rank got)."""
+    import signal
+
     counts = counts or {}
-    names = ["loss", "stop", *values, *counts]
-    raw = [float(loss), float(bool(stop_requested)), *values.values(), *counts.values()]
+    got = signal.Signals(int(stop_requested)).name if stop_requested else ""
+    stops = [f"stop:{name}" for name in STOP_SIGNALS]
+    names = ["loss", *stops, *values, *counts]
+    raw = [float(loss), *(float(got == name) for name in STOP_SIGNALS), *values.values(), *counts.values()]
+    if got and got not in STOP_SIGNALS:  # another signal handed to the loop: stop as on SIGTERM
+        raw[1] = 1.0
     summed = dict(zip(names, comm.allreduce_(np.asarray(raw, dtype=np.float64)).tolist()))
+    stop = next((name for name in STOP_SIGNALS if summed[f"stop:{name}"] > 0), "")
     accs = None
     if counts:
         accs = {f"{m}_acc": (summed[f"{m}_correct"] / summed[f"{m}_total"] if summed[f"{m}_total"]
                              else float("nan")) for m in MASKS}
-    return EpochSums(summed["loss"], summed["stop"] > 0, {k: summed[k] for k in values}, accs)
+    return EpochSums(summed["loss"], stop, {k: summed[k] for k in values}, accs)
 
 
 class EpochHooks:
@@ -242,7 +256,7 @@ def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
         ms, loss = _timed_step(state, hooks, epoch)
         state.times.append(ms)
         hooks.after_step(epoch)
-        requested = state.stop is not None and state.stop.requested
+        requested = state.stop.requested if state.stop is not None else 0
         counts = None
         if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
             with torch.no_grad():
@@ -262,18 +276,17 @@ def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
             break
 
 
-def _close_epoch(state: LoopState, rec: dict, stop: bool, epoch: int) -> None:
-    """Record the epoch, advance the progress bar, and set res.stopped when some rank was asked
-    to stop (`stop` is all-reduced, so every rank decides alike)."""
+def _close_epoch(state: LoopState, rec: dict, stop: str, epoch: int) -> None:
+    """Record the epoch, advance the progress bar, and set res.stopped to the signal's name when
+    some rank was asked to stop (`stop` is all-reduced, so every rank decides alike)."""
     state.res.epochs.append(rec)
     last = state.last
     if state.bar is not None:
         state.bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
                               val=f"{last['val_acc'] or 0:.3f}", refresh=False)
         state.bar.update(1)
-    if stop and epoch < state.cfg.epochs:  # some rank got SIGTERM: all stop here
-        s = state.stop
-        state.res.stopped = (s.name if s is not None and s.requested else "") or "SIGTERM"
+    if stop and epoch < state.cfg.epochs:  # some rank got a stop signal: all stop here
+        state.res.stopped = stop
 
 
 def finish(state: LoopState, tuner=None) -> None:

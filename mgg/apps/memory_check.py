@@ -21,7 +21,11 @@ n = N / P rows of this rank):
                                                           H-wide activations, the models aggregating
                                                           on the narrow side)
 
-with W = 16 (F H + H^2 (L - 2) + 64 H): weights, gradients and Adam's moments.
+with W = 16 (F H + H^2 (L - 2) + C H): weights, gradients and Adam's moments, for C = 64 classes
+before the labels are read. Once they are (mgg.apps.classes), a run of C > 64 classes is checked
+again with its C and, on the host (CPU backend) or the GPU, 16 n (C - 64) more for the logits and
+their gradients: a stray label of 10^9, given as --num-classes, is refused here rather than in an
+allocation.
 
 Generated presets add their generator's temporaries (the graph twice while drawing). Checked
 against the peak RSS `/usr/bin/time -f %M` measured for `python -m mgg.train --dataset D --epochs 3
@@ -44,11 +48,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GraphSize", "MemoryEstimate", "graph_size", "estimate", "host_available", "check_memory"]
+__all__ = ["GraphSize", "MemoryEstimate", "graph_size", "estimate", "host_available", "check_memory",
+           "ASSUMED_CLASSES"]
 
 GIB = 2**30
 _BASE_HOST = int(0.35 * GIB)
 _BASE_GPU = int(0.5 * GIB)
+#: classes the estimate assumes before the labels are read
+ASSUMED_CLASSES = 64
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ def graph_size(dataset: str, scale: float = 1.0) -> GraphSize | None:
 
 
 def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bool,
-             mode: str = "full") -> MemoryEstimate:
+             mode: str = "full", classes: int = ASSUMED_CLASSES) -> MemoryEstimate:
     """Bytes per rank of a run (see the module docstring for the formula); --mode sampled keeps
     no whole-graph activations (its batches are small), so those terms drop."""
     n_all, e, f = size.nodes, size.edges, max(size.features, 1)
@@ -136,12 +143,14 @@ def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bo
         graph = 24 * e + n_all * (4 * f + 19) * 2
     if size.generated:
         graph *= 2
-    # weights, gradients and Adam's two moments (float32) of a stack F -> H -> ... -> ~64 classes
-    params = 16 * (f * hidden + hidden * hidden * max(0, layers - 2) + hidden * 64)
+    # weights, gradients and Adam's two moments (float32) of a stack F -> H -> ... -> C classes
+    classes = max(int(classes), 1)
+    params = 16 * (f * hidden + hidden * hidden * max(0, layers - 2) + hidden * classes)
+    logits = 16 * n * max(0, classes - ASSUMED_CLASSES)  # beyond what the activations term covers
     host = graph + 48 * e // p + _BASE_HOST
     if not gpu:
-        host += 16 * n * width * layers + 4 * n * f + params
-    gpu_bytes = (48 * e // p + 12 * n * f + 16 * n * hidden * layers + params + _BASE_GPU
+        host += 16 * n * width * layers + 4 * n * f + params + logits
+    gpu_bytes = (48 * e // p + 12 * n * f + 16 * n * hidden * layers + params + logits + _BASE_GPU
                  if gpu else 0)
     return MemoryEstimate(int(host), int(gpu_bytes))
 
@@ -180,21 +189,24 @@ def _gib(b: float) -> str:
 
 
 def check_memory(dataset: str, scale: float, hidden: int, layers: int, world_size: int, ranks_on_node: int,
-                 gpu: bool, gpu_free: int | None = None, mode: str = "full") -> str:
+                 gpu: bool, gpu_free: int | None = None, mode: str = "full", classes: int = ASSUMED_CLASSES,
+                 size: GraphSize | None = None) -> str:
     """"" when the run fits (or its size is unknown), else the one-line reason with the estimate
-    and what is available."""
-    size = graph_size(dataset, scale)
+    and what is available. `size`: the dataset's, when it is already loaded (else `graph_size`)."""
+    size = graph_size(dataset, scale) or size
     if size is None:
         return ""
-    est = estimate(size, hidden, layers, world_size, gpu, mode)
+    est = estimate(size, hidden, layers, world_size, gpu, mode, classes)
     need = est.host_per_rank * max(1, ranks_on_node)
     have = host_available()
-    what = f"{dataset} ({size.nodes:,} nodes, {size.edges:,} edges, {size.features} features)"
+    what = f"{dataset} ({size.nodes:,} nodes, {size.edges:,} edges, {size.features} features"
+    what += f", {classes:,} classes)" if classes > ASSUMED_CLASSES else ")"
+    fewer = ", fewer classes" if classes > ASSUMED_CLASSES else ""
     if need > have:
         return (f"not enough host memory for {what} on {world_size} rank(s): about {_gib(need)} needed "
                 f"on this node ({_gib(est.host_per_rank)} per rank x {ranks_on_node}), {_gib(have)} available; "
-                f"use more nodes, a smaller --scale or --hidden, or --force to try anyway")
+                f"use more nodes, a smaller --scale or --hidden{fewer}, or --force to try anyway")
     if gpu and gpu_free is not None and est.gpu_per_rank > gpu_free:
         return (f"not enough GPU memory for {what} on {world_size} GPU(s): about {_gib(est.gpu_per_rank)} "
-                f"per GPU needed, {_gib(gpu_free)} free; use more GPUs, a smaller --hidden, or --force")
+                f"per GPU needed, {_gib(gpu_free)} free; use more GPUs, a smaller --hidden{fewer}, or --force")
     return ""

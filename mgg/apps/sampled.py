@@ -141,7 +141,11 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     from ..nn.registry import model_entry
 
     cfg = check_sampled_config(cfg)
-    prep = prepared if prepared is not None else prepare_graph(graph, cfg.seed)
+    if prepared is None:  # not through `load`: the labels are range-checked here
+        from .classes import resolve_num_classes, with_num_classes
+
+        prepared = with_num_classes(prepare_graph(graph, cfg.seed), resolve_num_classes(cfg, comm, graph))
+    prep = prepared
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
         loader, feats, seeds = _loader(cfg, comm, graph, dg, prep, teardown)
         data = local_data(dg, prep)

@@ -54,6 +54,7 @@ class DeferredPrepared:
 
     graph: Any
     seed: int = 0
+    num_classes: int | None = None  # None: max(y) + 1 over all ranks' rows (mgg.train: mgg.data.labels)
 
     @property
     def num_features(self) -> int:
@@ -91,7 +92,8 @@ class DeferredPrepared:
         y_max = int(comm.allreduce_scalar(int(y.max()) if len(y) else -1, "max"))
         if n_train == 0:
             raise ValueError("dataset has no training nodes (train_mask is all False)")
-        return PreparedRows(x, y, train_m, val_m, test_m, num_classes=max(y_max + 1, 1), n_train=n_train)
+        classes = self.num_classes if self.num_classes is not None else max(y_max + 1, 1)
+        return PreparedRows(x, y, train_m, val_m, test_m, num_classes=classes, n_train=n_train)
 
 
 def _default_features(indptr: np.ndarray, n: int) -> np.ndarray:
