@@ -1,15 +1,11 @@
 """The benchmark floors count what an aggregation must read: A + I's stream and the bytes once."""
 from __future__ import annotations
 
-import os
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.fullgraph import floor_bytes, with_self_entries  # noqa: E402
+from bench.harness.floors import floor_bytes, with_self_entries
 
 
 def _random_csr(n: int, seed: int):
@@ -50,7 +46,7 @@ def test_floor_bytes_counts_each_row_once_and_self_rows_as_gathered():
 def test_floor_note_says_at_or_above_the_floor():
     """Below the floor nothing; within FLOOR_SPREAD of it "at the gather floor" with the ratio;
     beyond that the floor is called wrong."""
-    from bench.fullgraph import FLOOR_SPREAD, floor_note
+    from bench.harness.floors import FLOOR_SPREAD, floor_note
 
     assert floor_note(0.8, 1.0) == "" and floor_note(1.0, 1.0) == ""
     assert "at the gather floor: 100.5%" in floor_note(1.005, 1.0)

@@ -68,9 +68,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-// MGG_CSR_GATHER_ONLY (defined only by bench/fullgraph.py's gather floor, never by the runtime):
-// every row, partial and combine store is predicated on a sum no input makes, so the kernels
-// read what they read for real and write nothing -- a bare gather in csr_rows' own schedule.
+// MGG_CSR_GATHER_ONLY (defined only by the benchmarks' gather floor, bench/harness/floors.py,
+// never by the runtime): every row, partial and combine store is predicated on a sum no input
+// makes, so the kernels read what they read for real and write nothing -- a bare gather in
+// csr_rows' own schedule.
 #ifdef MGG_CSR_GATHER_ONLY
 #define MGG_CSR_STORE_IF(v) if ((v).x == -1.2345e30f)
 #else
