@@ -179,8 +179,8 @@ def load_graph(name: str, scale: float, cache: str):
 def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     import torch
 
-    from mgg.kernels.local_csr import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
-                                       CsrRowsExecutor)
+    from mgg.kernels.csr_rows import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
+                                      CsrRowsExecutor)
     from mgg.runtime import DistGraph, RuntimeConfig, world
     from mgg.runtime.weights import diag_weights, pair_weights
 

@@ -166,7 +166,7 @@ def csr_rows_orders(p, kind, dim: int) -> list:
     low by those passes."""
     if p.num_remote_edges or not p.num_local_edges:
         return []
-    from mgg.kernels.local_csr import CsrRowsExecutor
+    from mgg.kernels.csr_rows import CsrRowsExecutor
 
     ex = CsrRowsExecutor(p, None, kind, source_segments=1)
     return [ex.visit_order(dim)]
@@ -229,7 +229,7 @@ def csr_rows_gather_ms(p, kind, dim: int, comm, hbm_GBps: float | None = None,
     import torch
 
     from mgg.kernels.build import build_cubin
-    from mgg.kernels.local_csr import CsrRowsExecutor
+    from mgg.kernels.csr_rows import CsrRowsExecutor
 
     ex = CsrRowsExecutor(p, None, kind)
     ex.module = cp.RawModule(path=build_cubin("local_csr", nvshmem=False, defines=("MGG_CSR_GATHER_ONLY",)).path)
