@@ -161,7 +161,7 @@ def bench_lookup(args) -> dict:
     sync = (lambda: torch.cuda.synchronize()) if backend == "gpu" else (lambda: None)
     bw = {}
     if backend == "gpu":
-        from bench.fullgraph import bandwidths
+        from bench.harness.timing import bandwidths
 
         bw = bandwidths(comm)
         if rank == 0:

@@ -19,7 +19,7 @@ and two floors:
     kernel reads it, int64 row pointers, each table row read once -- the distinct source rows, or
     every row with a self term --, the output) / the measured device-copy bandwidth;
   * gather floor: gathered bytes (E * Dp * 4, and (E + n) * Dp * 4 with a self term) / the rate
-    a bare gather-sum kernel (bench/fullgraph.py gather_floor, gather_bandwidth) gets on this
+    a bare gather-sum kernel (bench/harness/floors.py gather_floor, gather_bandwidth) gets on this
     plan's own source-index stream (and on A + I's) at this width -- the memory system's
     delivery for this access pattern, L1/L2 reuse included; also the same stream in S
     source-segment passes (mgg.kernels.source_segments: each pass reads a table S times smaller),
@@ -87,9 +87,9 @@ def event_ms(fn, reps: int, warmup: int = 3) -> float:
 
 
 def call_ms(fn, reps: int) -> float:
-    """GPU milliseconds of fn() run back to back (bench.fullgraph.gpu_ms, the way the floors are
+    """GPU milliseconds of fn() run back to back (bench.harness.timing.gpu_ms, the way the floors are
     timed): `reps` calls, five batches of max(1, reps // 5) after three warm-ups."""
-    from bench.fullgraph import gpu_ms
+    from bench.harness.timing import gpu_ms
 
     return gpu_ms(fn, calls=max(1, reps // 5), batches=5)
 
@@ -113,7 +113,7 @@ def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.
     import cupy as cp
     import torch
 
-    from bench.fullgraph import _GATHER_SRC
+    from bench.harness.floors import cuda_source
 
     dp = max(4, (dim + 3) // 4 * 4)
     d4 = dp // 4
@@ -131,7 +131,7 @@ def l2_gather_bandwidth(dim: int, table_mb: float = 8.0, gathered_gb: float = 1.
     # random rows, so the floor uses the best of all
     seq = (torch.arange(n_idx, device="cuda", dtype=torch.int64) % rows).to(torch.int32)
     res = {}
-    gather8 = cp.RawModule(code=_GATHER_SRC, options=("-std=c++17",),
+    gather8 = cp.RawModule(code=cuda_source("gather_sum"), options=("-std=c++17",),
                            name_expressions=["gather_sum<8, false>"]).get_function("gather_sum<8, false>")
     for name, fn in (("fullgraph", gather8), ("unrolled", cp.RawKernel(_L2_SRC, "l2_gather_unrolled"))):
         for pattern, ids in (("", idx), ("-seq", seq)):
@@ -179,8 +179,8 @@ def load_graph(name: str, scale: float, cache: str):
 def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
     import torch
 
-    from mgg.kernels.local_csr import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
-                                       CsrRowsExecutor)
+    from mgg.kernels.csr_rows import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
+                                      CsrRowsExecutor)
     from mgg.runtime import DistGraph, RuntimeConfig, world
     from mgg.runtime.weights import diag_weights, pair_weights
 
@@ -213,7 +213,7 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
                 dp = max(4, (dim + 3) // 4 * 4)
                 x = torch.randn(g.num_nodes, dim, device="cuda")
                 l2 = l2_gather_bandwidth(dim)
-                from bench.fullgraph import floor_note, gather_floor
+                from bench.harness.floors import floor_note, gather_floor
                 rates: list = []
                 schedules = tuple(dict(row_mapping=m, bundle_batches=b, bundle_window=w, wpb=wpb, chunk=chunk)
                                   for m, b, w in args.mappings for wpb in args.wpb for chunk in args.chunks)

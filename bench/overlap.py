@@ -25,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.fullgraph import cuda_ms, load_graph, log, parse_dataset  # noqa: E402
+from bench.harness.timing import cuda_ms, log  # noqa: E402
+from bench.harness.workloads import load_graph, parse_dataset  # noqa: E402
 
 
 #: per design: (variant of the halves and of the overlapped run, variant and overlap flag of the serial run)

@@ -80,7 +80,7 @@ def main() -> None:
 
     import torch
 
-    from bench.fullgraph import build_bench_model, epoch_fn, load_graph, model_spec, parse_dataset
+    from bench.harness.workloads import build_bench_model, epoch_fn, load_graph, model_spec, parse_dataset
     from mgg.apps.loop import ROW_SET_MAX_SHARE
     from mgg.nn.optim import Adam
     from mgg.runtime import DistGraph, RuntimeConfig, world

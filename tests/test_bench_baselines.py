@@ -1,17 +1,12 @@
 """The plain-torch baselines of the benchmarks compute what they claim: dense float64 math."""
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.baselines import plain_torch_model  # noqa: E402
-from mgg.data import load_dataset  # noqa: E402
+from bench.baselines import plain_torch_model
+from mgg.data import load_dataset
 
 
 def _dense_adj(g) -> np.ndarray:

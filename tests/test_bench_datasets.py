@@ -1,11 +1,11 @@
-"""bench/fullgraph.py's dataset specs "name[:scale[:order]]": the order relabels the generated
+"""The bench harness's dataset specs "name[:scale[:order]]": the order relabels the generated
 graph once (mgg.data.reorder) and names the rows, and the cached files of two orders differ."""
 import types
 
 import numpy as np
 import pytest
 
-from bench.fullgraph import load_graph, parse_dataset
+from bench.harness.workloads import load_graph, parse_dataset
 from mgg.data import load_dataset
 from mgg.data.reorder import reorder_nodes
 
@@ -30,7 +30,7 @@ def test_an_order_relabels_once_and_names_the_graph(tmp_path):
 
 
 def test_model_specs_name_the_norm_and_the_unfused_form():
-    from bench.fullgraph import build_bench_model, model_spec
+    from bench.harness.workloads import build_bench_model, model_spec
     from mgg.nn.norm import DistBatchNorm
 
     assert model_spec("gin")["options"] == {"norm": "batch"} and not model_spec("gin")["unfused"]

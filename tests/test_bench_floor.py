@@ -1,15 +1,14 @@
 """The benchmark floors count what an aggregation must read: A + I's stream and the bytes once."""
 from __future__ import annotations
 
-import os
-import sys
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.fullgraph import floor_bytes, with_self_entries  # noqa: E402
+from bench.harness.floors import cuda_source, floor_bytes, with_self_entries
 
 
 def _random_csr(n: int, seed: int):
@@ -50,8 +49,30 @@ def test_floor_bytes_counts_each_row_once_and_self_rows_as_gathered():
 def test_floor_note_says_at_or_above_the_floor():
     """Below the floor nothing; within FLOOR_SPREAD of it "at the gather floor" with the ratio;
     beyond that the floor is called wrong."""
-    from bench.fullgraph import FLOOR_SPREAD, floor_note
+    from bench.harness.floors import FLOOR_SPREAD, floor_note
 
     assert floor_note(0.8, 1.0) == "" and floor_note(1.0, 1.0) == ""
     assert "at the gather floor: 100.5%" in floor_note(1.005, 1.0)
     assert FLOOR_SPREAD == 0.01 and "above the gather floor (102.0%)" in floor_note(1.02, 1.0)
+
+
+#: one template instance of each gather-floor source, as gather_bandwidth names them
+_GATHER_INSTANCES = {
+    "gather_sum": "gather_sum<8, true>(const float4*, const int*, long long, int, float4*)",
+    "gather_sum_shfl": "gather_sum_shfl<4, 16, true>(const float4*, const int*, long long, float4*)",
+    "gather_rows": "gather_rows<16, true, true>(const float4*, const int*, const long long*, long long, float4*)",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("name", sorted(_GATHER_INSTANCES))
+def test_gather_floor_sources_compile(name, tmp_path):
+    """The gather floor's CUDA sources (bench/harness/<name>.cu, the text cuda_source hands to
+    CuPy) compile at C++17 with an instance of their template (at -O0, to keep CI short)."""
+    src = tmp_path / f"{name}.cu"
+    src.write_text(cuda_source(name) + f"template __global__ void {_GATHER_INSTANCES[name]};\n")
+    out = tmp_path / f"{name}.cubin"
+    subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-cubin", "-std=c++17", "-Xcicc", "-O0", "-Xptxas", "-O0",
+                    str(src), "-o", str(out)], check=True, capture_output=True)
+    assert out.read_bytes()[:4] == b"\x7fELF"

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from mgg.kernels.halo_csr import remote_factors
-from mgg.kernels.local_csr import factor_weights
+from mgg.kernels.csr_rows import factor_weights
 from mgg.runtime import partition_ranges
 from mgg.runtime.plan import PlanParams, build_plan
 from mgg.runtime.weights import diag_weights, pair_weights_by_row

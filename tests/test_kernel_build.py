@@ -72,9 +72,9 @@ def test_a_plain_source_builds_with_defines_apart(kernel_cache_dir, monkeypatch)
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_local_csr_gather_only_variant_compiles(tmp_path):
-    """bench/fullgraph.py's floor builds local_csr.cu with MGG_CSR_GATHER_ONLY (every store
-    predicated off): that variant must compile too (at -O0 here, to keep CI short; the bench
-    builds it as the runtime builds its cubin)."""
+    """The benchmarks' gather floor (bench/harness/floors.py) builds local_csr.cu with
+    MGG_CSR_GATHER_ONLY (every store predicated off): that variant must compile too (at -O0
+    here, to keep CI short; the bench builds it as the runtime builds its cubin)."""
     import subprocess
 
     out = tmp_path / "gather.cubin"

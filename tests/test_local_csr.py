@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.local_csr import (CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule)
+from mgg.kernels.csr_rows import CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule
 from mgg.testing.reference import aggregation_matrix
 from mgg.runtime import DistGraph, RuntimeConfig
 from mgg.runtime.comm import Communicator
@@ -109,7 +109,7 @@ def test_bundles_cover_every_short_row_once_in_runs(groups, thr, target):
 def test_visit_order_is_a_permutation_in_task_order(target):
     """visit_order: every entry once; the long tasks' ranges first (in task order), then each
     short item's entries contiguous, in item order."""
-    from mgg.kernels.local_csr import visit_order
+    from mgg.kernels.csr_rows import visit_order
 
     indptr, indices = power_law_csr(2000, seed=5 + target)
     sched = row_schedule(indptr, 4, 64, 300, bundle_target=target)
@@ -128,7 +128,7 @@ def test_visit_order_is_a_permutation_in_task_order(target):
 def test_bundle_window_keeps_row_order_between_windows(window):
     """bundle_window = w: the same runs as without, in windows of w runs of row order, by size
     (most entries first) inside each window."""
-    from mgg.kernels.local_csr import bundle_rows
+    from mgg.kernels.csr_rows import bundle_rows
 
     indptr, _ = power_law_csr(2500, seed=window)
     ip = torch.from_numpy(indptr)
@@ -150,7 +150,7 @@ def test_a_run_of_empty_rows_is_cut_like_entries():
     """Rows without entries count one unit each: a degree-sorted CSR's 10,000 trailing empty rows
     become runs of at most `target` rows (not one run that one lane group walks alone), and
     every row is still covered once."""
-    from mgg.kernels.local_csr import bundle_rows
+    from mgg.kernels.csr_rows import bundle_rows
 
     deg = np.concatenate([np.full(500, 20), np.zeros(10000, np.int64)])
     indptr = np.concatenate([[0], np.cumsum(deg)])
@@ -165,7 +165,7 @@ def test_a_run_of_empty_rows_is_cut_like_entries():
 
 def test_bundles_pay_when_a_bundle_holds_two_short_rows():
     """bundles_pay: mean degree of the short rows (<= threshold) against half the target."""
-    from mgg.kernels.local_csr import bundles_pay
+    from mgg.kernels.csr_rows import bundles_pay
 
     deg = np.array([10, 30, 500, 20, 0])            # short rows (<= 100): 10, 30, 20, 0 -> mean 15
     ip = np.concatenate([[0], np.cumsum(deg)])
@@ -176,21 +176,21 @@ def test_bundles_pay_when_a_bundle_holds_two_short_rows():
 
 
 def test_row_knobs_are_checked_by_name():
-    from mgg.kernels.local_csr import _check_row_knobs
+    from mgg.kernels.csr_rows import check_row_knobs
 
-    _check_row_knobs("packed", 1)
-    _check_row_knobs("default", 1)
-    _check_row_knobs(None, None)
+    check_row_knobs("packed", 1)
+    check_row_knobs("default", 1)
+    check_row_knobs(None, None)
     with pytest.raises(ValueError, match="row_mapping must be one of"):
-        _check_row_knobs("auto", None)
+        check_row_knobs("auto", None)
     with pytest.raises(ValueError, match="bundle_batches must be >= 1"):
-        _check_row_knobs(None, 0)
+        check_row_knobs(None, 0)
     with pytest.raises(ValueError, match="bundle_window must be >= 0"):
-        _check_row_knobs(None, None, -2)
-    _check_row_knobs("scan", None, None, None, 1)
+        check_row_knobs(None, None, -2)
+    check_row_knobs("scan", None, None, None, 1)
     for bad in (0, -5, 2.5, True):
         with pytest.raises(ValueError, match="scan_run must be an integer >= 1"):
-            _check_row_knobs(None, None, None, None, bad)
+            check_row_knobs(None, None, None, None, bad)
 
 
 def _plans(indptr, indices, kind):
@@ -256,7 +256,7 @@ def test_scan_launcher_geometry_and_refusals():
     and a self weight from rf without them are refused by name."""
     import contextlib
 
-    from mgg.kernels.local_csr import SCAN_WPB, launch_csr_scan, row_schedule
+    from mgg.kernels.csr_rows import SCAN_WPB, launch_csr_scan, row_schedule
 
     calls = []
 
@@ -326,7 +326,7 @@ def test_pack_row_ends_round_trip():
     """pack_row_ends: each row's end in the low 32 bits and its rf's float32 bits in the high 32
     (negative, zero and subnormal factors included), as mgg_csr_scan decodes them; a wrong rf is
     refused by name."""
-    from mgg.kernels.local_csr import pack_row_ends
+    from mgg.kernels.csr_rows import pack_row_ends
 
     indptr = torch.tensor([0, 3, 3, 2**31 - 5, 2**31 - 1], dtype=torch.int64)
     rf = torch.tensor([0.25, -1.5, 0.0, 1e-40], dtype=torch.float32)

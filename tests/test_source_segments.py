@@ -89,7 +89,7 @@ def test_auto_rule():
 
 @pytest.mark.parametrize("bad", [0, 65, 2.5, True, "2"])
 def test_executor_refuses_a_bad_segment_count_before_any_gpu_work(bad):
-    from mgg.kernels.local_csr import CsrRowsExecutor
+    from mgg.kernels.csr_rows import CsrRowsExecutor
 
     with pytest.raises(ValueError, match=r"source_segments must be an integer in \[1, 64\]"):
         CsrRowsExecutor(None, None, "sum", source_segments=bad)

@@ -212,7 +212,7 @@ def test_aggregate_cu_compiles_with_16_bit_kernels(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_local_csr_cu_has_16_bit_kernels(kernel_cache_dir, monkeypatch):
     from mgg.kernels.build import build_cubin
-    from mgg.kernels.local_csr import STORAGE_SUFFIX
+    from mgg.kernels.csr_rows import STORAGE_SUFFIX
 
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
     data = open(build_cubin("local_csr", "sm_90", nvshmem=False).path, "rb").read()

@@ -32,7 +32,7 @@ def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str 
         check_storage_dtype(variant, storage_dtype)
         st = storage_torch_dtype(storage_dtype)
         if get_variant(variant).executor == "csr":
-            from .local_csr import CsrRowsExecutor
+            from .csr_rows import CsrRowsExecutor
 
             return CsrRowsExecutor(plan, store, kind, storage_dtype=st)
         if get_variant(variant).executor == "halo_csr":

@@ -20,7 +20,7 @@ __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_
            "check_shared_memory", "vectors_per_lane"]
 
 #: the registered variants (mgg.kernels.variants is the one list)
-VARIANTS = plan_variant_names()  # the variants this executor launches (csr_rows: local_csr.py)
+VARIANTS = plan_variant_names()  # the variants this executor launches (csr_rows: mgg/kernels/csr_rows/)
 #: a remote row repeated this often (remote entries per unique remote row) makes fetching each
 #: unique row once (halo) cheaper than per-edge remote reads; measured in docs/kernels.md
 HALO_MIN_REUSE = 1.5

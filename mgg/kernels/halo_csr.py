@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
-from .local_csr import (DEFAULT_CHUNK, MAX_DIM_PADDED, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
-                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
+from .csr_rows import (DEFAULT_CHUNK, MAX_DIM_PADDED, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
+                       WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
 
 __all__ = ["HaloCsrExecutor", "remote_factors"]
 

@@ -21,7 +21,7 @@
 //     use evict-first loads (__ldcs) and the output evict-first stores (__stcs), so the source
 //     rows keep the L2.
 //
-// Weight modes (template W, picked once per plan on the host: mgg/kernels/local_csr.py)
+// Weight modes (template W, picked once per plan on the host: mgg/kernels/csr_rows/weights.py)
 //   0  weighted: w_j = wt[j] (per-edge weight array)           any plan
 //   1  one:      w_j = 1, times rf[t] per row (rf may be null) sum; mean forward (rf = 1/deg)
 //   2  column:   w_j = cf[src_j] (an n-float vector in L2),     gcn (cf = rf = dinv); mean
@@ -68,9 +68,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-// MGG_CSR_GATHER_ONLY (defined only by bench/fullgraph.py's gather floor, never by the runtime):
-// every row, partial and combine store is predicated on a sum no input makes, so the kernels
-// read what they read for real and write nothing -- a bare gather in csr_rows' own schedule.
+// MGG_CSR_GATHER_ONLY (defined only by the benchmarks' gather floor, bench/harness/floors.py,
+// never by the runtime): every row, partial and combine store is predicated on a sum no input
+// makes, so the kernels read what they read for real and write nothing -- a bare gather in
+// csr_rows' own schedule.
 #ifdef MGG_CSR_GATHER_ONLY
 #define MGG_CSR_STORE_IF(v) if ((v).x == -1.2345e30f)
 #else
@@ -916,7 +917,7 @@ DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
   }
 DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 
-// The gcn pre-scale of float32 storage (mgg/kernels/local_csr.py, CsrRowsExecutor): out[i] =
+// The gcn pre-scale of float32 storage (mgg/kernels/csr_rows/, CsrRowsExecutor): out[i] =
 // cf[row] * x[i] for n rows of DV float4s. Block b covers float4s [b * 4 * blockDim, (b + 1) * 4 *
 // blockDim): each thread loads its SCALE_UNROLL float4s (blockDim apart, coalesced) before it
 // stores any; grid = ceil(n * DV / (SCALE_UNROLL * blockDim)), no grid-stride loop. The row of a
@@ -946,7 +947,7 @@ extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, co
   }
 }
 
-// The 16-bit table of a P = 1 call (mgg/kernels/local_csr.py, CsrRowsExecutor._table): out row r
+// The 16-bit table of a P = 1 call (mgg/kernels/csr_rows/, CsrRowsExecutor._table): out row r
 // = round16(s[r] * x[r]) (s = cf, the gcn factor's scaled forms; null: x as given), padded with
 // zeros to DV 16-byte vectors of 8 values; x is float32 [n, D] with rows of D floats (vec4: D % 4
 // == 0 and x 16-byte aligned, so a vector's 8 values are two float4 loads). Rounding is to nearest

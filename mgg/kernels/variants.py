@@ -49,7 +49,7 @@ class KernelVariant:
         local_only: it aggregates a plan without remote partitions only (a rank with no remote
             work); `auto` picks it there, and benchmarks and tests skip it elsewhere.
         executor: which launcher runs it: "plan" (GPUExecutor, the partition kernels of
-            aggregate.cu), "csr" (CsrRowsExecutor, mgg/kernels/local_csr.py) or "halo_csr"
+            aggregate.cu), "csr" (CsrRowsExecutor, mgg/kernels/csr_rows/) or "halo_csr"
             (HaloCsrExecutor, mgg/kernels/halo_csr.py).
         storage_dtypes: the `--storage-dtype` values it has kernels for (16-bit rows read and
             upcast to float32 in registers); others are refused (`storage_dtype_problem`).

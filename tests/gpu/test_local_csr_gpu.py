@@ -16,8 +16,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.kernels.local_csr import (BUNDLE_LANES, SCAN_DEFAULT_LANES, SCAN_LANES, CsrRowsExecutor,  # noqa: E402
-                                  bundles_pay, default_long_threshold, entries_per_batch, lanes_for_width)
+from mgg.kernels.csr_rows import (BUNDLE_LANES, SCAN_DEFAULT_LANES, SCAN_LANES, CsrRowsExecutor,  # noqa: E402
+                                 bundles_pay, default_long_threshold, entries_per_batch, lanes_for_width)
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
@@ -186,36 +186,37 @@ def test_source_segments(kind, dim, mapping, segments):
         assert sum(s.num_entries for s in seg) == plan.num_local_edges
 
 
+@pytest.mark.parametrize("dim", (8, 16))
 @pytest.mark.parametrize("segments", (1, 3, 7))
 @pytest.mark.parametrize("kind", ["gcn", "sum_self", "mean"])
-def test_scan_options(kind, segments):
-    """The scan kernel's options, each combination against the float64 reference (forward and
-    transposed, hubs split and whole-row long tasks, the pre-scaled and the producer-scaled
-    forms, and the backward's form without the row factor): rf packed with the row ends or
-    loaded; the self term in its source segment's pass or all in the first; GCN's self weight
-    taken from the packed rf or loaded."""
-    import itertools
-
+def test_scan_forms(kind, segments, dim):
+    """The scan kernel in each form the executor launches, against the float64 reference (forward
+    and transposed, hubs split and whole-row long tasks): the row factor packed with the row ends
+    (loaded instead where the column factor is read per edge, prescale off), the self term in its
+    source segment's pass, GCN's self weight taken from the packed rf (4 lanes, D = 16) or loaded
+    (2 lanes, D = 8); the pre-scaled and the producer-scaled forms, and the backward's form
+    without the row factor."""
     indptr, indices = graph()
-    x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
+    x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     for transposed, plan in plans(indptr, indices, kind).items():
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         ex = CsrRowsExecutor(plan, None, kind, chunk=500, row_mapping="scan", source_segments=segments, scan_run=7)
         assert ex.self_is_rf == (kind == "gcn")
+        assert ex.short_mapping(*ex._layout(dim)[2:]) == "scan"
         xt = torch.from_numpy(x).cuda()
         xs = xt * ex.cf[:, None] if ex.takes_scaled_input else None
         rf = ex.rf.double().cpu().numpy() if ex.takes_scaled_input else None
-        for opts in itertools.product((False, True), repeat=3):
-            ex.pack_row_factor, ex.self_in_segment, ex.self_from_rf = opts
+        for prescale in ((True, False) if ex.can_prescale else (ex.prescale,)):
+            ex.prescale = prescale
             ex.poison = True
             out = ex(xt).cpu().numpy()
-            assert rel_err(out, ref) < 1e-5, (transposed, opts)
+            assert rel_err(out, ref) < 1e-5, (transposed, prescale)
             if xs is not None:
                 out = ex(xs, scaled_input=True).cpu().numpy()
-                assert rel_err(out, ref) < 1e-5, (transposed, opts, "scaled input")
+                assert rel_err(out, ref) < 1e-5, (transposed, prescale, "scaled input")
                 # the backward's form: the output without its row factor (rf > 0 for gcn)
                 out = ex(xt, row_factor=False).cpu().numpy()
-                assert rel_err(out, ref / rf[:, None]) < 1e-5, (transposed, opts, "no row factor")
+                assert rel_err(out, ref / rf[:, None]) < 1e-5, (transposed, prescale, "no row factor")
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
@@ -234,10 +235,8 @@ def test_source_segments_16bit(dtype):
 def test_scaled_input_16bit(dtype, segments):
     """bf16 storage takes the gcn factor's scaled forms natively (w = 1 on the scaled table,
     rounded once): scaled_input (the table is x as given) and row_factor=False (the table is
-    cf * x), forward and transposed, on the scan kernel with every option of test_scan_options,
-    and on the default mapping; against the reference on the rounded scaled rows."""
-    import itertools
-
+    cf * x), forward and transposed, on the scan kernel and on the default mapping; against the
+    reference on the rounded scaled rows."""
     indptr, indices = graph()
     x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
     xt = torch.from_numpy(x).cuda()
@@ -250,14 +249,11 @@ def test_scaled_input_16bit(dtype, segments):
             xs = xt * ex.cf[:, None]
             r = xs.to(dtype).double().cpu().numpy()  # the rounded scaled rows the kernels read
             ref = aggregate_reference(indptr, indices, r / cf, "gcn", transposed)
-            for opts in itertools.product((False, True), repeat=3) if mapping == "scan" else [None]:
-                if opts:
-                    ex.pack_row_factor, ex.self_in_segment, ex.self_from_rf = opts
-                ex.poison = True
-                out = ex(xs, scaled_input=True).cpu().numpy()
-                assert rel_err(out, ref) < 1e-5, (transposed, mapping, opts, "scaled input")
-                out = ex(xt, row_factor=False).cpu().numpy()  # cf * x rounded once, no row factor
-                assert rel_err(out, ref / ex.rf.double().cpu().numpy()[:, None]) < 1e-5, (transposed, mapping, opts)
+            ex.poison = True
+            out = ex(xs, scaled_input=True).cpu().numpy()
+            assert rel_err(out, ref) < 1e-5, (transposed, mapping, "scaled input")
+            out = ex(xt, row_factor=False).cpu().numpy()  # cf * x rounded once, no row factor
+            assert rel_err(out, ref / ex.rf.double().cpu().numpy()[:, None]) < 1e-5, (transposed, mapping)
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))

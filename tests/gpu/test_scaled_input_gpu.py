@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 
 from mgg.kernels.dropout_gpu import dropout_hash_cuda  # noqa: E402
-from mgg.kernels.local_csr import CsrRowsExecutor  # noqa: E402
+from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
@@ -74,7 +74,7 @@ def test_native_scaled_input_16_bit_rounds_the_scaled_rows_once(storage, dim):
     """bf16 storage takes scaled input natively: the table is the scaled rows rounded once
     (scaled_input: x as given; row_factor=False: f * x), the kernels run w = 1 (no per-edge
     weight stream), and the sums match float64 math on those rounded rows."""
-    import mgg.kernels.local_csr as lc
+    import mgg.kernels.csr_rows.executor as lc  # the module whose launchers the executor calls
 
     comm = _one_rank()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[storage]
@@ -232,7 +232,7 @@ def test_gcn_training_with_the_fold_in_bf16_storage_reads_no_edge_weights(monkey
     the aggregation rounds that once and runs w = 1 both ways) and without it (per-edge
     weights on x rounded): losses agree to bf16 rounding; with the fold every launch runs w = 1
     (none reads the per-edge weight stream, none takes DistGraph's unscaling fallback)."""
-    import mgg.kernels.local_csr as lc
+    import mgg.kernels.csr_rows.executor as lc  # the module whose launchers the executor calls
 
     modes = []
     real_scan, real_rows = lc.launch_csr_scan, lc.launch_csr_rows

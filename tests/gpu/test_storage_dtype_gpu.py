@@ -21,7 +21,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.kernels.local_csr import CsrRowsExecutor  # noqa: E402
+from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.runtime import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.runtime.store import storage_torch_dtype  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
