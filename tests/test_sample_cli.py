@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from mgg.data import prepare_graph
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, parse_args, train
 from tests.graphs import cached_dataset
@@ -107,9 +108,54 @@ def test_sampled_with_all_neighbors_and_one_batch_is_full_graph_training(dataset
     comm = Communicator(comm=None)
     common = dict(dataset=dataset, model="sage", epochs=15, backend="cpu", dropout=0.0, progress=False)
     full = train(TrainConfig(**common), comm, g)
-    samp = train(TrainConfig(mode="sampled", fanout=(-1, -1), batch_size=1 << 20, **common), comm, g)
+    n_train = int(prepare_graph(g, 0).train.sum())  # --batch-size n_train: one step holds them all
+    samp = train(TrainConfig(mode="sampled", fanout=(-1, -1), batch_size=n_train, **common), comm, g)
     assert np.allclose([e["loss"] for e in full.epochs], [e["loss"] for e in samp.epochs], atol=1e-5)
     wf = torch.cat([p.detach().flatten() for p in full.model.parameters()])
     ws = torch.cat([p.detach().flatten() for p in samp.model.parameters()])
     assert torch.allclose(wf, ws, atol=1e-5)
     assert full.test_acc == samp.test_acc
+
+
+def test_sampled_step_is_adam_on_the_batch_mean_loss():
+    """Against an independent loop: torch.optim.Adam (with the default weight decay) on
+    F.cross_entropy's batch mean of the full-graph SAGE's logits, over the global batches of
+    mgg.sample.batching. With fanout -1 and no dropout, --mode sampled takes the same steps, so
+    the step's loss is the batch mean at every batch size (several steps per epoch)."""
+    import torch
+    import torch.nn.functional as F
+
+    from mgg.nn import SampledSAGE
+    from mgg.runtime import DistGraph, RuntimeConfig
+    from mgg.sample import BatchPlan, epoch_order
+
+    g = cached_dataset("sbm")
+    prep = prepare_graph(g, 0)
+    batch, epochs = 50, 2
+    res = train(TrainConfig(dataset="sbm", mode="sampled", model="sage", fanout=(-1, -1), batch_size=batch,
+                            epochs=epochs, dropout=0.0, backend="cpu", progress=False), Communicator(comm=None), g)
+    torch.manual_seed(0)  # --seed 0: the model is drawn first
+    model = SampledSAGE(prep.x.shape[1], 64, prep.num_classes, 2, 0.0)
+    full = model.to_full_graph().train()
+    opt = torch.optim.Adam(full.parameters(), lr=0.01, weight_decay=5e-4)
+    dg = DistGraph(g.indptr, g.indices, Communicator(comm=None), RuntimeConfig(backend="cpu"))
+    x, y = torch.from_numpy(prep.x), torch.from_numpy(prep.y)
+    seeds = np.flatnonzero(prep.train)
+    plan = BatchPlan(len(seeds), batch)
+    losses = []
+    for epoch in range(1, epochs + 1):
+        order, steps = epoch_order(len(seeds), 0, epoch), []
+        for lo, hi in plan.shares():
+            b = torch.from_numpy(seeds[order[lo:hi]])
+            opt.zero_grad()
+            loss = F.cross_entropy(full(x, dg, None)[b], y[b])
+            loss.backward()
+            opt.step()
+            steps.append(loss.item())
+        losses.append(np.mean(steps))
+    dg.close()
+    assert plan.steps == res.sampling["steps_per_epoch"] == 6
+    assert np.allclose([e["loss"] for e in res.epochs], losses, rtol=0, atol=1e-5)
+    want = torch.cat([p.detach().flatten() for p in full.parameters()])
+    got = torch.cat([p.detach().flatten() for p in res.model.parameters()])
+    assert torch.allclose(got, want, atol=1e-5)
