@@ -149,16 +149,17 @@ def _run(cfg_kw, comm, g):
     return train(TrainConfig(mode="sampled", backend="cpu", progress=False, **cfg_kw), comm, g)
 
 
-@pytest.mark.parametrize("dataset,batch,epochs", [("default", 2, 4), ("sbm", 40, 3)])
-def test_p_ranks_train_what_one_rank_trains_at_equal_global_batch(dataset, batch, epochs):
-    """fanout -1 and no dropout: the step's output does not depend on how the global batch is cut
-    into shares, and the loss is its global mean, so P ranks with --batch-size b follow one rank
-    with --batch-size P * b step for step (several steps per epoch)."""
+@pytest.mark.parametrize("dataset,model,batch,epochs", [("default", "sage", 2, 4), ("sbm", "sage", 40, 3),
+                                                       ("sbm", "gat", 40, 2)])
+def test_p_ranks_train_what_one_rank_trains_at_equal_global_batch(dataset, model, batch, epochs):
+    """fanout -1 and no dropout: a seed's output does not depend on the other seeds of its block
+    (SAGE, GAT), and the loss is the global batch's mean, so P ranks with --batch-size b follow one
+    rank with --batch-size P * b step for step (several steps per epoch)."""
     from mgg.runtime import Communicator
 
     comm = world()
     g = cached_dataset(dataset)
-    common = dict(dataset=dataset, model="sage", fanout=(-1, -1), epochs=epochs, dropout=0.0)
+    common = dict(dataset=dataset, model=model, fanout=(-1, -1), epochs=epochs, dropout=0.0)
     many = _run({**common, "batch_size": batch}, comm, g)
     one = _run({**common, "batch_size": batch * comm.size}, Communicator(comm=None), g)
     assert many.sampling["steps_per_epoch"] == one.sampling["steps_per_epoch"] > 1
@@ -168,18 +169,21 @@ def test_p_ranks_train_what_one_rank_trains_at_equal_global_batch(dataset, batch
     assert abs(many.val_acc - one.val_acc) <= 2 / max(1, int(prepare_graph(g, 0).val.sum()))
 
 
-def test_p_ranks_and_one_rank_learn_alike_with_sampling():
-    """With sampled neighbors and dropout the runs differ by sampling noise only: both learn sbm
-    to the same accuracy (7 classes: chance is 0.14)."""
+@pytest.mark.parametrize("model,floor,gap", [("sage", 0.75, 0.1), ("gcn", 0.7, 0.15)])
+def test_p_ranks_and_one_rank_learn_alike_with_sampling(model, floor, gap):
+    """With sampled neighbors and dropout the runs differ by sampling noise only (and, for GCN,
+    by the block degrees of each rank's share): both learn sbm to the same accuracy (7 classes:
+    chance is 0.14)."""
     from mgg.runtime import Communicator
 
     comm = world()
     g = cached_dataset("sbm")
-    common = dict(dataset="sbm", model="sage", fanout=(5, 5), epochs=10)
+    common = dict(dataset="sbm", model=model, fanout=(5, 5), epochs=10)
     many = _run({**common, "batch_size": 64 // comm.size}, comm, g)
     one = _run({**common, "batch_size": 64}, Communicator(comm=None), g)
-    # 1-rank runs of this setting over sampling seeds 0-3 reach val 0.85-0.91 (115 val nodes)
-    assert many.val_acc > 0.75 and one.val_acc > 0.75 and abs(many.val_acc - one.val_acc) < 0.1
+    # over seeds 0-3, 1-rank runs of this setting reach val 0.85-0.91 (SAGE) and 0.84-0.90 (GCN; its
+    # 2-rank runs 0.74-0.87 over seeds 0-2), of 115 val nodes
+    assert many.val_acc > floor and one.val_acc > floor and abs(many.val_acc - one.val_acc) < gap
     late = [np.mean([e["loss"] for e in r.epochs[-3:]]) for r in (many, one)]  # means over batches
     assert abs(late[0] - late[1]) < 0.3 * max(late)
 
