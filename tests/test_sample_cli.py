@@ -7,6 +7,8 @@ import pytest
 from mgg.data import prepare_graph
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, parse_args, train
+from tests.conftest import ROOT, needs_mpirun
+from tests.conftest import subprocess_env as env
 from tests.graphs import cached_dataset
 from tests.test_cli import train_cli
 
@@ -172,3 +174,21 @@ def test_sampled_gcn_and_gat_learn_sbm(model):
     losses = [e["loss"] for e in res.epochs]
     assert losses[-1] < 0.7 * losses[0]
     assert res.val_acc > 0.6, res.val_acc  # 7 balanced classes: chance is 0.14
+
+
+@pytest.mark.slow
+@needs_mpirun
+@pytest.mark.parametrize("args,needle", [
+    (["--batch-size", "5"], "--batch-size 5 is larger than the training set allows: 8 training nodes, over 2 ranks, "
+                            "at most 4 per rank and step"),
+    (["--batch-size", "4", "--feature-memory-budget", "64"], "--feature-memory-budget 64 bytes cannot hold one "
+                                                             "mini-batch"),
+    (["--fanout", "5,5,5", "--layers", "2"], "--layers 2 conflicts with --fanout 5,5,5"),
+])
+def test_bad_sampled_input_under_mpirun_one_line_on_every_rank(args, needle):
+    import subprocess
+
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--mode", "sampled", "--backend", "cpu",
+                        "--epochs", "1", *args], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count(needle) == 2, r.stderr  # one line from each rank
