@@ -1,4 +1,4 @@
-"""Sampled mini-batch training (issue #5): neighbor sampling, Fused-Map, feature tiers, Match-Reorder.
+"""Sampled mini-batch training: neighbor sampling, Fused-Map, feature tiers, Match-Reorder.
 
 Layering: imports mgg.data, mgg.runtime and mgg.kernels only (CUDA paths lazily, from
 mgg.kernels.sample_gpu). See docs/sampling.md.
