@@ -106,9 +106,9 @@ def flat(model):
 
 
 @pytest.mark.parametrize("dataset,kw", [
-    ("default", {"fanout": (5, 5), "batch_size": 4}),
+    ("default", {"fanout": (5, 5), "batch_size": 2}),
     ("sbm", {"fanout": (10, 5), "batch_size": 64, "reorder": True}),
-    ("sbm", {"fanout": (5,), "batch_size": 100, "feature_memory_budget": 16 << 10}),  # host tier
+    ("sbm", {"fanout": (5,), "batch_size": 80, "feature_memory_budget": 16 << 10}),  # host tier
 ])
 def test_sampled_training_keeps_replicas_identical_and_learns(dataset, kw):
     comm = world()
