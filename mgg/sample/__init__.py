@@ -21,6 +21,7 @@ from .reorder import ResidentCache, fetch_cost, match_reorder, overlap_matrix, o
 
 __all__ = ["Block", "SampledBatch", "FeatureSource", "FetchStats", "StoreFeatures", "HostTierFeatures",
            "TensorFeatures", "choose_feature_source", "make_feature_source", "parse_size", "FEATURE_TIERS",
-           "IdMap", "build_id_map", "fused_map", "unique_map", "NeighborLoader", "EpochStats", "BatchPlan", "epoch_order",
-           "sample_blocks", "sample_neighbors", "sample_edge_positions", "check_fanouts", "place_adjacency", "KEYS_FACTOR",
+           "IdMap", "build_id_map", "fused_map", "unique_map", "NeighborLoader", "EpochStats", "BatchPlan",
+           "epoch_order", "sample_blocks", "sample_neighbors", "sample_edge_positions", "check_fanouts",
+           "place_adjacency", "KEYS_FACTOR",
            "ResidentCache", "match_reorder", "overlap_matrix", "overlap_matrix_torch", "fetch_cost"]
