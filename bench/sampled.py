@@ -35,11 +35,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.data.generators import preset  # noqa: E402
-from mgg.nn import allreduce_gradients, broadcast_parameters  # noqa: E402
+from mgg.nn import allreduce_mean_gradients, broadcast_parameters  # noqa: E402
 from mgg.nn.sampled import SampledSAGE  # noqa: E402
 from mgg.runtime import make_store, world  # noqa: E402
 from mgg.runtime.partition import partition_ranges  # noqa: E402
-from mgg.sample import NeighborLoader, fused_map, make_feature_source, split_seeds, unique_map  # noqa: E402
+from mgg.sample import NeighborLoader, fused_map, make_feature_source, unique_map  # noqa: E402
 
 
 def _sync(dev: torch.device) -> None:
@@ -53,7 +53,7 @@ def time_idmap(loader: NeighborLoader, dev: torch.device, batches: int = 4, reps
 
     gen = torch.Generator().manual_seed(0)
     res = {"fused_ms": [], "unique_ms": [], "ids": []}
-    for b in loader.batches(np.random.default_rng(0))[:batches]:
+    for b in loader.batches(1)[:batches]:
         seeds = torch.from_numpy(np.ascontiguousarray(b)).to(dev)
         frontier, parts = seeds, [seeds]
         for f in loader.fanouts:  # the ids a 2-hop sample produces, before any dedup
@@ -114,7 +114,7 @@ def time_row_gather(x: np.ndarray, n_id: torch.Tensor, dev: torch.device, reps: 
 def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, prefetch: bool = True) -> dict:
     fan = [int(f) for f in args.fanout.split(",")]
     feats = make_feature_source(graph.x, store, bounds, comm, device=dev, tier=tier)
-    seeds = split_seeds(np.flatnonzero(graph.train_mask), comm, bounds)
+    seeds = np.flatnonzero(graph.train_mask)  # every rank's: each takes its share of every global batch
     loader = NeighborLoader((graph.indptr, graph.indices), feats, graph.y, seeds, fan, args.batch_size,
                             reorder=reorder, seed=1, device=dev, comm=comm, prefetch=prefetch)
     torch.manual_seed(0)
@@ -122,7 +122,6 @@ def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, pre
     model = SampledSAGE(graph.x.shape[1], args.hidden, classes, layers=len(fan), dropout=0.5).to(dev)
     broadcast_parameters(model, comm)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
-    n_train = int(graph.train_mask.sum())
     times, stats, compute = [], [], []
     cuda = dev.type == "cuda"
     for ep in range(1 + args.epochs):
@@ -135,9 +134,9 @@ def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, pre
                 evs[-1][0].record()
             opt.zero_grad()
             out = model(batch.x, batch.blocks)
-            loss = torch.nn.functional.cross_entropy(out, batch.y, reduction="sum") / n_train
+            loss = torch.nn.functional.cross_entropy(out, batch.y, reduction="sum")
             loss.backward()
-            allreduce_gradients(model, comm)
+            allreduce_mean_gradients(model, comm, batch.batch_size, store)  # the global batch's mean
             opt.step()
             if cuda:
                 evs[-1][1].record()

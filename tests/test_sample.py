@@ -15,8 +15,7 @@ from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig, part
 from mgg.sample import (KEYS_FACTOR, Block, HostTierFeatures, NeighborLoader, ResidentCache, StoreFeatures,
                         TensorFeatures, build_id_map, check_fanouts, choose_feature_source, fetch_cost,
                         fused_map, make_feature_source, match_reorder, overlap_matrix, overlap_matrix_torch,
-                        parse_size, sample_blocks, sample_edge_positions, sample_neighbors, split_seeds,
-                        unique_map)
+                        parse_size, sample_blocks, sample_edge_positions, sample_neighbors, unique_map)
 from mgg.sample.idmap import hash_insert
 from tests.graphs import random_csr
 
@@ -422,21 +421,6 @@ def test_loader_bad_arguments(kw, msg):
     args.update(kw)
     with pytest.raises(ValueError, match=msg):
         NeighborLoader(**args)
-
-
-def test_split_seeds():
-    comm = Communicator(comm=None)
-    assert split_seeds([5, 1, 3], comm).tolist() == [1, 3, 5]
-
-    class Fake:
-        def __init__(self, rank, size):
-            self.rank, self.size = rank, size
-    idx = np.arange(0, 20, 3)
-    parts = [split_seeds(idx, Fake(r, 3)) for r in range(3)]
-    assert np.array_equal(np.concatenate(parts), idx)
-    bounds = np.array([0, 4, 4, 20])
-    parts = [split_seeds(idx, Fake(r, 3), bounds) for r in range(3)]
-    assert [p.tolist() for p in parts] == [[0, 3], [], [6, 9, 12, 15, 18]]
 
 
 # -- the block model --------------------------------------------------------------------------------

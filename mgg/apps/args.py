@@ -204,7 +204,9 @@ def _add_sampled_args(p: argparse.ArgumentParser) -> None:
                    f"{','.join(map(str, DEFAULT_FANOUT))}; -1: all); the number of layers is the number "
                    "of fanouts")
     s.add_argument("--batch-size", type=_int_in(1), default=None,
-                   help=f"seed nodes per mini-batch and rank (default {DEFAULT_BATCH_SIZE})")
+                   help=f"seed nodes per mini-batch and rank: a step trains on a global batch of P x "
+                   f"this many, its loss the mean over them (default {DEFAULT_BATCH_SIZE}, capped at "
+                   f"ceil(training nodes / P); a larger value is refused)")
     s.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
                    help="Match-Reorder: sample an epoch's batches first and run them so that consecutive "
                    "ones share the most nodes, whose features are reused (default: off)")

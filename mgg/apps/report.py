@@ -105,6 +105,7 @@ def _mb(b: float) -> str:
 def sampling_line(s: dict) -> str:
     """One summary line of a sampled run (printed by rank 0)."""
     line = (f"sampling: fanout={','.join(map(str, s['fanout']))} batch_size={s['batch_size']} "
+            f"global_batch={s.get('global_batch_size', s['batch_size'])} "
             f"steps_per_epoch={s['steps_per_epoch']} features={s['feature_tier']} reorder={s['reorder']} "
             f"fetched={_mb(s['bytes_fetched_total'])} (remote {_mb(s['bytes_remote_total'])}; "
             f"without reuse {_mb(s['bytes_no_reuse_total'])}")

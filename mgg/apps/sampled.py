@@ -1,11 +1,13 @@
 """`--mode sampled`: neighbor-sampled mini-batch training (docs/sampling.md) on the shared epoch
 skeleton (loop.py).
 
-Data-parallel: every rank trains on its own seeds (the training nodes it owns), sampled from the
-global CSR it holds, with input features from the symmetric store (one-sided gets) or the host
-tier; after every step the gradients are summed over the ranks (`allreduce_gradients`), so the
-replicas stay identical. The loss of a step is the summed cross entropy of its seeds divided by
-the *global* number of training nodes: an epoch's summed loss is the mean training loss.
+Data-parallel: every step has a global batch of P x --batch-size training nodes, and every rank
+trains on its share of it (mgg.sample.batching), sampled from the global CSR it holds, with input
+features from the symmetric store (one-sided gets) or the host tier. The loss of a step is the
+mean cross entropy over its global batch (PyG's and DGL's convention): each rank backpropagates
+its summed cross entropy, and `allreduce_mean_gradients` sums the gradients and the seed counts
+over the ranks and divides, so the replicas stay identical and the step means the same at every
+P and batch size. The epoch's loss is the mean of its steps' losses.
 
 Evaluation is full-neighborhood inference: the sampled model's weights are copied into its
 full-graph twin (`to_full_graph()`, same parameters) and run through the distributed aggregation
@@ -13,14 +15,15 @@ of the DistGraph, so test accuracy is comparable with --mode full.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .config import TrainConfig, TrainResult, UserError, check_model_support
+from .config import DEFAULT_BATCH_SIZE, TrainConfig, TrainResult, UserError, check_model_support
 from .loop import EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs
 
-__all__ = ["train_sampled", "check_sampled_config", "SUMMED"]
+__all__ = ["train_sampled", "check_sampled_config", "sampled_batch_size", "check_feature_budget", "SUMMED"]
 
 #: per-epoch loader counters summed over the ranks (EpochStats fields)
 SUMMED = ("steps", "seeds", "nodes", "edges", "rows_fetched", "rows_reused", "bytes_fetched", "bytes_remote",
@@ -51,30 +54,63 @@ def check_sampled_config(cfg: TrainConfig) -> TrainConfig:
     return r
 
 
+def sampled_batch_size(requested: int | None, n_train: int, world_size: int) -> int:
+    """The per-rank batch size of a run over `n_train` training nodes on `world_size` ranks:
+    `requested` (--batch-size), or, when None, DEFAULT_BATCH_SIZE capped at each rank's share of
+    the training set, ceil(n_train / P) (one step per epoch then holds the whole training set).
+    UserError (the same on every rank: its inputs are) when there is no training node, or when
+    `requested` exceeds that share, which no step could fill."""
+    if n_train < 1:
+        raise UserError("the dataset has no training nodes (its train mask is empty): --mode sampled has "
+                        "nothing to draw mini-batches from")
+    share = -(-n_train // world_size)
+    if requested is None:
+        return min(DEFAULT_BATCH_SIZE, share)
+    if requested > share:
+        ranks = f"over {world_size} ranks, " if world_size > 1 else ""
+        raise UserError(f"--batch-size {requested} is larger than the training set allows: {n_train} training "
+                        f"nodes, {ranks}at most {share} per rank and step; use --batch-size {share} or less "
+                        f"({share}: one step per epoch holds every training node)")
+    return requested
+
+
+def check_feature_budget(budget: int, max_share: int, feat_dim: int) -> None:
+    """UserError when a nonzero --feature-memory-budget cannot hold one mini-batch: every batch
+    gathers at least the input rows of its own seeds (max_share rows of feat_dim float32), and
+    more with their sampled neighbors."""
+    need = max_share * feat_dim * 4
+    if budget and budget < need:
+        raise UserError(f"--feature-memory-budget {budget} bytes cannot hold one mini-batch: a batch gathers the "
+                        f"input features of at least its {max_share} seeds ({max_share} x {feat_dim} x 4 = {need} "
+                        f"bytes), more with their sampled neighbors; give at least {need} bytes, or 0 for no limit")
+
+
 class SampledHooks(EpochHooks):
     """One pass over the loader's mini-batches per epoch; sums the loader's counters."""
 
     def __init__(self, state: LoopState, model, opt, drop_gen, loader):
         self.cfg, self.comm, self.dg, self.res = state.cfg, state.comm, state.dg, state.res
         self.model, self.opt, self.drop_gen, self.loader = model, opt, drop_gen, loader
-        self.n_train = state.data.n_train
         self.totals = dict.fromkeys(SUMMED + ("bytes_identity_order",), 0)
 
     def train_step(self, epoch: int):
         import torch
 
-        from ..nn import allreduce_gradients, cross_entropy_sum
+        from ..nn import allreduce_mean_gradients, cross_entropy_sum
 
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.dg.device)  # on the device: no sync per step
+        steps = 0
         for batch in self.loader:
             self.opt.zero_grad(set_to_none=False)
             logits = self.model(batch.x, batch.blocks, self.drop_gen)
-            loss = cross_entropy_sum(logits, batch.y) / self.n_train
-            loss.backward()
-            allreduce_gradients(self.model, self.comm)
+            local = cross_entropy_sum(logits, batch.y)
+            local.backward()
+            total = allreduce_mean_gradients(self.model, self.comm, batch.batch_size, self.dg.store)
             self.opt.step()
-            loss_sum += loss.detach()
-        return loss_sum
+            # this rank's part of the step's global-batch mean (the ranks' parts are summed later)
+            loss_sum += local.detach() / (max(total, 1.0) if isinstance(total, float) else total.clamp(min=1.0))
+            steps += 1
+        return loss_sum / max(steps, 1)
 
     def epoch_values(self) -> dict[str, float]:
         """The loader's counters (summed), bytes in identity order, sample/gather ms (averaged later)."""
@@ -99,26 +135,26 @@ class SampledHooks(EpochHooks):
         self.totals["bytes_identity_order"] += int(values["bytes_identity_order"])
 
 
-def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, teardown):
-    """(NeighborLoader over this rank's training seeds, its feature source, the seeds)."""
-    from ..sample import NeighborLoader, make_feature_source, split_seeds
+def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, seeds: np.ndarray, teardown):
+    """(NeighborLoader over this rank's shares of the global batches of `seeds`, its feature source)."""
+    from ..sample import NeighborLoader, make_feature_source
 
     feats = make_feature_source(prep.x, dg.store, dg.bounds, comm, cfg.feature_memory_budget, device=dg.device)
     teardown.together.append(feats.close)  # collective: only when every rank gets there
-    seeds = split_seeds(np.flatnonzero(prep.train), comm, dg.bounds)
     loader = NeighborLoader((graph.indptr, graph.indices), feats, prep.y, seeds, list(cfg.fanout),
                             cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=True,
                             seed=cfg.sample_seed, device=dg.device, comm=comm,
                             adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
-    return loader, feats, seeds
+    return loader, feats
 
 
-def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, seeds, res: TrainResult) -> dict:
+def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, res: TrainResult) -> dict:
     """res.sampling: the loader's settings and the byte totals of the run."""
     loader = hooks.loader
+    plan = loader.plan
     doc = {
-        "fanout": list(cfg.fanout), "batch_size": cfg.batch_size, "steps_per_epoch": len(loader),
-        "seeds_per_rank": [int(v) for v in comm.allgather(len(seeds))], "feature_tier": feats.tier,
+        "fanout": list(cfg.fanout), "batch_size": cfg.batch_size, "global_batch_size": plan.global_batch_size,
+        "steps_per_epoch": len(loader), "training_nodes": plan.num_seeds, "feature_tier": feats.tier,
         "adjacency": loader.adjacency_tier, "reorder": cfg.reorder, "reuse": True, "prefetch": loader.prefetch,
         "id_map": loader.id_map, "feature_memory_budget": cfg.feature_memory_budget,
         "sample_seed": cfg.sample_seed, "epochs": len(res.epochs),
@@ -139,15 +175,21 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     from ..nn import broadcast_parameters
     from ..nn.optim import Adam
     from ..nn.registry import model_entry
+    from ..sample import BatchPlan
 
+    requested = cfg.batch_size
     cfg = check_sampled_config(cfg)
     if prepared is None:  # not through `load`: the labels are range-checked here
         from .classes import resolve_num_classes, with_num_classes
 
         prepared = with_num_classes(prepare_graph(graph, cfg.seed), resolve_num_classes(cfg, comm, graph))
     prep = prepared
+    seeds = np.flatnonzero(prep.train)  # every rank's training nodes: each takes its share of every batch
+    cfg = replace(cfg, batch_size=sampled_batch_size(requested, len(seeds), comm.size))
+    check_feature_budget(cfg.feature_memory_budget, BatchPlan(len(seeds), cfg.batch_size, comm.size).max_share,
+                         int(prep.x.shape[1]))
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
-        loader, feats, seeds = _loader(cfg, comm, graph, dg, prep, teardown)
+        loader, feats = _loader(cfg, comm, graph, dg, prep, seeds, teardown)
         data = local_data(dg, prep)
         model = model_entry(cfg.model).sampled_model(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
                                                      cfg.dropout).to(dg.device)
@@ -160,5 +202,5 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         state.bar = progress_bar(cfg, comm, 0) if verbose else None
         run_epochs(state, hooks)
         finish(state, None)
-        res.sampling = _sampling_summary(cfg, comm, hooks, feats, seeds, res)
+        res.sampling = _sampling_summary(cfg, comm, hooks, feats, res)
         return res

@@ -1,9 +1,13 @@
 """Data-parallel helpers: weights are replicated on every rank, gradients are summed.
 
-Each rank computes the gradient of its share of the loss (normalised by the *global* number of
-training nodes), so the summed gradient equals the gradient of a 1-rank run. Buffers are
-flattened into one float64 host array and reduced with a single all-reduce, or, on GPUs with
-the NVSHMEM store, into one float32 device vector reduced on the stream (no host round trip).
+Full-graph training: each rank computes the gradient of its share of the loss (normalised by
+the *global* number of training nodes), so the summed gradient equals the gradient of a 1-rank
+run (`allreduce_gradients`). Mini-batch training: each rank computes the gradient of its
+*summed* loss and its number of terms; `allreduce_mean_gradients` sums both and divides, which
+gives the gradient of the mean over the step's global batch whatever each rank's share of it
+(a rank with no terms contributes zeros). Buffers are flattened into one float64 host array and
+reduced with a single all-reduce, or, on GPUs with the NVSHMEM store, into one float32 device
+vector reduced on the stream (no host round trip).
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["broadcast_parameters", "allreduce_gradients", "flatten", "unflatten_into"]
+__all__ = ["broadcast_parameters", "allreduce_gradients", "allreduce_mean_gradients", "flatten", "unflatten_into"]
 
 
 def flatten(tensors: list[torch.Tensor]) -> np.ndarray:
@@ -61,19 +65,60 @@ def allreduce_gradients(model: nn.Module, comm, store=None) -> None:
     all-reduce (MPI)."""
     if comm.size == 1:
         return
+    _allreduce(_grads_of(model), comm, store, None)
+
+
+def allreduce_mean_gradients(model: nn.Module, comm, count: int, store=None) -> float | torch.Tensor:
+    """Turn every rank's gradient of a *summed* loss of `count` terms into the gradient of the
+    mean over all ranks' terms: grad = (sum_r grad_r) / (sum_r count_r), in place. Collective
+    (one all-reduce, the count travels with the gradients); missing grads count as 0, and a step
+    where every rank has 0 terms leaves zero gradients.
+
+    Args:
+        count: this rank's number of loss terms (>= 0), e.g. its seeds in the step.
+        store: as in `allreduce_gradients` (on-device reduction where it applies).
+    Returns:
+        sum_r count_r: a float, or a 0-dim float32 tensor on the gradients' GPU when the store
+        reduced them there (no host synchronisation).
+    """
+    grads = _grads_of(model)
+    if comm.size == 1:
+        total: float | torch.Tensor = float(count)
+    else:
+        total = _allreduce(grads, comm, store, float(count))
+    scale = 1.0 / max(total, 1.0) if isinstance(total, float) else 1.0 / total.clamp(min=1.0)
+    with torch.no_grad():
+        for g in grads:
+            g.mul_(scale)
+    return total
+
+
+def _grads_of(model: nn.Module) -> list[torch.Tensor]:
+    """`.grad` of every trainable parameter (zeros where a parameter has none)."""
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in params]
+    return [p.grad for p in params]
+
+
+def _allreduce(grads: list[torch.Tensor], comm, store, extra: float | None) -> float | torch.Tensor | None:
+    """Sum `grads` (in place) and, when given, the scalar `extra` over the ranks in one all-reduce;
+    returns the summed `extra` (a 0-dim device tensor when the store reduced on the GPU)."""
     if store is not None and grads and len({g.device for g in grads}) == 1 and grads[0].is_cuda \
             and all(g.dtype == torch.float32 for g in grads):
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        parts = [g.reshape(-1) for g in grads]
+        if extra is not None:
+            parts.append(torch.full((1,), extra, dtype=torch.float32, device=grads[0].device))
+        flat = torch.cat(parts)
         if store.allreduce_sum_(flat):
             with torch.no_grad():
                 unflatten_into(flat, grads)
-            return
+            return None if extra is None else flat[-1]
     buf = flatten(grads)
+    if extra is not None:
+        buf = np.append(buf, extra)
     comm.allreduce_(buf)
     with torch.no_grad():
         unflatten_into(buf, grads)
+    return None if extra is None else float(buf[-1])

@@ -1,14 +1,17 @@
 """Models for sampled mini-batch training (blocks from mgg.sample.NeighborLoader).
 
-`SampledSAGE(in_dim, hidden, out_dim, layers, dropout)`: dropout -> SAGEBlockConv -> ReLU per layer
-(no ReLU after the last), the same stack as the full-graph `SAGE`. `forward(x, blocks)` maps the
-input features of the batch (float32 [U, in_dim], U = blocks[0].n_src) to logits of the seeds
-(float32 [B, out_dim], B = blocks[-1].n_dst).
+Each is the block twin of a full-graph model (mgg.nn.models): the same stack -- dropout -> conv
+-> activation per layer, no activation after the last -- with block convolutions, and the same
+parameter names, so `to_full_graph()` gives the full-graph model with these weights (layer-wise
+full-neighborhood inference over the distributed graph: the evaluation of the sampled mode).
+`forward(x, blocks, generator)` maps the batch's input features (float [U, in_dim],
+U = blocks[0].n_src) to the seeds' logits (float [B, out_dim], B = blocks[-1].n_dst).
 
-The parameters are laid out exactly as in `mgg.nn.SAGE` (`convs.{i}.lin_l`, `convs.{i}.lin_r`), so
-`to_full_graph()` gives a full-graph SAGE with the same weights: mean aggregation over all
-neighbors instead of the sampled ones, run by the distributed full-graph aggregation (layer-wise
-full-neighborhood inference, the evaluation of the sampled training mode).
+    SampledSAGE  SAGEBlockConv (PyG SAGEConv, mean)                       -> SAGE
+    SampledGCN   GCNBlockConv (DGL GraphConv norm="both" on the block,
+                 a self loop per dst node)                                 -> GCN
+    SampledGAT   GATBlockConv (PyG GATConv((in, in), out), self loops for
+                 the dst nodes), 8 heads x hidden, ELU, last layer averaged -> GAT
 """
 from __future__ import annotations
 
@@ -17,11 +20,13 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from .conv.gat_block import GATBlockConv
+from .conv.gcn_block import GCNBlockConv
 from .conv.sage_block import SAGEBlockConv
-from .models import SAGE, _dims
+from .models import GAT, GCN, SAGE, _dims
 from .registry import RegistryView, register_sampled_model
 
-__all__ = ["SampledSAGE", "SAMPLED_MODELS", "dropout"]
+__all__ = ["SampledGNN", "SampledSAGE", "SampledGCN", "SampledGAT", "SAMPLED_MODELS", "dropout"]
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -35,42 +40,92 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, generator: torch.G
     return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
-class SampledSAGE(nn.Module):
-    """GraphSAGE (mean) over sampled blocks; default 2 layers, hidden 64, dropout 0.5."""
+class SampledGNN(nn.Module):
+    """A stack of block convolutions: dropout -> conv -> activation, none after the last.
 
-    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+    Subclasses set `full_model` (the full-graph class) and build `convs`; `full_args` are the
+    arguments that build the full-graph twin.
+    """
+
+    full_model: type = nn.Module
+    activation = staticmethod(torch.relu)
+
+    def __init__(self, convs: list[nn.Module], dropout: float, full_args: tuple):
         super().__init__()
-        self.dims = _dims(in_dim, hidden, out_dim, layers)
-        self.in_dim, self.hidden, self.out_dim, self.layers = in_dim, hidden, out_dim, layers
-        self.convs = nn.ModuleList([SAGEBlockConv(a, b) for a, b in self.dims])
+        self.convs = nn.ModuleList(convs)
         self.dropout = float(dropout)
+        self.full_args = full_args
 
     def reset_parameters(self) -> None:
         for conv in self.convs:
             conv.reset_parameters()
 
     def forward(self, x: torch.Tensor, blocks: Sequence, generator: torch.Generator | None = None) -> torch.Tensor:
-        """x float32 [U, in_dim] -> logits float32 [B, out_dim]; `generator` drives the dropout masks
+        """x float [U, in_dim] -> logits float [B, out_dim]; `generator` drives the dropout masks
         (None: torch's default generator; it must live on x's device)."""
         if len(blocks) != len(self.convs):
-            raise ValueError(f"SampledSAGE has {len(self.convs)} layers, got {len(blocks)} blocks "
+            raise ValueError(f"{type(self).__name__} has {len(self.convs)} layers, got {len(blocks)} blocks "
                              f"(one per fanout)")
         last = len(self.convs) - 1
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             x = dropout(x, self.dropout, self.training, generator)
             x = conv(x, block)
             if i < last:
-                x = torch.relu(x)
+                x = self.activation(x)
         return x
 
-    def to_full_graph(self) -> SAGE:
-        """A full-graph SAGE (mgg.nn.SAGE) holding a copy of these weights, in eval mode."""
-        full = SAGE(self.in_dim, self.hidden, self.out_dim, self.layers, self.dropout)
+    def to_full_graph(self) -> nn.Module:
+        """The full-graph twin (`full_model`) holding a copy of these weights, in eval mode."""
+        full = self.full_model(*self.full_args)
         full.load_state_dict(self.state_dict())
         p = next(self.parameters())
         return full.to(p.device).eval()
 
 
+class SampledSAGE(SampledGNN):
+    """GraphSAGE (mean) over sampled blocks; default 2 layers, hidden 64, dropout 0.5."""
+
+    full_model = SAGE
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+        self.dims = _dims(in_dim, hidden, out_dim, layers)
+        super().__init__([SAGEBlockConv(a, b) for a, b in self.dims], dropout,
+                         (in_dim, hidden, out_dim, layers, dropout))
+        self.in_dim, self.hidden, self.out_dim, self.layers = in_dim, hidden, out_dim, layers
+
+
+class SampledGCN(SampledGNN):
+    """GCN over sampled blocks; default 2 layers, hidden 16, dropout 0.5."""
+
+    full_model = GCN
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.5):
+        super().__init__([GCNBlockConv(a, b) for a, b in _dims(in_dim, hidden, out_dim, layers)], dropout,
+                         (in_dim, hidden, out_dim, layers, dropout))
+
+
+class SampledGAT(SampledGNN):
+    """GAT over sampled blocks (the full-graph `GAT`'s stack: hidden layers of `heads` heads of
+    `hidden` channels, concatenated; the last layer `out_heads` heads, averaged; ELU); default 2
+    layers, 8 heads x 8, dropout 0.6, no attention dropout."""
+
+    full_model = GAT
+    activation = staticmethod(torch.nn.functional.elu)
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.6,
+                 heads: int = 8, out_heads: int = 1, att_dropout: float = 0.0):
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
+        convs, width = [], in_dim
+        for _ in range(layers - 1):
+            convs.append(GATBlockConv(width, hidden, heads=heads, dropout=att_dropout))
+            width = heads * hidden
+        convs.append(GATBlockConv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
+        super().__init__(convs, dropout, (in_dim, hidden, out_dim, layers, dropout, heads, out_heads, att_dropout))
+
+
 register_sampled_model("sage", SampledSAGE)
+register_sampled_model("gcn", SampledGCN)
+register_sampled_model("gat", SampledGAT)
 #: name -> sampled model class, read from the registry (mgg.nn.registry)
 SAMPLED_MODELS: RegistryView = RegistryView(lambda e: e.sampled_model, keep=lambda e: e.supports_sampled)

@@ -1,9 +1,10 @@
 """`NeighborLoader`: sampled mini-batches over seed nodes, data-parallel across ranks.
 
-Every rank holds the global CSR (the runtime loads the whole graph on every rank), its own seeds
-(`split_seeds`) and a `FeatureSource`. One epoch:
+Every rank holds the global CSR (the runtime loads the whole graph on every rank), the training
+nodes of all ranks (the same array everywhere) and a `FeatureSource`. One epoch:
 
-    1. shuffle my seeds (seeded by (seed, epoch, rank)) and cut them into S batches;
+    1. order the training nodes (seeded by (seed, epoch): the same order on every rank), cut the
+       order into S global batches and take this rank's share of each (mgg.sample.batching);
     2. per batch, per layer (fanouts[0] is the hop from the seeds): sample_neighbors of the
        current node set -> Fused-Map (dedup + global->local ids) -> one Block;
     3. (reorder=True) all batches of the epoch are sampled first and run in Match-Reorder order;
@@ -25,15 +26,15 @@ stops the thread. The batches are the same with and without prefetch (one thread
 order, with the same generator). On the CPU there is no second engine to overlap with (the
 gather and the compute share the cores), so the flag changes nothing there.
 
-Data parallelism: all ranks run the same number of steps S per epoch, S = ceil(max_r n_r / B)
-(drop_last: min_r floor(n_r / B)), agreed by one all-reduce at construction. Rank r cuts its n_r
-shuffled seeds into S batches of ceil(n_r / S) <= B seeds (the last ones may be shorter, and a rank
-with few seeds yields empty batches): every step every rank has a batch, so the gradient
-all-reduce of the training loop always matches up. Sampling and gathering are not collective.
+Data parallelism (mgg.sample.batching): `batch_size` B counts seeds per rank and step; the step's
+global batch holds G = P * B seeds, S = ceil(n / G) steps per epoch on every rank (drop_last:
+floor(n / G)), and rank r takes the r-th of P nearly equal contiguous parts of every global batch.
+The global batches depend on (n, G, seed, epoch) only, not on P. Every step every rank has a
+batch (possibly empty), so the gradient all-reduce of the training loop always matches up.
+Sampling (seeded by (seed, epoch, rank)) and gathering are not collective.
 """
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -43,13 +44,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from .batching import BatchPlan, epoch_order, seeds_fingerprint
 from .block import Block, SampledBatch
 from .features import FeatureSource, TensorFeatures
 from .idmap import fused_map, unique_map
 from .neighbor import check_fanouts, place_adjacency, sample_neighbors
 from .reorder import MATCH_METRICS, ResidentCache, fetch_cost, match_reorder, overlap_matrix
 
-__all__ = ["NeighborLoader", "EpochStats", "split_seeds", "sample_blocks", "PREFETCH_DEPTH"]
+__all__ = ["NeighborLoader", "EpochStats", "sample_blocks", "PREFETCH_DEPTH"]
 
 #: batches a prefetching loader keeps ready ahead of the caller (plus one in the making)
 PREFETCH_DEPTH = 2
@@ -69,23 +71,6 @@ def _check_ids(a: Any, name: str, num_nodes: int) -> np.ndarray:
         bad = int(arr.min()) if arr.min() < 0 else int(arr.max())
         raise ValueError(f"{name} out of range [0, {num_nodes}): found {bad}")
     return arr
-
-
-def split_seeds(train_idx, comm=None, bounds=None) -> np.ndarray:
-    """This rank's share of the training nodes (int64, sorted).
-
-    With `bounds` (the partition's node ranges) a rank takes the training nodes it owns, so the
-    seeds' own feature rows are local reads; without, the sorted ids are cut into P contiguous,
-    nearly equal chunks.
-    """
-    idx = np.sort(np.asarray(train_idx, dtype=np.int64))
-    rank, size = (0, 1) if comm is None else (comm.rank, comm.size)
-    if bounds is not None:
-        b = np.asarray(bounds, dtype=np.int64)
-        if len(b) != size + 1:
-            raise ValueError(f"split_seeds: bounds has {len(b)} entries, expected {size + 1}")
-        return idx[(idx >= b[rank]) & (idx < b[rank + 1])]
-    return np.array_split(idx, size)[rank]
 
 
 def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], generator: torch.Generator,
@@ -159,22 +144,26 @@ class NeighborLoader:
         features: FeatureSource of the input features (an [N, F] array/tensor is wrapped in
             TensorFeatures).
         labels: int64 [N] node labels (-1 for unlabelled nodes); `batch.y` = labels[seeds].
-        seeds: this rank's seed nodes (int64, unique; `split_seeds`).
+        seeds: the training nodes of *all* ranks (int64, unique), the same array on every rank:
+            the loader takes this rank's share of every global batch (module doc).
         fanouts: per-layer fanouts, fanouts[0] for the hop from the seeds; each >= 1 or -1 (all).
-        batch_size: max seeds per batch (>= 1).
-        shuffle: reshuffle the seeds every epoch. drop_last: only full batches (see module doc).
+        batch_size: seeds per rank and step (>= 1); a step's global batch holds up to P times as
+            many.
+        shuffle: reorder the seeds every epoch. drop_last: only full global batches.
         reorder: Match-Reorder the batches of every epoch (samples the epoch up front).
         reuse: reuse the previous batch's resident features.
         seed: base seed of shuffling and sampling (epoch e of rank r uses (seed, e, r)).
         device: where batches live; "cuda" samples with the GPU kernels (mgg.kernels.sample_gpu).
-        comm: Communicator for the data-parallel step count (None: this process alone).
+        comm: Communicator of the data-parallel ranks (None: this process alone). Construction
+            is then collective: the ranks check that they were given the same seeds.
         id_map: "fused" (Fused-Map hash) or "unique" (torch.unique sort chain baseline).
         adjacency_budget: bytes of GPU memory the CSR indices may take (0: no limit); above it they
             stay in pinned host memory (CUDA only).
         prefetch: make the next batches in a background thread on side CUDA streams while the
             caller computes (see the module doc); None: on for CUDA devices. Ignored on the CPU.
     Raises:
-        ValueError naming the argument for bad fanouts, batch sizes, seeds or labels.
+        ValueError naming the argument for bad fanouts, batch sizes, seeds or labels, seeds that
+        differ between ranks (on every rank), or drop_last leaving no batch.
     """
 
     def __init__(self, graph_csr, features, labels, seeds, fanouts: Sequence[int], batch_size: int,
@@ -221,20 +210,17 @@ class NeighborLoader:
         self.comm = comm
         self.rank = 0 if comm is None else comm.rank
         self.prefetch = self.device.type == "cuda" if prefetch is None else bool(prefetch) and self.device.type == "cuda"
-        n = len(self.seeds)
-        if comm is not None and comm.size > 1:
-            n_max = int(comm.allreduce_scalar(n, "max"))
-            n_min = int(comm.allreduce_scalar(n, "min"))
-        else:
-            n_max = n_min = n
-        if self.drop_last:
-            self.steps = n_min // self.batch_size
-            if self.steps == 0:
-                raise ValueError(f"drop_last=True with batch_size {self.batch_size} leaves no batch: a rank "
-                                 f"has only {n_min} seeds")
-        else:
-            self.steps = math.ceil(n_max / self.batch_size)
-        self.per_batch = self.batch_size if self.drop_last else (math.ceil(n / self.steps) if self.steps else 0)
+        size = 1 if comm is None else comm.size
+        if size > 1:
+            prints = comm.allgather(seeds_fingerprint(self.seeds))
+            if len(set(prints)) > 1:
+                raise ValueError("seeds differ between ranks: every rank must pass the same training nodes "
+                                 "(the loader takes each rank's share of every global batch)")
+        self.plan = BatchPlan(len(self.seeds), self.batch_size, size, self.rank, self.drop_last)
+        self.steps = self.plan.steps
+        if self.drop_last and self.steps == 0:
+            raise ValueError(f"drop_last=True leaves no batch: {len(self.seeds)} seeds are fewer than one "
+                             f"global batch ({size} ranks x batch_size {self.batch_size})")
         self.cache = ResidentCache()
         self.epoch = 0
         self.stats = EpochStats()
@@ -244,19 +230,17 @@ class NeighborLoader:
     def __len__(self) -> int:
         return self.steps
 
-    def _generators(self, epoch: int) -> tuple[np.random.Generator, torch.Generator]:
+    def _generator(self, epoch: int) -> torch.Generator:
+        """The sampling generator of `epoch` on this rank, seeded by (seed, epoch, rank)."""
         ss = np.random.SeedSequence([self.seed, epoch, self.rank])
-        rng_np, rng_t = ss.spawn(2)
-        gen = torch.Generator().manual_seed(int(rng_t.generate_state(1, np.uint64)[0] >> np.uint64(1)))
-        return np.random.default_rng(rng_np), gen
+        rng_t = ss.spawn(2)[1]
+        return torch.Generator().manual_seed(int(rng_t.generate_state(1, np.uint64)[0] >> np.uint64(1)))
 
-    def batches(self, rng: np.random.Generator | None = None) -> list[np.ndarray]:
-        """The seed batches of one epoch (len == steps; some may be empty)."""
-        s = self.seeds
-        if self.shuffle and rng is not None:
-            s = s[rng.permutation(len(s))]
-        k = self.per_batch
-        return [s[i * k: (i + 1) * k] for i in range(self.steps)]
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's seeds at every step of `epoch` (len == steps; some may be empty): its share
+        of each global batch of the epoch's order (mgg.sample.batching)."""
+        order = epoch_order(len(self.seeds), self.seed, epoch, self.shuffle)
+        return [self.seeds[order[lo:hi]] for lo, hi in self.plan.shares()]
 
     def __iter__(self) -> Iterator[SampledBatch]:
         work = self._epoch()
@@ -272,12 +256,12 @@ class NeighborLoader:
         `gather(...)`, which returns the SampledBatch. The pairs must run in order (they share the
         sampling generator and the resident cache)."""
         self.epoch += 1
-        rng, gen = self._generators(self.epoch)
+        gen = self._generator(self.epoch)
         self.stats = st = EpochStats(epoch=self.epoch)
         self.history.append(st)
         self.cache.clear()
         self._gpu_events = []
-        seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(rng)]
+        seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(self.epoch)]
         if self.reorder:
             t0 = time.perf_counter()
             sampled = [sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
