@@ -233,6 +233,19 @@ def test_default_dataset_is_karate():
     assert np.array_equal(g.reverse().sort_rows().indices, g.indices)  # undirected
 
 
+def test_embedded_karate_matches_networkx():
+    """The embedded edge list and factions are networkx's karate_club_graph() (an independent copy)."""
+    nx = pytest.importorskip("networkx")
+    from mgg.data.karate import KARATE_CLASSES, karate_edges, karate_labels
+
+    G = nx.karate_club_graph()
+    assert karate_edges().tolist() == sorted(sorted(e) for e in G.edges())
+    assert [KARATE_CLASSES[c] for c in karate_labels()] == [G.nodes[v]["club"] for v in sorted(G.nodes())]
+    g = load_karate()
+    ref = nx.to_scipy_sparse_array(G, nodelist=range(34), weight=None, format="csr").sorted_indices()
+    assert np.array_equal(g.indptr, ref.indptr) and np.array_equal(g.indices, ref.indices)
+
+
 def test_load_dataset_names_and_paths(tmp_path):
     for name in DATASET_NAMES:
         if name.endswith("-like"):
