@@ -170,6 +170,18 @@ def test_edgelist_errors(tmp_path):
     _raises(lambda: load_edgelist(tmp_path / "missing.txt"), "missing.txt", "edges", "not found")
 
 
+@pytest.mark.parametrize("header,body", [("src,dst", "0,1\n1,2\n"), ("source target", "0 1\n1 2\n")])
+def test_edgelist_header_line_gets_a_hint(tmp_path, header, body):
+    p = tmp_path / "e.csv"
+    p.write_text(f"{header}\n{body}")
+    _raises(lambda: load_edgelist(p), "e.csv", "edges", "line 1", header, "looks like a header",
+            "start it with '#'")
+    p.write_text(f"# {header}\n{body}")  # the fix the message names
+    assert load_edgelist(p).num_edges == 2
+    p.write_text(f"{body}x,y\n" if "," in body else f"{body}x y\n")  # a bad line further down is no header
+    _raises(lambda: load_edgelist(p), "e.csv", "edges", "line 3", "not an integer")
+
+
 # ------------------------------------------------------------------------------- ogb
 def _write_ogb(root, gz=True, scheme="time"):
     r = _ref()
