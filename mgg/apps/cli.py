@@ -201,8 +201,6 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     with StopSignal() as stop:
         res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)
     if comm.rank == 0:
-        if res.resumed_from:
-            print(f"resumed from {res.resumed_from} after epoch {res.start_epoch}")
         if res.stopped:
             print_stopped(res, cfg.epochs)
             return res
