@@ -93,13 +93,28 @@ def test_scale_with_a_file_and_norm_with_another_model_are_refused(tmp_path, cap
 
 
 def test_help_states_the_defaults():
-    r = subprocess.run([sys.executable, "-m", "mgg.train", "--help"], cwd=ROOT, env=subprocess_env(),
-                       capture_output=True, text=True, timeout=60)
-    text = " ".join(r.stdout.split())
+    from mgg.apps.args import build_parser
+
+    text = " ".join(build_parser().format_help().split())  # what `python -m mgg.train --help` prints
     for needle in ("training epochs (default 200, full-graph and --mode sampled alike)",
                    "Adam learning rate (model default: gcn 0.01", "dropout before every layer (model default:",
-                   "seed of weights", "--force"):
+                   "seed of weights", "--force", "(default, karate, sbm, reddit-like, products-like, papers-like;",
+                   "default is karate"):
         assert needle in text, needle
+
+
+def test_scale_with_the_karate_club_is_refused(capsys):
+    for dataset in ([], ["--dataset", "karate"]):
+        assert _exit_code([*dataset, "--scale", "0.5", "--epochs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--scale applies to generated datasets only" in err and "karate club" in err, err
+    assert parse_args(["--dataset", "sbm", "--scale", "0.5"]).scale == 0.5
+
+
+def test_misspelled_dataset_gets_did_you_mean(capsys):
+    assert _exit_code(["--dataset", "redit-like", "--epochs", "1", "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown dataset 'redit-like' (did you mean 'reddit-like'?)" in err[0], err
 
 
 def test_edge_list_without_labels_says_what_is_missing(tmp_path, capsys):
