@@ -143,4 +143,23 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ": epoch " in ln]
-    assert [ln.split()[3] for ln in lines] == [f"{k}/20" for k in range(2, 21, 2)], lines
+    shown = [ln.split()[3] for ln in lines]  # every 10% (and after 30 s without a line, on a slow host)
+    assert set(f"{k}/20" for k in range(2, 21, 2)) <= set(shown) and shown[-1] == "20/20", lines
+    assert all("/epoch" in ln for ln in lines) and all(" left)" in ln for ln in lines[:-1]), lines
+
+
+def test_plain_progress_estimates_the_time_left(capsys):
+    from mgg.apps.loop import PlainProgress
+
+    now = [0.0]
+    bar = PlainProgress(total=100, initial=20, desc="gcn x2", every=10, clock=lambda: now[0])
+    for _ in range(20):  # 2 s an epoch: a line at epochs 30 and 40
+        now[0] += 2.0
+        bar.set_postfix(loss="0.5")
+        bar.update()
+    now[0] += 45.0  # a slow epoch: a line although 41 is no multiple of 10
+    bar.update()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["gcn x2: epoch 30/100 loss=0.5 (2.00 s/epoch, 2 min left)",
+                     "gcn x2: epoch 40/100 loss=0.5 (2.00 s/epoch, 2 min left)",
+                     "gcn x2: epoch 41/100 loss=0.5 (4.05 s/epoch, 4 min left)"], lines
