@@ -16,13 +16,13 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, train
 
-from tests.conftest import ROOT
+from tests.conftest import PROCESS_TIMEOUT_S, ROOT
 from tests.conftest import subprocess_env as env
 
 SOLO = Communicator(comm=None)
 
 
-def train_cli(*args, timeout=120, **extra):
+def train_cli(*args, timeout=PROCESS_TIMEOUT_S, **extra):
     return subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", *args], cwd=ROOT,
                           env=env(**extra), capture_output=True, text=True, timeout=timeout)
 
@@ -242,7 +242,7 @@ def test_cli_sigterm_checkpoint_then_resume_equals_straight(tmp_path, karate):
     assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == "SIGTERM"
     c = subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", "--epochs", "8", "--checkpoint-dir",
                         str(ck), "--resume", "--metrics-json", str(tmp_path / "c.json")], cwd=ROOT,
-                       env=env(CI=""), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                       env=env(CI=""), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=PROCESS_TIMEOUT_S)
     assert c.returncode == 0, c.stdout
     resumed = c.stdout.index(f"resumed from {ck / LAST} after epoch 3")  # said before the epochs it explains
     assert resumed < c.stdout.index("epoch 4/8") < c.stdout.index("train_acc="), c.stdout

@@ -1,9 +1,11 @@
 """Fault handling of mgg.train under `mpirun -np 2|4` (subprocesses with timeouts).
 
 A failure on one rank -- an exception, a process that exits or is killed (`kill -9`), a rank that
-hangs -- must end the whole job non-zero within 60 s with a message naming the rank; SIGTERM on
-one rank (or to mpirun) stops every rank after a checkpoint, and the resumed run continues the
-uninterrupted loss curve. `MGG_FAULT_INJECT=RANK:EPOCH[:KIND]` is train.py's test hook.
+hangs -- must end the whole job non-zero with a message naming the rank, through the path meant for
+it (abort_on_error, Open MPI's report of a dead rank, the watchdog): a test asserts which, never how
+fast, and a job that does not end is caught by the launch's timeout. SIGTERM on one rank (or to
+mpirun) stops every rank after a checkpoint, and the resumed run continues the uninterrupted loss
+curve. `MGG_FAULT_INJECT=RANK:EPOCH[:KIND]` is train.py's test hook.
 """
 import json
 import os
@@ -22,21 +24,17 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, train
 
-from tests.conftest import ROOT, needs_mpirun
+from tests.conftest import PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env as env
 
 pytestmark = needs_mpirun
-LIMIT_S = 60
 
 
-def mpirun(np_, *args, fault=None, timeout=90):
+def mpirun(np_, *args, fault=None, timeout=PROCESS_TIMEOUT_S):
     extra = {"MGG_FAULT_INJECT": fault} if fault else {}
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
-                        *args], cwd=ROOT, env=env(**extra), capture_output=True, text=True,
-                       timeout=timeout, errors="replace")
-    r.elapsed = time.monotonic() - t0
-    return r
+    return subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
+                           *args], cwd=ROOT, env=env(**extra), capture_output=True, text=True,
+                          timeout=timeout, errors="replace")
 
 
 def losses_of(path):
@@ -45,8 +43,8 @@ def losses_of(path):
 
 @pytest.mark.slow
 def test_exception_on_one_rank_aborts_the_job_with_its_message():
-    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "30", fault="1:3:raise")
-    assert r.returncode != 0 and r.elapsed < LIMIT_S
+    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "120", fault="1:3:raise")
+    assert r.returncode != 0 and "train_acc=" not in r.stdout  # the job ended in epoch 3
     assert "mgg.train: rank 1 of 2 failed: RuntimeError: injected fault" in r.stderr, r.stderr
     assert "watchdog" not in r.stderr  # abort_on_error ended it, not the watchdog
 
@@ -55,8 +53,8 @@ def test_exception_on_one_rank_aborts_the_job_with_its_message():
 @pytest.mark.parametrize("kind", ["kill", "exit"])
 def test_dead_rank_ends_the_job_naming_it(kind):
     """kill: SIGKILL of rank 1 (as `kill -9`); exit: os._exit without MPI_Finalize."""
-    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "30", fault=f"1:3:{kind}")
-    assert r.returncode != 0 and r.elapsed < LIMIT_S, (r.returncode, r.elapsed)
+    r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "120", fault=f"1:3:{kind}")
+    assert r.returncode != 0 and "train_acc=" not in r.stdout, (r.returncode, r.stdout)
     launcher = r.stderr.replace("rank 1 injects", "")  # Open MPI's own report must name rank 1
     assert re.search(r"rank 1 with PID|@\d+,1\]|watchdog: rank 0", launcher), r.stderr
 
@@ -64,7 +62,7 @@ def test_dead_rank_ends_the_job_naming_it(kind):
 @pytest.mark.slow
 def test_hung_rank_trips_the_watchdog():
     r = mpirun(2, "--epochs", "20", "--watchdog-timeout", "3", fault="1:3:hang")
-    assert r.returncode != 0 and r.elapsed < LIMIT_S
+    assert r.returncode != 0 and "train_acc=" not in r.stdout
     assert re.search(r"mgg watchdog: rank 0 waited \d+\.\d s in '\w+' \(timeout 3 s\)", r.stderr), r.stderr
 
 
@@ -72,7 +70,7 @@ def test_hung_rank_trips_the_watchdog():
 def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
     ck = tmp_path / "ck"
     r = mpirun(2, "--epochs", "8", "--checkpoint-dir", str(ck), fault="1:3:sigterm")
-    assert r.returncode == 143 and r.elapsed < LIMIT_S, r.stderr
+    assert r.returncode == 143, r.stderr
     assert "SIGTERM received: stopped after epoch 3 of 8" in r.stderr
     s = read_checkpoint(ck / LAST)
     assert s["epoch"] == 3 and s["world_size"] == 2 and s["reason"] == "SIGTERM"
@@ -97,12 +95,12 @@ def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
     p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
     try:
-        t0 = time.monotonic()
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S  # a hang detector, not a speed limit
         while not (ck / LAST).exists():
-            assert p.poll() is None and time.monotonic() - t0 < LIMIT_S, "no checkpoint appeared"
+            assert p.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
             time.sleep(0.1)
         os.kill(p.pid, signal.SIGTERM)  # the wrapper, which forwards it to mpirun as SIGUSR2
-        _, err = p.communicate(timeout=LIMIT_S)
+        _, err = p.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ from mgg.apps.memory_check import GraphSize, estimate, graph_size
 from mgg.data import save_npz
 from mgg.data.graph import Graph
 from mgg.train import main, parse_args
-from tests.conftest import MPIRUN, ROOT, needs_mpirun, subprocess_env
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun, subprocess_env
 
 
 def _exit_code(argv) -> int:
@@ -37,7 +37,7 @@ def test_gpu_backend_without_a_gpu_under_mpirun():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, "-m", "mgg.train", "--backend", "gpu"], cwd=ROOT,
-                       env=subprocess_env(), capture_output=True, text=True, timeout=120)
+                       env=subprocess_env(), capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("error: --backend gpu: no CUDA GPU") == 1, r.stderr  # every rank failed; one message
     assert "Traceback" not in r.stderr
@@ -139,7 +139,7 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
     env = subprocess_env()
     env.pop("CI", None)
     r = subprocess.run([sys.executable, "-m", "mgg.train", "--epochs", "20", "--backend", "cpu"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=120)
+                       env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ": epoch " in ln]
