@@ -114,12 +114,14 @@ def test_sigterm_to_mpirun_stops_the_ranks_after_a_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_simulated_two_nodes_cli_matches_one_rank(tmp_path):
-    """`mpirun -np 4 ... --ranks-per-node 2`: 2 nodes x 2 ranks, other-node partitions cut by --ps-inter."""
-    r = mpirun(4, "--dataset", "sbm", "--scale", "0.05", "--epochs", "6", "--ps", "8", "--ps-inter", "2",
-               "--ranks-per-node", "2", "--metrics-json", str(tmp_path / "m.json"))
+    """`mpirun -np 2 ... --ranks-per-node 1`: 2 simulated nodes, the other node's partitions cut by
+    --ps-inter, through the command line (2 nodes x 2 ranks, in process: tests/mpi/test_multinode_mpi.py
+    under -np 4)."""
+    r = mpirun(2, "--dataset", "sbm", "--scale", "0.05", "--epochs", "6", "--ps", "8", "--ps-inter", "2",
+               "--ranks-per-node", "1", "--metrics-json", str(tmp_path / "m.json"))
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "m.json").read_text())
-    assert doc["world_size"] == 4 and doc["config"]["ranks_per_node"] == 2 and doc["config"]["ps_inter"] == 2
+    assert doc["world_size"] == 2 and doc["config"]["ranks_per_node"] == 1 and doc["config"]["ps_inter"] == 2
     ref = train(TrainConfig(dataset="sbm", scale=0.05, epochs=6, progress=False, backend="cpu"),
                 Communicator(comm=None), load_dataset("sbm", scale=0.05, seed=0))
     np.testing.assert_allclose(losses_of(tmp_path / "m.json"), [e["loss"] for e in ref.epochs],

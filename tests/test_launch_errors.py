@@ -72,22 +72,35 @@ def test_without_an_mpi_library_under_a_launcher_says_what_to_install():
                                              f"MPI library: {MPI_INSTALL_HINT}"], r.stderr
 
 
-@pytest.mark.slow
+def main_under(monkeypatch, capsys, env: dict) -> tuple[int, str, str]:
+    """mgg.train.main() in this process, as a process its launcher started with `env`: (exit code,
+    stdout, stderr). The world communicator is created anew (the launch checks run when it is)."""
+    import mgg.runtime.comm as comm_module
+    from mgg.train import main
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(comm_module, "_WORLD", None)
+    with pytest.raises(SystemExit) as ei:
+        main(["--epochs", "2"])
+    out = capsys.readouterr()
+    return ei.value.code, out.out, out.err
+
+
 @pytest.mark.parametrize("rank", [0, 1])
-def test_torchrun_variables_are_refused_once(rank):
-    r = train(**{**TORCHRUN_ENV, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-    assert r.returncode == 2 and r.stdout == "", r.stdout
+def test_torchrun_variables_are_refused_once(monkeypatch, capsys, rank):
+    code, out, err = main_under(monkeypatch, capsys, {**TORCHRUN_ENV, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+    assert code == 2 and out == "", out
     if rank == 0:
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and "mpirun -np 2" in lines[0], r.stderr
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "mpirun -np 2" in lines[0], err
     else:
-        assert r.stderr == ""  # the first process says it
+        assert err == ""  # the first process says it
 
 
-@pytest.mark.slow
-def test_srun_without_pmi_is_refused():
-    r = train(**SRUN_ENV)
-    assert r.returncode == 2 and "srun --mpi=pmix" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+def test_srun_without_pmi_is_refused(monkeypatch, capsys):
+    code, _, err = main_under(monkeypatch, capsys, SRUN_ENV)
+    assert code == 2 and "srun --mpi=pmix" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ signal stop).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from typing import Any, Sequence
