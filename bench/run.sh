@@ -80,7 +80,12 @@ done
 export MGG_BENCH_DRY=$DRY
 # shellcheck source=bench/device_env.sh
 source bench/device_env.sh || { echo "bench/run.sh: bench/device_env.sh failed" >&2; exit 1; }
-((NGPU >= 1)) || NGPU=1   # no GPU: the stages run (and fail) at one rank
+if ((!DRY && NGPU < 1)); then   # every suite measures or tests GPUs: refuse before building anything
+  echo "bench/run.sh: no CUDA GPU visible (torch.cuda.device_count() is 0): the suites run on a GPU machine;" \
+       "--dry-run lists their stages here" >&2
+  exit 2
+fi
+((NGPU >= 1)) || NGPU=1
 PS=$(printf '%s\n' 1 "$NGPU" | sort -un | tr '\n' ' ')   # P = 1 and P = all GPUs (once when 1 GPU)
 
 if ((DRY)); then

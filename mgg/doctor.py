@@ -317,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .runtime import abort_on_error, world
     from .runtime.comm import mpi_env_defaults
+    from .runtime.launch_env import launch_problem
 
     mpi_env_defaults()  # before the mpi4py import below
 
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import mpi4py.MPI  # noqa: F401
     except Exception as e:  # noqa: BLE001 - ImportError, or libmpi missing
         mpi_error = f"{type(e).__name__}: {e}"
-    comm = world(use_mpi=None if mpi_error is None else False)
+    comm = world(use_mpi=None if mpi_error is None else False, check_launch=False)  # reported below
     if args.ranks_per_node:
         comm.ranks_per_node = args.ranks_per_node
     if comm.size > 1:
@@ -335,6 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         facts = local_facts(comm)
         if mpi_error:
             facts["problems"].append(f"mpi4py does not import ({mpi_error}): mgg cannot run on several ranks")
+        launch = launch_problem("mgg.train")
+        if launch:
+            facts["problems"].append(launch)
         # the GPU links of a node, probed once (by the node's first rank)
         node_of = [int(n) for n in comm.node_of_ranks()]
         first = min(r for r in range(comm.size) if node_of[r] == node_of[comm.rank])

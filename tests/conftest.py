@@ -6,6 +6,7 @@ Test modules import the helpers (`from tests.conftest import ROOT, subprocess_en
 - `subprocess_env(**extra)`: the environment for a process a test launches.
 - `MPIRUN`: the `mpirun` prefix (oversubscribed, no binding, no UCX one-sided, root allowed when root).
 - `needs_mpirun`: skip marker for tests that launch `mpirun`.
+- `PROCESS_TIMEOUT_S`: the `timeout=` of a process a test launches: a hang detector only.
 - fixture `kernel_cache_dir`: the run's one kernel cache (tests that compile CUDA sources share it).
 - `MGG_TEST_FAILURE_LOG=PATH`: each failing test's report is appended to PATH (PATH.rankR under
   mpirun) the moment it fails, so a device run stopped by its time limit, before pytest's summary,
@@ -32,6 +33,11 @@ MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^uc
     ["--allow-run-as-root"] if os.geteuid() == 0 else [])
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
+
+#: seconds after which a process a test launches (python -m mgg..., mpirun) is killed. It catches a
+#: hang, nothing else: a test asserts what the process did, never how fast, and this is many times
+#: any launch's time on a loaded 2-core box. tests/run_all.sh bounds each test as well (pytest-timeout).
+PROCESS_TIMEOUT_S = 300
 
 MARKERS = (
     "gpu: needs a CUDA GPU (skipped without one)",

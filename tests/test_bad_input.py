@@ -1,8 +1,8 @@
-"""Bad input: every entry of the list gives its clear error on ALL ranks, and the loaders never fail
+"""Bad input: every entry of the list stops ALL ranks with its clear error, and the loaders never fail
 with anything but GraphFormatError (hypothesis fuzzing).
 
-The multi-rank cases run `launch/mpirun.sh -np 2` (subprocess with a timeout): both ranks must
-print the error, the exit code must be non-zero, within 60 s, without a traceback.
+The multi-rank cases run `launch/mpirun.sh -np 2` (subprocess with a timeout): every rank must
+fail, the error must be printed once (by rank 0), the exit code must be non-zero, without a traceback.
 """
 import contextlib
 import gzip
@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -25,19 +24,13 @@ from mgg.data import Graph, GraphFormatError, load_dataset, load_edgelist, load_
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, train
 
-from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env as env
 
-LIMIT_S = 60
-
-
 def mpirun(np_, *args):
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
-                        "--epochs", "2", *args], cwd=ROOT, env=env(), capture_output=True, text=True,
-                       timeout=LIMIT_S + 30, errors="replace")
-    r.elapsed = time.monotonic() - t0
-    return r
+    return subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
+                           "--epochs", "2", *args], cwd=ROOT, env=env(), capture_output=True, text=True,
+                          timeout=PROCESS_TIMEOUT_S, errors="replace")
 
 
 def tiny(**over) -> dict:
@@ -161,14 +154,14 @@ ARGPARSE = {"unknown-option", "ps-out-of-range", "dist-out-of-range", "wpb-out-o
             "ps-inter-out-of-range"}
 
 
-def check_rank_output(name, needle, stderr, ranks=2):
+def check_rank_output(name, needle, stderr):
+    """One error, once: every rank failed with it, rank 0 printed it (argparse's message for a flag)."""
     assert "Traceback" not in stderr, stderr
-    if name in ARGPARSE:  # argparse's message; every rank prints it, then they exit together
-        assert stderr.count(needle) >= (ranks if ranks > 1 else 1), stderr
-    else:
-        for rank in range(ranks):
-            line = next((ln for ln in stderr.splitlines() if ln.startswith(f"error (rank {rank} of 2):")), "")
-            assert needle in line, stderr
+    assert stderr.count(needle) == 1, stderr
+    errors = [ln for ln in stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and needle in errors[0], stderr
+    if name not in ARGPARSE:
+        assert errors[0].startswith("error: "), stderr
 
 
 @pytest.mark.slow
@@ -182,21 +175,21 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
         d.mkdir()
         cases[name] = make_case(name, d)
     (tmp_path / "cases.json").write_text(json.dumps({k: v[0] for k, v in cases.items()}))
-    t0 = time.monotonic()
     r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, __file__, str(tmp_path / "cases.json"),
                         str(tmp_path / "out.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
-                       timeout=LIMIT_S * 3, errors="replace")
-    assert r.returncode == 0, r.stdout + r.stderr
+                       timeout=PROCESS_TIMEOUT_S, errors="replace")
+    assert r.returncode == 0, r.stdout + r.stderr  # no case hung: every rank came back from every case
     out = json.loads((tmp_path / "out.json").read_text())
-    assert time.monotonic() - t0 < LIMIT_S * 2
     for name, (_, needle) in cases.items():
         for rank in range(2):
-            code, err, secs = out[str(rank)][name]
+            code, err = out[str(rank)][name]
             assert code not in (0, None), (name, rank, err)
-            assert secs < LIMIT_S, (name, rank, secs)
+            if rank > 0:  # it failed too, and left the message to rank 0
+                assert err == "", (name, rank, err)
+                continue
             assert "Traceback" not in err and needle in err, (name, rank, err)
             if name not in ARGPARSE:
-                assert err.startswith(f"error (rank {rank} of 2): "), (name, err)
+                assert err.startswith("error: ") and len(err.splitlines()) == 1, (name, err)
 
 
 @pytest.mark.slow
@@ -204,10 +197,10 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
 @pytest.mark.parametrize("name", ["truncated-npz", "unknown-option", "checkpoint-of-another-run",
                                   "metrics-json-unwritable", "label-beyond-classes"])
 def test_bad_input_ends_the_mpirun_job(tmp_path, name):
-    """The same through the launcher: a non-zero exit of the whole job within 60 s, both ranks' errors."""
+    """The same through the launcher: a non-zero exit of the whole job, the error once."""
     args, needle = make_case(name, tmp_path)
     r = mpirun(2, *args)
-    assert r.returncode != 0 and r.elapsed < LIMIT_S, (r.returncode, r.elapsed, r.stderr)
+    assert r.returncode != 0, (r.returncode, r.stderr)
     check_rank_output(name, needle, r.stderr)
 
 
@@ -345,7 +338,7 @@ def test_round_trip_survives_the_fuzz_checker(tmp_path):
 
 def _driver(cases_path: str, out_path: str) -> None:
     """Under mpirun: run mgg.train.main(argv) for every case on every rank, record the exit code
-    and what it printed on stderr, and write {rank: {case: [code, stderr, seconds]}} (rank 0)."""
+    and what it printed on stderr, and write {rank: {case: [code, stderr]}} (rank 0)."""
     import contextlib as cl
 
     from mgg.runtime import world
@@ -356,7 +349,6 @@ def _driver(cases_path: str, out_path: str) -> None:
     mine = {}
     for name, args in cases.items():
         buf = io.StringIO()
-        t0 = time.monotonic()
         code = 0
         with cl.redirect_stderr(buf):
             try:
@@ -364,7 +356,7 @@ def _driver(cases_path: str, out_path: str) -> None:
             except SystemExit as e:
                 code = e.code
         comm.barrier()  # the next case starts together
-        mine[name] = [code, buf.getvalue(), time.monotonic() - t0]
+        mine[name] = [code, buf.getvalue()]
     every = comm.allgather(mine)
     if comm.rank == 0:
         Path(out_path).write_text(json.dumps({str(r): v for r, v in enumerate(every)}))

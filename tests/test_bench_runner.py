@@ -43,6 +43,18 @@ def test_dry_run_all_lists_every_stage_once_in_suite_order(tmp_path):
     assert not list(tmp_path.iterdir())  # a dry run writes nothing
 
 
+def test_without_a_gpu_a_run_is_refused_up_front(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    e = {k: v for k, v in os.environ.items() if k != "NGPU"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "run.sh"), "gpu-tests"], cwd=ROOT, env={**e, "OUT": str(tmp_path)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no CUDA GPU visible" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == "" and not list(tmp_path.iterdir())  # nothing built, no results folder
+
+
 def test_dry_run_one_suite_and_one_gpu():
     r = dry("tuner", "gat", NGPU="1")
     assert r.returncode == 0, r.stderr

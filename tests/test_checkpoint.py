@@ -16,13 +16,13 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, train
 
-from tests.conftest import ROOT
+from tests.conftest import PROCESS_TIMEOUT_S, ROOT
 from tests.conftest import subprocess_env as env
 
 SOLO = Communicator(comm=None)
 
 
-def train_cli(*args, timeout=120, **extra):
+def train_cli(*args, timeout=PROCESS_TIMEOUT_S, **extra):
     return subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", *args], cwd=ROOT,
                           env=env(**extra), capture_output=True, text=True, timeout=timeout)
 
@@ -283,10 +283,12 @@ def test_cli_signal_checkpoint_then_resume_equals_straight(tmp_path, karate, sig
             f"epoch 3; continue with --resume auto") in b.stderr, b.stderr
     assert "Traceback" not in b.stderr and "KeyboardInterrupt" not in b.stderr
     assert read_checkpoint(ck / LAST)["epoch"] == 3 and read_checkpoint(ck / LAST)["reason"] == sig
-    c = train_cli("--epochs", "8", "--checkpoint-dir", str(ck), "--resume", "--metrics-json",
-                  str(tmp_path / "c.json"))
-    assert c.returncode == 0, c.stderr
-    assert f"resumed from {ck / LAST} after epoch 3" in c.stdout
+    c = subprocess.run([sys.executable, "-m", "mgg.train", "--backend", "cpu", "--epochs", "8", "--checkpoint-dir",
+                        str(ck), "--resume", "--metrics-json", str(tmp_path / "c.json")], cwd=ROOT,
+                       env=env(CI=""), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=PROCESS_TIMEOUT_S)
+    assert c.returncode == 0, c.stdout
+    resumed = c.stdout.index(f"resumed from {ck / LAST} after epoch 3")  # said before the epochs it explains
+    assert resumed < c.stdout.index("epoch 4/8") < c.stdout.index("train_acc="), c.stdout
     lc = [e["loss"] for e in json.loads((tmp_path / "c.json").read_text())["epochs"]]
     assert len(lc) == 8
     np.testing.assert_allclose(lc, losses(straight), rtol=0, atol=1e-6)
@@ -298,6 +300,7 @@ def test_cli_resume_auto_starts_fresh_and_corrupt_file_is_refused(tmp_path):
     r = train_cli("--epochs", "2", "--checkpoint-dir", str(ck), "--resume", "auto")
     assert r.returncode == 0, r.stderr
     assert "resumed" not in r.stdout and (ck / LAST).is_file()
+    assert f"--resume auto: no checkpoint in {ck}; training starts at epoch 1" in r.stdout, r.stdout
     _damage(ck / LAST, "truncate-payload")
     r = train_cli("--epochs", "4", "--checkpoint-dir", str(ck), "--resume", "auto")
     assert r.returncode == 2

@@ -14,6 +14,7 @@ from mgg.apps.cli import build_parser, main
 from mgg.data import load_dataset, prepare_graph
 from mgg.nn import MODEL_DEFAULTS, MODELS, SAMPLED_MODELS
 from mgg.nn.registry import ModelDefaults, model_entry, model_names, register_model
+from tests.conftest import PROCESS_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = 3
@@ -102,7 +103,7 @@ def test_gat_tune_is_refused_by_the_command(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_osc="^ucx", CI="true")
     r = subprocess.run([sys.executable, "-m", "mgg.train", "--model", "gat", "--tune", "--epochs", "3",
                         "--dataset", "karate", "--backend", "cpu"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
     assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr
     assert r.stderr.startswith("error: --tune") and "--model gat" in r.stderr

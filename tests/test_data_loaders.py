@@ -170,6 +170,18 @@ def test_edgelist_errors(tmp_path):
     _raises(lambda: load_edgelist(tmp_path / "missing.txt"), "missing.txt", "edges", "not found")
 
 
+@pytest.mark.parametrize("header,body", [("src,dst", "0,1\n1,2\n"), ("source target", "0 1\n1 2\n")])
+def test_edgelist_header_line_gets_a_hint(tmp_path, header, body):
+    p = tmp_path / "e.csv"
+    p.write_text(f"{header}\n{body}")
+    _raises(lambda: load_edgelist(p), "e.csv", "edges", "line 1", header, "looks like a header",
+            "start it with '#'")
+    p.write_text(f"# {header}\n{body}")  # the fix the message names
+    assert load_edgelist(p).num_edges == 2
+    p.write_text(f"{body}x,y\n" if "," in body else f"{body}x y\n")  # a bad line further down is no header
+    _raises(lambda: load_edgelist(p), "e.csv", "edges", "line 3", "not an integer")
+
+
 # ------------------------------------------------------------------------------- ogb
 def _write_ogb(root, gz=True, scheme="time"):
     r = _ref()
@@ -231,6 +243,19 @@ def test_default_dataset_is_karate():
     assert g.y[0] == 0 and g.y[33] == 1  # Mr. Hi and the officer
     assert g.fingerprint() == load_karate().fingerprint()
     assert np.array_equal(g.reverse().sort_rows().indices, g.indices)  # undirected
+
+
+def test_embedded_karate_matches_networkx():
+    """The embedded edge list and factions are networkx's karate_club_graph() (an independent copy)."""
+    nx = pytest.importorskip("networkx")
+    from mgg.data.karate import KARATE_CLASSES, karate_edges, karate_labels
+
+    G = nx.karate_club_graph()
+    assert karate_edges().tolist() == sorted(sorted(e) for e in G.edges())
+    assert [KARATE_CLASSES[c] for c in karate_labels()] == [G.nodes[v]["club"] for v in sorted(G.nodes())]
+    g = load_karate()
+    ref = nx.to_scipy_sparse_array(G, nodelist=range(34), weight=None, format="csr").sorted_indices()
+    assert np.array_equal(g.indptr, ref.indptr) and np.array_equal(g.indices, ref.indices)
 
 
 def test_load_dataset_names_and_paths(tmp_path):

@@ -15,7 +15,7 @@ from mgg.data.npzmap import mmap_members
 from mgg.data.prepare import prepare_graph
 from mgg.data.validate import check_index_share
 from mgg.runtime import Communicator
-from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env as env
 
 
@@ -156,7 +156,7 @@ def _cli(tmp_path, bad, np_=None):
     if np_:
         cmd = [*MPIRUN, "-np", str(np_), *cmd]
     before = bad.read_bytes()
-    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120, errors="replace")
+    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, errors="replace")
     assert bad.read_bytes() == before and metrics.read_text() == "keep"  # nothing overwritten
     return r
 
@@ -182,6 +182,5 @@ def test_cli_truncated_member_every_rank(tmp_path):
     _truncate_member(good, bad, "x")
     r = _cli(tmp_path, bad, np_=2)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    for rank in range(2):
-        line = [l for l in r.stderr.splitlines() if l.startswith(f"error (rank {rank} of 2)")]
-        assert len(line) == 1 and f"{bad}: x: truncated" in line[0], r.stderr
+    line = [l for l in r.stderr.splitlines() if "error" in l]  # every rank fails; rank 0 says why, once
+    assert len(line) == 1 and line[0].startswith("error: ") and f"{bad}: x: truncated" in line[0], r.stderr

@@ -8,11 +8,11 @@ import pytest
 
 from mgg.doctor import analyse, parse_topo, summarize_links
 
-from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env as env
 
 
-def doctor(*args, np_=None, timeout=60):
+def doctor(*args, np_=None, timeout=PROCESS_TIMEOUT_S):
     cmd = [sys.executable, "-m", "mgg.doctor", *args]
     if np_:
         cmd = [*MPIRUN, "-np", str(np_), *cmd]

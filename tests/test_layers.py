@@ -24,7 +24,7 @@ PKG = ROOT / "mgg"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("mgg", "mgg.atomic", "mgg.version")),
     ("data", ("mgg.data",)),
-    ("runtime core", ("mgg.runtime.comm", "mgg.runtime.watchdog", "mgg.runtime.partition",
+    ("runtime core", ("mgg.runtime.comm", "mgg.runtime.launch_env", "mgg.runtime.watchdog", "mgg.runtime.partition",
                       "mgg.runtime.plan", "mgg.runtime.weights", "mgg.runtime.layout",
                       "mgg.runtime.stream_ref", "mgg.runtime.store", "mgg.runtime.nvshmem_store",
                       "mgg.runtime.halo", "mgg.runtime.plancache", "mgg.runtime.transfer",

@@ -10,7 +10,7 @@ from mgg.apps.memory_check import GraphSize, estimate, graph_size
 from mgg.data import save_npz
 from mgg.data.graph import Graph
 from mgg.train import main, parse_args
-from tests.conftest import MPIRUN, ROOT, needs_mpirun, subprocess_env
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun, subprocess_env
 
 
 def _exit_code(argv) -> int:
@@ -37,10 +37,9 @@ def test_gpu_backend_without_a_gpu_under_mpirun():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, "-m", "mgg.train", "--backend", "gpu"], cwd=ROOT,
-                       env=subprocess_env(), capture_output=True, text=True, timeout=120)
+                       env=subprocess_env(), capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 2, r.stderr
-    for rank in range(2):
-        assert f"error (rank {rank} of 2): --backend gpu: no CUDA GPU" in r.stderr
+    assert r.stderr.count("error: --backend gpu: no CUDA GPU") == 1, r.stderr  # every rank failed; one message
     assert "Traceback" not in r.stderr
 
 
@@ -94,13 +93,28 @@ def test_scale_with_a_file_and_norm_with_another_model_are_refused(tmp_path, cap
 
 
 def test_help_states_the_defaults():
-    r = subprocess.run([sys.executable, "-m", "mgg.train", "--help"], cwd=ROOT, env=subprocess_env(),
-                       capture_output=True, text=True, timeout=60)
-    text = " ".join(r.stdout.split())
+    from mgg.apps.args import build_parser
+
+    text = " ".join(build_parser().format_help().split())  # what `python -m mgg.train --help` prints
     for needle in ("training epochs (default 200, full-graph and --mode sampled alike)",
                    "Adam learning rate (model default: gcn 0.01", "dropout before every layer (model default:",
-                   "seed of weights", "--force"):
+                   "seed of weights", "--force", "(default, karate, sbm, reddit-like, products-like, papers-like;",
+                   "default is karate"):
         assert needle in text, needle
+
+
+def test_scale_with_the_karate_club_is_refused(capsys):
+    for dataset in ([], ["--dataset", "karate"]):
+        assert _exit_code([*dataset, "--scale", "0.5", "--epochs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--scale applies to generated datasets only" in err and "karate club" in err, err
+    assert parse_args(["--dataset", "sbm", "--scale", "0.5"]).scale == 0.5
+
+
+def test_misspelled_dataset_gets_did_you_mean(capsys):
+    assert _exit_code(["--dataset", "redit-like", "--epochs", "1", "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown dataset 'redit-like' (did you mean 'reddit-like'?)" in err[0], err
 
 
 def test_edge_list_without_labels_says_what_is_missing(tmp_path, capsys):
@@ -125,8 +139,27 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
     env = subprocess_env()
     env.pop("CI", None)
     r = subprocess.run([sys.executable, "-m", "mgg.train", "--epochs", "20", "--backend", "cpu"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=120)
+                       env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ": epoch " in ln]
-    assert [ln.split()[3] for ln in lines] == [f"{k}/20" for k in range(2, 21, 2)], lines
+    shown = [ln.split()[3] for ln in lines]  # every 10% (and after 30 s without a line, on a slow host)
+    assert set(f"{k}/20" for k in range(2, 21, 2)) <= set(shown) and shown[-1] == "20/20", lines
+    assert all("/epoch" in ln for ln in lines) and all(" left)" in ln for ln in lines[:-1]), lines
+
+
+def test_plain_progress_estimates_the_time_left(capsys):
+    from mgg.apps.loop import PlainProgress
+
+    now = [0.0]
+    bar = PlainProgress(total=100, initial=20, desc="gcn x2", every=10, clock=lambda: now[0])
+    for _ in range(20):  # 2 s an epoch: a line at epochs 30 and 40
+        now[0] += 2.0
+        bar.set_postfix(loss="0.5")
+        bar.update()
+    now[0] += 45.0  # a slow epoch: a line although 41 is no multiple of 10
+    bar.update()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["gcn x2: epoch 30/100 loss=0.5 (2.00 s/epoch, 2 min left)",
+                     "gcn x2: epoch 40/100 loss=0.5 (2.00 s/epoch, 2 min left)",
+                     "gcn x2: epoch 41/100 loss=0.5 (4.05 s/epoch, 4 min left)"], lines

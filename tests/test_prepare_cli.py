@@ -201,3 +201,16 @@ def test_reorder_nodes_writes_the_relabelled_graph_and_its_user_ids(tmp_path):
     assert new_edges == set(zip(inv[orig.indices].tolist(), inv[osrc].tolist()))
     deg = np.diff(g.indptr)  # degree order: in-degrees do not increase
     assert np.all(deg[:-1] >= deg[1:])
+
+
+def test_prepare_help_shows_values_only():
+    """--help gives a default where it is a value (--scale 1.0, --seed 0), never '(default: None)' or a
+    switch's False."""
+    from mgg.apps.prepare_cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    for absent in ("(default: None)", "(default: False)", "(default: )"):
+        assert absent not in text, text
+    for shown in ("(default: 1.0)", "(default: 0)", "(default: cpu)", "(default: 16)", "(default: none)"):
+        assert shown in text, text
+

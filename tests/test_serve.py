@@ -14,7 +14,7 @@ from mgg.embedding.client import EmbeddingClient, ServiceError
 from mgg.embedding.io import save_safetensors
 from mgg.testing.serve import ServiceProcess, bag_reference, npz_bytes
 
-from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env
 
 pytestmark = [needs_mpirun, pytest.mark.slow]  # every test here talks to an `mpirun ... mgg.serve`
@@ -261,14 +261,14 @@ def test_shutdown_endpoint_exits_zero(svc):
 def test_refuses_remote_bind_without_token(tables, extra, msg):
     d, _ = tables
     r = subprocess.run([sys.executable, "-m", "mgg.serve", "--tables", str(d / "tables.json"), *extra],
-                       capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+                       capture_output=True, text=True, env=env(), cwd=ROOT, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 2 and msg in r.stderr
 
 
 def test_bad_tables_file_is_refused(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "missing.npy"}]))
     r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
-                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode != 0 and "file not found" in r.stderr
 
 
@@ -307,7 +307,7 @@ def test_serve_and_dlrm_print_no_spurious_mpi_error(tables):
     assert "Error" not in out, out
     r = subprocess.run(mpirun(2, osc=False) + [sys.executable, "examples/dlrm.py", "--steps", "2",
                                                "--max-rows", "2000", "--batch-size", "64"],
-                       capture_output=True, text=True, env=env(osc=False), cwd=ROOT, timeout=180)
+                       capture_output=True, text=True, env=env(osc=False), cwd=ROOT, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "step" in r.stdout and "Error" not in r.stdout + r.stderr, r.stderr
 
@@ -318,6 +318,6 @@ def test_junk_npy_table_is_named_as_such(tmp_path):
     (tmp_path / "junk.npy").write_bytes(b"this is not a table, just some text\n" * 4)
     (tmp_path / "t.json").write_text(json.dumps([{"name": "x", "path": "junk.npy"}]))
     r = subprocess.run(mpirun(2) + [sys.executable, "-m", "mgg.serve", "--tables", str(tmp_path / "t.json"),
-                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60)
+                                    "--port", "0"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 2 and "is not a .npy file" in r.stderr, r.stderr
     assert "safetensors" not in r.stderr and "Traceback" not in r.stderr

@@ -21,7 +21,7 @@ from mgg.nn import aggregate
 from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig
 from mgg.runtime.store import STORAGE_DTYPES, storage_torch_dtype
 from mgg.testing.reference import aggregate_reference
-from tests.conftest import ROOT
+from tests.conftest import PROCESS_TIMEOUT_S, ROOT
 from tests.conftest import subprocess_env as env
 from tests.graphs import cached_dataset, random_csr
 
@@ -135,7 +135,7 @@ def test_bf16_training_reaches_fp32_accuracy_on_sbm(model):
     assert res["fp32"].test_acc > 0.8  # it learned something
 
 
-def _cli(*args, timeout=180):
+def _cli(*args, timeout=PROCESS_TIMEOUT_S):
     return subprocess.run([sys.executable, "-m", "mgg.train", *args], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -149,7 +149,7 @@ def _cli(*args, timeout=180):
      "--storage-dtype bf16 is not implemented for GPU --variant pipelined"),
 ])
 def test_bad_storage_dtype_is_an_argparse_error(args, needle):
-    r = _cli("--epochs", "1", *args, timeout=60)
+    r = _cli("--epochs", "1", *args)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert "Traceback" not in r.stderr

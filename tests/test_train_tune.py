@@ -19,7 +19,7 @@ from mgg.train import VARIANTS, TrainConfig, UserError, parse_args, train
 
 from tests.graphs import random_csr
 
-from tests.conftest import MPIRUN, ROOT, needs_mpirun
+from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
 from tests.conftest import subprocess_env as env
 
 SOLO = Communicator(comm=None)
@@ -28,7 +28,7 @@ GRAPH = ["--dataset", "sbm", "--scale", "0.02", "--eval-every", "1000", "--backe
 EPOCHS = 150
 
 
-def run(*args, timeout=120):
+def run(*args, timeout=PROCESS_TIMEOUT_S):
     r = subprocess.run([sys.executable, *args], cwd=ROOT, env=env(), capture_output=True, text=True,
                        timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -157,7 +157,7 @@ def test_ranks_agree_under_mpirun(tmp_path):
     for v in ("PYTHONPATH", "OMPI_MCA_osc", "CI", "OMP_NUM_THREADS"):
         cmd += ["-x", v]
     r = subprocess.run(cmd + [sys.executable, "-c", AGREE, str(cache)], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stdout + r.stderr
     per_rank = dict(ln.split(" ", 2)[1:] for ln in r.stdout.splitlines() if ln.startswith("RANK "))
     assert set(per_rank) == {"0", "1"}, r.stdout + r.stderr

@@ -16,6 +16,8 @@ from mgg.runtime.tuner import (AggregationTuner, DeviceLimits, SearchSpace, Tune
                                TuningCache, atomic_write_json, kernel_version, read_log)
 from mgg.runtime.tuning import cache as cache_mod
 
+from tests.conftest import PROCESS_TIMEOUT_S
+
 from .test_tuner import GPU, Applied, convex, drive
 
 KEY = TuneKey("abc123", 4, 602, "test-gpu", "0.1.0+k")
@@ -167,6 +169,6 @@ def test_report_cli_without_matplotlib_and_errors(tmp_path, capsys, monkeypatch)
 def test_report_cli_subprocess(tmp_path):
     path = _tuning_log(tmp_path)
     r = subprocess.run([sys.executable, "-m", "mgg.tune", "--report", path, "--no-plot"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "measurements" in r.stdout and "best:" in r.stdout

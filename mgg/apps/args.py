@@ -78,10 +78,13 @@ def _model_defaults(field: str) -> str:
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
+    from ..data.registry import DATASET_NAMES, DEFAULT_DATASET
+
     p.add_argument("--dataset", default="default",
-                   help="dataset name (default, sbm, reddit-like, products-like, papers-like) or a path")
+                   help=f"dataset name ({', '.join(DATASET_NAMES)}; default is {DEFAULT_DATASET}, the embedded "
+                        f"karate club) or a path")
     p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=None,
-                   help="size factor (0, 1] of a generated dataset (default 1; refused with a file)")
+                   help="size factor (0, 1] of a generated dataset (default 1; refused with a file and with karate)")
     p.add_argument("--model", choices=model_names(), default=None,
                    help="model (default: gcn; sage with --mode sampled)")
     p.add_argument("--hidden", type=_int_in(1), default=None,
@@ -220,9 +223,17 @@ def _add_sampled_args(p: argparse.ArgumentParser) -> None:
                    help="seed of seed shuffling and neighbor sampling (default: --seed)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are two lines: the error, and where the flags are listed (the
+    full usage synopsis runs to 20 lines, which buried the error)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of `python -m mgg.train` (--model choices: the model registry)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="mgg.train", description="Full-graph GNN training over mgg's distributed aggregation "
         "(launch with mpirun -np P; without mpirun it runs as one rank).")
     _add_training_args(p)
@@ -255,6 +266,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     if ns.scale is not None and os.path.exists(ns.dataset):
         parser.error(f"--scale applies to generated datasets only; {ns.dataset} is a file "
                      f"(drop --scale, or make a smaller file)")
+    if ns.scale is not None and ns.dataset.lower() in ("default", "karate"):
+        parser.error(f"--scale applies to generated datasets only (sbm and the -like presets); --dataset "
+                     f"{ns.dataset} is the fixed 34-node karate club (drop --scale, or pick --dataset sbm)")
     if ns.storage_dtype != "fp32":
         _check_storage_dtype(parser, ns)
     if ns.norm is not None and ns.model != "gin":

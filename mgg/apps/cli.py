@@ -8,7 +8,6 @@ signal stop).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from typing import Any, Sequence
@@ -243,8 +242,6 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     with StopSignal() as stop:
         res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)
     if comm.rank == 0:
-        if res.resumed_from:
-            print(f"resumed from {res.resumed_from} after epoch {res.start_epoch}")
         if res.stopped:
             print_stopped(res, cfg.epochs)
             return res
@@ -257,39 +254,33 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     return res
 
 
-def _exit_together(code) -> None:
-    """Exit with `code` after every rank got here (a bad flag is bad on all of them): without the
-    barrier the launcher would kill the other ranks before they print the error."""
-    sys.stderr.flush()
-    launched = any(os.environ.get(k, "1") != "1" for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
-                                                            "SLURM_NTASKS"))
-    if launched:
-        try:
-            os.environ.setdefault("OMPI_MCA_osc", "^ucx")
-            from mpi4py import MPI
-
-            MPI.COMM_WORLD.Barrier()
-        except ImportError:
-            pass
-    sys.exit(code)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors and
-    128 + signal number (143 for SIGTERM, 130 for SIGINT) when a signal stopped the run after a
-    checkpoint."""
-    try:
-        cfg = parse_args(argv)
-    except SystemExit as e:  # argparse printed the error (or --help) on this rank
-        if e.code not in (0, None):
-            _exit_together(e.code)
-        raise
-    # Open MPI 5's UCX one-sided component prints an error and falls back on hosts without UCX
-    # transports; the RDMA/shared-memory components serve the CPU path.
-    os.environ.setdefault("OMPI_MCA_osc", "^ucx")
-    from ..runtime import abort_on_error, world
+    """CLI entry point (console script `mgg-train`). Returns 0; exits 2 on user errors (printed once,
+    by rank 0, under a launcher) and 128 + signal number (143 for SIGTERM, 130 for SIGINT) when a signal
+    stopped the run after a checkpoint. A launch that cannot run as one job (torchrun, srun without an MPI
+    plugin, ranks without an MPI library) exits 2 with the command to use."""
+    from ..runtime.launch_env import LaunchError, launch_rank
+    from .exits import exit_together, only_first_rank_prints, report_user_error
 
-    comm = world()
+    try:
+        with only_first_rank_prints(launch_rank() == 0):
+            cfg = parse_args(argv)
+    except SystemExit as e:  # argparse printed the error (or --help) on the first rank
+        if e.code not in (0, None):
+            exit_together(e.code)
+        raise
+    from ..runtime import abort_on_error, world
+    from ..runtime.comm import mpi_env_defaults
+
+    mpi_env_defaults()
+    try:
+        comm = world(program="mgg.train")
+    except LaunchError as e:
+        if e.first:
+            sys.stderr.write(f"error: {e}\n")
+            sys.stderr.flush()
+        sys.exit(2)
+    control = comm.comm.Dup() if comm.size > 1 else None  # for report_user_error only
     if cfg.watchdog_timeout > 0 and comm.size > 1:
         comm.start_watchdog(cfg.watchdog_timeout)
     message = None
@@ -297,15 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with abort_on_error(comm, "mgg.train"):
         try:
             res = run(cfg, comm)
-        except UserError as e:  # every rank raised it (agreed through comm.check)
+        except UserError as e:  # usually on every rank (agreed through comm.check)
             message = str(e)
     if comm.watchdog is not None:
         comm.watchdog.close()
     if message is not None:
-        where = f" (rank {comm.rank} of {comm.size})" if comm.size > 1 else ""
-        sys.stderr.write(f"error{where}: {message}\n")
-        sys.stderr.flush()
-        sys.exit(2)
+        report_user_error(comm, control, message)
     if res is not None and res.stopped:
         sys.exit(128 + int(getattr(signal, res.stopped, signal.SIGTERM)))
     return 0

@@ -296,6 +296,10 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
                               for r in (sets or ()) if r is not None}
         state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
+        if verbose and comm.rank == 0 and cfg.resume:  # before the epochs it explains
+            print(f"resumed from {resume[0]} after epoch {start}" if resume else
+                  f"--resume {cfg.resume}: no checkpoint in {cfg.checkpoint_dir or cfg.resume}; training starts at "
+                  f"epoch 1", flush=True)
         hooks.tuner, hooks.timer = start_tuner(cfg, dg, comm, graph, max(state.data.x.shape[1], cfg.hidden),
                                                state.res.tuner)
         if hooks.timer is not None:

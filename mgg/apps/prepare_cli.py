@@ -41,9 +41,20 @@ def _reorder_choices() -> tuple[str, ...]:
 REORDER_CHOICES = _reorder_choices()
 
 
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows a flag's default when it is a value: not for a switch (False) or a flag whose
+    absence means something else (None, "")."""
+
+    def _get_help_string(self, action):
+        d = action.default
+        if d is None or d is False or (isinstance(d, str) and d == "") or d is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.prepare", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_DefaultsShown)
     p.add_argument("dataset", help="a preset name (reddit-like, products-like, papers-like, sbm, karate) or a graph file")
     p.add_argument("--out", default=None, help="the .npz to write (omit to only size an existing .npz)")
     p.add_argument("--scale", type=float, default=1.0, help="presets: nodes and edges x scale, in (0, 1]")

@@ -37,12 +37,17 @@ def _sniff_delimiter(path: str) -> str | None:
 def _diagnose(path: str, field: str, ncols: int | None, dtype, delimiter: str | None) -> GraphFormatError | None:
     """Re-scan ``path`` to find the first malformed line."""
     conv = int if np.dtype(dtype).kind in "iu" else float
+    first = True
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             s = line.strip()
             if not s or s.startswith(_COMMENTS):
                 continue
             toks = [t.strip() for t in s.split(delimiter)] if delimiter else s.split()
+            if first and toks and not any(_is_number(t) for t in toks):  # "src,dst", "source target"
+                return GraphFormatError(path, field, f"line {lineno}: {s[:80]!r} is not data but looks like a header "
+                                        f"line: start it with '#' (a comment) or delete it")
+            first = False
             if ncols is not None and len(toks) != ncols:
                 return GraphFormatError(path, field, f"line {lineno}: expected {ncols} columns, found {len(toks)}: {s[:80]!r}")
             for t in toks:
@@ -53,6 +58,14 @@ def _diagnose(path: str, field: str, ncols: int | None, dtype, delimiter: str | 
                     return GraphFormatError(path, field, f"line {lineno}: token {t[:40]!r} is not an {kind}" if kind == "integer"
                                             else f"line {lineno}: token {t[:40]!r} is not a {kind}")
     return None
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def _has_non_ascii(path: str) -> bool:

@@ -1,6 +1,7 @@
 """``load_dataset``: one entry point for built-in names and files/folders."""
 from __future__ import annotations
 
+import difflib
 import os
 
 from .generators import PRESETS, preset, sbm
@@ -63,5 +64,7 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
             raise GraphFormatError(key, "file", "folder is not " + " or ".join(
                 f.not_this_folder for f in FORMATS if f.folder))
         raise ValueError(f"unsupported file type {key!r}: expected {expected_formats()}")
-    raise ValueError(f"unknown dataset {key!r}: not a file or folder, and not one of the names "
+    close = difflib.get_close_matches(low, DATASET_NAMES, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown dataset {key!r}{hint}: not a file or folder, and not one of the names "
                      f"{', '.join(DATASET_NAMES)}")

@@ -17,9 +17,10 @@ from typing import Any, ContextManager, Iterator
 
 import numpy as np
 
+from .launch_env import MPI_INSTALL_HINT, LaunchError, launch_problem, launch_rank, mpi_problem
 from .watchdog import Watchdog
 
-__all__ = ["Communicator", "world", "abort_on_error", "RankError", "mpi_env_defaults"]
+__all__ = ["Communicator", "world", "abort_on_error", "RankError", "LaunchError", "mpi_env_defaults"]
 
 
 class RankError(RuntimeError):
@@ -210,22 +211,36 @@ _WORLD: Communicator | None = None
 _WORLD_LOCK = threading.Lock()
 
 
-def world(use_mpi: bool | None = None) -> Communicator:
+def world(use_mpi: bool | None = None, program: str = "mgg", check_launch: bool = True) -> Communicator:
     """The world communicator (created once). `use_mpi=False` forces a single process without MPI.
 
-    With `use_mpi=None`, MPI is used when mpi4py imports; a program launched without mpirun then
-    simply runs as one rank.
+    With `use_mpi=None`, MPI is used when mpi4py imports and finds an MPI library; a program
+    started without a launcher then simply runs as one rank, with or without MPI. A launch that
+    would run several independent one-rank jobs instead of one job raises LaunchError (one line
+    naming the command or package to use; mgg.runtime.launch_env): torchrun, srun without an MPI
+    plugin, an MPI launcher whose ranks find no MPI (or another MPI than the launcher's).
+    `program` (the module the user ran) goes into those messages; `check_launch=False` skips these
+    checks (mgg.doctor reports them instead).
     """
     global _WORLD
     with _WORLD_LOCK:
         if _WORLD is None:
             comm = None
             if use_mpi is not False:
+                problem = launch_problem(program) if check_launch else None
+                if problem:
+                    raise LaunchError(problem, first=launch_rank() == 0)
+                error: BaseException | None = None
                 try:
                     comm = _mpi().COMM_WORLD
-                except ImportError:
+                except (ImportError, RuntimeError) as e:  # no mpi4py, or no MPI library for it to load
                     if use_mpi:
-                        raise
+                        raise LaunchError(f"MPI does not start ({type(e).__name__}: {str(e).splitlines()[0]}): "
+                                          f"{MPI_INSTALL_HINT}") from e
+                    error = e
+                problem = mpi_problem(None if comm is None else comm.Get_size(), error) if check_launch else None
+                if problem:
+                    raise LaunchError(problem, first=launch_rank() == 0)
             rpn = os.environ.get("MGG_RANKS_PER_NODE")
             _WORLD = Communicator(comm=comm, ranks_per_node=int(rpn) if rpn else None)
         return _WORLD
