@@ -82,6 +82,9 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                    help="dataset name (default, sbm, reddit-like, products-like, papers-like) or a path")
     p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=None,
                    help="size factor (0, 1] of a generated dataset (default 1; refused with a file)")
+    p.add_argument("--undirected", action="store_true",
+                   help="symmetrise the dataset as it is loaded: every edge in both directions, duplicates "
+                   "removed (for graphs stored directed, e.g. ogbn-arxiv); the graph is then held in memory")
     p.add_argument("--model", choices=model_names(), default=None,
                    help="model (default: gcn; sage with --mode sampled)")
     p.add_argument("--hidden", type=_int_in(1), default=None,

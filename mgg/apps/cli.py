@@ -46,7 +46,8 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             device = f"cuda:{device_index(comm.local_rank, torch.cuda.device_count())}"
         reorder = cfg.reorder_nodes != "none"
         with clock.phase("load"):  # a relabelled graph is built whole, so it is not mapped
-            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not reorder)
+            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not reorder,
+                                 to_undirected=cfg.undirected)
             if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
                 graph, prep = _prepare_mapped(cfg, comm, graph)
         if reorder:

@@ -72,6 +72,7 @@ class TrainConfig:
 
     dataset: str = "default"
     scale: float = 1.0
+    undirected: bool = False             # symmetrise the dataset's edges as it is loaded
     model: str = "gcn"
     hidden: int | None = None
     layers: int | None = None

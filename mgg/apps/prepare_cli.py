@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="relabel the nodes before writing (mgg.data.reorder; docs/reorder.md): the file then "
                         "carries the locality, and training needs no --reorder-nodes. The graph is held whole "
                         "while it is relabelled; perm[new] = old is written beside it as <out>.perm.npy")
+    p.add_argument("--undirected", action="store_true",
+                   help="symmetrise the graph before writing (every edge in both directions, duplicates removed)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
     p.add_argument("--dry-run", action="store_true",
                    help="presets: draw every edge and feature and size them for --ranks, but write no file "
@@ -90,14 +92,17 @@ def _write(ns: argparse.Namespace) -> None:
     key = ns.dataset.lower()
     if ns.reorder_nodes != "none":
         n, e = _write_reordered(ns)
-    elif key in PRESETS:
+    elif key in PRESETS and not ns.undirected:
         say = lambda m: print(f"  writing {m}", flush=True)  # noqa: E731
         n, e = save_preset(key, out, ns.scale, ns.seed, ns.device, progress=say)
     else:
         from ..data import load_dataset
         from ..data.npz import save_npz
 
-        g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False)
+        print(f"  loading {ns.dataset}" + (" (symmetrising)" if ns.undirected else ""), flush=True)
+        g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False, to_undirected=ns.undirected)
+        print(f"  loaded {g.num_nodes:,} nodes, {g.num_edges:,} edges in {time.perf_counter() - t0:.1f} s; "
+              f"writing {out}", flush=True)
         save_npz(g, out)
         n, e = g.num_nodes, g.num_edges
     dt = time.perf_counter() - t0
@@ -117,7 +122,7 @@ def _write_reordered(ns: argparse.Namespace) -> tuple[int, int]:
     from ..data.reorder import reorder_nodes
 
     t0 = time.perf_counter()
-    g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False,
+    g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False, to_undirected=ns.undirected,
                      device=ns.device if ns.dataset.lower() in PRESETS else None)
     print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s; relabelling ({ns.reorder_nodes})",
           flush=True)

@@ -112,9 +112,9 @@ def _load_edge_index(path: str, num_nodes: int | None, name: str | None, to_undi
     dt = time.perf_counter() - t0
     if dt >= CONVERT_HINT_SECONDS:
         log.info("%s: sorted %s edges into CSR in %.1f s (%.0fM edges/s); convert it once with "
-                 "`python -m mgg.prepare %s --out GRAPH.npz`%s and train on GRAPH.npz, which loads "
+                 "`python -m mgg.prepare %s --out GRAPH.npz%s` and train on GRAPH.npz, which loads "
                  "memory-mapped without sorting", path, f"{g.num_edges:,}", dt, g.num_edges / dt / 1e6, path,
-                 "" if not to_undirected else " (symmetrised: add --undirected)")
+                 " --undirected" if to_undirected else "")
     return g
 
 
