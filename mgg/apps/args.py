@@ -7,6 +7,8 @@ import math
 import os
 from typing import Sequence
 
+from .args_output import add_output_args, check_output_args
+from .config_file import with_config_file
 from .config import (BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_FANOUT, DEFAULT_TUNE_CACHE, MODES, SAMPLED_FLAGS,
                      STORAGE_DTYPES, VARIANTS, TrainConfig, model_names, sampled_models)
 
@@ -225,13 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tuner_args(p)
     _add_reliability_args(p)
     _add_sampled_args(p)
+    add_output_args(p)
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Parse CLI flags into a TrainConfig (argparse exits with status 2 on a bad value)."""
+    import sys
+
     parser = build_parser()
+    argv = with_config_file(build_parser, sys.argv[1:] if argv is None else argv)
     ns = parser.parse_args(argv)
+    check_output_args(parser, ns)
     if ns.resume == "auto" and not ns.checkpoint_dir:
         parser.error("--resume auto needs --checkpoint-dir")
     if ns.checkpoint_every and not ns.checkpoint_dir:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from .args import build_parser, parse_args
 from .config import MODES, TrainConfig, TrainResult, UserError
 
-__all__ = ["build_parser", "parse_args", "load", "train", "run", "main"]
+__all__ = ["build_parser", "parse_args", "load", "train", "run", "main", "save_weights"]
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -209,8 +209,20 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
             return res
         if cfg.metrics_json:
             write_metrics(cfg.metrics_json, cfg, graph, res)
+        if cfg.save_weights:
+            save_weights(cfg, res)
         print_summary(cfg, graph, res, comm.size)
     return res
+
+
+def save_weights(cfg: TrainConfig, res: TrainResult) -> None:
+    """Write the trained weights to cfg.save_weights (rank 0; mgg.apps.weights_file)."""
+    from dataclasses import asdict
+
+    from .weights_file import write_weights
+
+    write_weights(cfg.save_weights, cfg.model, res.model.state_dict(), asdict(cfg.resolved()))
+    print(f"weights written to {cfg.save_weights}", flush=True)
 
 
 def _exit_together(code) -> None:
@@ -245,6 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..runtime import abort_on_error, world
 
     comm = world()
+    from .log_setup import install_log_handler
+
+    install_log_handler(cfg.verbosity, comm.rank, comm.size)
     if cfg.watchdog_timeout > 0 and comm.size > 1:
         comm.start_watchdog(cfg.watchdog_timeout)
     message = None
