@@ -13,7 +13,7 @@ thread then gathers its bucket's pieces from every sorted share, sorts the bucke
 its sources. numpy's sort, take and element-wise kernels release the GIL, so the threads run in
 parallel.
 
-Keys need ``bits(N - 1) + bits(E - 1) <= 63``; larger graphs (e.g. 2**32 nodes with 2**32
+Keys need ``bits(N) + bits(E - 1) <= 63``; larger graphs (e.g. 2**32 nodes with 2**32
 edges) fall back to ``argsort(kind="stable")``.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def csr_from_checked_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     if e == 0:
         return indptr, np.zeros(0, dtype=np.int64)
     b = _bits(e - 1)
-    if _bits(max(n - 1, 0)) + b > _KEY_BITS:
+    if _bits(n) + b > _KEY_BITS:  # every row start n' << b, n' <= N, fits
         order = np.argsort(np.asarray(dst), kind="stable")
         return indptr, np.asarray(src, dtype=np.int64)[order]
     t = default_threads() if threads is None else max(1, threads)
@@ -126,8 +126,9 @@ def _parallel(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, b: int, t: i
         rows = np.searchsorted(indptr, [e * j // t for j in range(t + 1)], side="left")
         rows[0], rows[-1] = 0, n
         rows = np.maximum.accumulate(rows)
-        cut_keys = rows.astype(np.int64) << b
-        cuts = [np.searchsorted(keys[lo:hi], cut_keys) + lo for lo, hi in shares]  # [share][bucket]
+        inner = rows[1:-1].astype(np.int64) << b  # first key of each inner bucket
+        cuts = [np.concatenate([[lo], np.searchsorted(keys[lo:hi], inner) + lo, [hi]])
+                for lo, hi in shares]  # [share][bucket boundary]
         buckets = np.empty(e, dtype=np.int64)
 
         def gather_bucket(j: int) -> None:
