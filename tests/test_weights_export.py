@@ -4,7 +4,6 @@ back they give mgg's weights exactly; mgg.predict writes per-node predictions in
 import importlib.util
 import json
 
-import numpy as np
 import pytest
 import torch
 

@@ -139,7 +139,7 @@ def _parallel(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, b: int, t: i
                 at += z - a
 
         list(pool.map(gather_bucket, range(t)))
-        del keys
+        keys = None  # every key is in its bucket now: free the shares
         indices = np.empty(e, dtype=np.int64)
 
         def finish_bucket(j: int) -> None:
