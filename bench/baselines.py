@@ -184,21 +184,26 @@ class PlainTorchGCN(torch.nn.Module):
 
 
 class PlainTorchGIN(torch.nn.Module):
-    """GIN (Linear-[BatchNorm1d]-ReLU-Linear MLP) in plain torch with the MLP's first Linear before
-    the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1.
-    norm="batch" is mgg's default GIN (the first Linear without bias, torch.nn.BatchNorm1d over all
-    rows); "none" drops the norm. `train_eps`: a learnt eps per layer, else GIN-0 (eps = 0, mgg's
-    default: the node's own row added as is). `dropout`: the probability of the dropout before
-    each layer in training (mgg's GNN: dropout -> conv -> ReLU)."""
+    """GIN as PyG's GIN model builds it (and mgg's default GIN), in plain torch: per layer of
+    output width w, the MLP Linear(in, w)-[BatchNorm1d]-ReLU-Linear(w, w) on the sum
+    (A + (1 + eps) I) x, then on every layer but the last [BatchNorm1d]-ReLU-dropout. The MLP's
+    first Linear runs before the sum: (A + (1 + eps) I)(x W1) + b1 == W1((A + (1 + eps) I) x) + b1.
+    norm="batch": both norms (the first Linear without bias, torch.nn.BatchNorm1d over all rows);
+    "none" drops them. `train_eps`: a learnt eps per layer, else GIN-0 (eps = 0, mgg's default:
+    the node's own row added as is). `dropout`: the probability of the dropout between layers in
+    training (none on the input, as PyG's and mgg's GIN)."""
 
     def __init__(self, dims: list[int], hidden: int, norm: str = "none", train_eps: bool = True,
                  dropout: float = 0.0):
         super().__init__()
         if norm not in ("batch", "none"):
             raise ValueError(f"PlainTorchGIN: norm must be 'batch' or 'none', got {norm!r}")
-        self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, hidden, bias=norm == "none") for a in dims[:-1])
-        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm1d(hidden) for _ in dims[:-1]) if norm == "batch" else None
-        self.l2 = torch.nn.ModuleList(torch.nn.Linear(hidden, b) for b in dims[1:])
+        outs = dims[1:]
+        self.l1 = torch.nn.ModuleList(torch.nn.Linear(a, b, bias=norm == "none") for a, b in zip(dims[:-1], outs))
+        batch = norm == "batch"
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm1d(b) for b in outs) if batch else None
+        self.l2 = torch.nn.ModuleList(torch.nn.Linear(b, b) for b in outs)
+        self.post = torch.nn.ModuleList(torch.nn.BatchNorm1d(b) for b in outs[:-1]) if batch else None
         self.eps = torch.nn.Parameter(torch.zeros(len(self.l1))) if train_eps else None
         self.dropout = float(dropout)
 
@@ -211,7 +216,7 @@ class PlainTorchGIN(torch.nn.Module):
         only the last Linear is narrowed)."""
         last = len(self.l1) - 1
         for i, (l1, l2) in enumerate(zip(self.l1, self.l2)):
-            if self.dropout > 0.0:
+            if i > 0 and self.dropout > 0.0:
                 x = torch.nn.functional.dropout(x, self.dropout, training=self.training)
             z = x @ l1.weight.t()
             rows_only = i == last and A_out is not None
@@ -224,7 +229,7 @@ class PlainTorchGIN(torch.nn.Module):
                 z = z[out_index]
             x = l2(z.relu())
             if i < last:
-                x = x.relu()
+                x = (self.post[i](x) if self.post is not None else x).relu()
         return x
 
 
@@ -294,27 +299,37 @@ def plain_torch_model(graph, mname: str, hidden: int, layers: int, device, norm:
     raise ValueError(f"plain torch baseline: no model {mname!r} (gcn, gin, sage)")
 
 
+def pyg_adjacency(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, device, dtype=torch.float32) -> torch.Tensor:
+    """The sparse ``adj_t`` PyG's documentation recommends for full-batch training: a torch CSR
+    tensor [N, N] with adj_t[target, source] = 1 (mgg's row = target CSR as it is), which
+    GCNConv, GINConv and SAGEConv take in place of ``edge_index`` (one SpMM per propagation
+    instead of a gather and a scatter over the edges)."""
+    return torch.sparse_csr_tensor(torch.from_numpy(np.asarray(indptr, np.int64)).to(device),
+                                   torch.from_numpy(np.asarray(indices, np.int64)).to(device),
+                                   torch.ones(len(indices), dtype=dtype, device=device), (num_nodes, num_nodes))
+
+
 class PygModel(torch.nn.Module):
-    """The same models in PyG: GCNConv (cached normalisation), GINConv with mgg's
-    Linear-[BatchNorm1d]-ReLU-Linear MLP, or SAGEConv (mean), dropout -> conv -> ReLU per layer
-    (none after the last).
+    """The same models in PyG: GCNConv (cached normalisation) or SAGEConv (mean), dropout -> conv
+    -> ReLU per layer (none after the last); GIN: PyG's own `torch_geometric.nn.models.GIN`
+    (norm="batch_norm" with `norm="batch"`), which mgg's GIN matches. `forward` takes
+    ``edge_index`` [2, E] or the sparse ``adj_t`` of `pyg_adjacency`.
     Raises ImportError without torch_geometric."""
 
     def __init__(self, mname: str, in_dim: int, hidden: int, layers: int, classes: int, norm: str = "none",
                  dropout: float = 0.0, train_eps: bool = True):
         super().__init__()
-        from torch_geometric.nn import GCNConv, GINConv, SAGEConv
+        from torch_geometric.nn import GCNConv, SAGEConv
+        from torch_geometric.nn.models import GIN
 
         dims = layer_widths(in_dim, hidden, layers, classes)
-
+        self.gin = None
+        convs = []
         if mname == "gcn":
             convs = [GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])]
         elif mname == "gin":
-            batch = norm == "batch"
-            convs = [GINConv(torch.nn.Sequential(
-                *([torch.nn.Linear(a, hidden, bias=False), torch.nn.BatchNorm1d(hidden)] if batch
-                  else [torch.nn.Linear(a, hidden)]),
-                torch.nn.ReLU(), torch.nn.Linear(hidden, b)), train_eps=train_eps) for a, b in zip(dims[:-1], dims[1:])]
+            self.gin = GIN(in_dim, hidden, layers, classes, dropout=dropout,
+                           norm="batch_norm" if norm == "batch" else None, train_eps=train_eps)
         elif mname == "sage":
             convs = [SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
         else:
@@ -323,7 +338,10 @@ class PygModel(torch.nn.Module):
         self.dropout = float(dropout)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """x float32 [N, F], edge_index int64 [2, E] (source, target) -> logits [N, classes]."""
+        """x float32 [N, F], edge_index int64 [2, E] (source, target) or adj_t [N, N] -> logits
+        [N, classes]."""
+        if self.gin is not None:
+            return self.gin(x, edge_index)
         for i, conv in enumerate(self.convs):
             if self.dropout > 0.0:
                 x = torch.nn.functional.dropout(x, self.dropout, training=self.training)

@@ -9,8 +9,9 @@ For one graph file this runs, side by side in one invocation:
     `--tf32` (`mgg-tf32`, `mgg-nodrop-tf32`) (P = 1, or `--np P` under mpirun);
   * the same model (`--model`: gcn, gin or sage, with mgg's default hyperparameters) in plain
     torch, CSR SpMM with the Linear on the narrow side of the aggregation (bench/plain_model.py);
-  * and in PyG, GCNConv, GINConv or SAGEConv (skipped when PyG is not installed; out-of-memory
-    is reported as a result).
+  * and in PyG, GCNConv, PyG's GIN model or SAGEConv, on ``edge_index`` (`pyg`) and on the sparse
+    ``adj_t`` PyG's documentation recommends for full-batch training (`pyg-sparse`) (skipped
+    when PyG is not installed; out-of-memory is reported as a result).
 and prints the time from process start to the end of the first epoch, the validation accuracy
 after the last epoch, the startup phases mgg reports (`phases` in its metrics JSON), the median epoch and the peak host RSS / GPU memory.
 Every run is a fresh process, so the kernel cache state is whatever the machine has: run twice
@@ -39,8 +40,8 @@ MGG_RUNS = {"mgg": [], "mgg-eager": ["--no-cuda-graph"], "mgg-nodrop": ["--dropo
             "mgg-graph-nodrop": ["--dropout", "0", "--cuda-graph"], "mgg-bf16": ["--storage-dtype", "bf16"],
             "mgg-nodrop-bf16": ["--dropout", "0", "--storage-dtype", "bf16"], "mgg-fp16": ["--storage-dtype", "fp16"],
             "mgg-tf32": ["--tf32"], "mgg-nodrop-tf32": ["--dropout", "0", "--tf32"]}
-RUNS = (*MGG_RUNS, "torch", "pyg")
-DEFAULT_RUNS = ("mgg", "mgg-eager", "mgg-nodrop", "torch", "pyg")  # mgg-graph*: GPU only, by name
+RUNS = (*MGG_RUNS, "torch", "pyg", "pyg-sparse")
+DEFAULT_RUNS = ("mgg", "mgg-eager", "mgg-nodrop", "torch", "pyg", "pyg-sparse")  # mgg-graph*: GPU only, by name
 
 
 def _env() -> dict:
@@ -152,7 +153,7 @@ def table(rows: dict) -> str:
                      f"{_fmt(r.get('first_epoch_end_s')):>11} {_fmt(r.get('median_epoch_ms'), '.2f'):>9} "
                      f"{_fmt(r.get('val_acc'), '.4f'):>7} "
                      f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} {_fmt(r.get('peak_gpu_mb'), '.0f'):>8}  {phs}")
-    for ref, label in (("torch", "plain torch"), ("pyg", "PyG")):
+    for ref, label in (("torch", "plain torch"), ("pyg", "PyG (edge_index)"), ("pyg-sparse", "PyG (sparse adj_t)")):
         base = rows.get(ref, {}).get("median_epoch_ms")
         for name in MGG_RUNS:
             ours = rows.get(name, {}).get("median_epoch_ms")

@@ -4,13 +4,14 @@
 (``--model gcn``) with each Linear on the narrow side of its aggregation (it commutes with the
 sum: the first before, the last after), aggregation = one torch sparse CSR SpMM by
 D^-1/2 (A + I) D^-1/2 built on the device; or GIN (``--model gin``) with the MLP's first Linear
-before the sum (A + I) and mgg's MLP (Linear-[BatchNorm1d]-ReLU-Linear, ``--norm``; GIN-0 as
-mgg's default); or GraphSAGE (``--model sage``, mean: lin_l on the narrow side of the SpMM by
+before the sum (A + I), mgg's (= PyG's) architecture (Linear-[BatchNorm1d]-ReLU-Linear MLP and
+[BatchNorm1d]-ReLU after each hidden layer, ``--norm``; GIN-0 as mgg's default); or GraphSAGE (``--model sage``, mean: lin_l on the narrow side of the SpMM by
 D^-1 A, plus the root term lin_r). The last layer computes only the training rows (the rows the
 loss reads), as mgg's row sets do. ``--impl pyg``: the same model in PyG (``GCNConv`` with cached
-normalisation, ``GINConv`` with that MLP, or ``SAGEConv``; bench/baselines.py ``PygModel``) when
-PyG is installed. Both drop
-out ``--dropout`` of each layer's input, as mgg's models do.
+normalisation, PyG's ``GIN`` model, or ``SAGEConv``; bench/baselines.py ``PygModel``) on
+``edge_index`` when PyG is installed; ``--impl pyg-sparse``: the same on the sparse ``adj_t``
+(a torch CSR tensor) that PyG's documentation recommends for full-batch training. All drop out
+``--dropout`` between layers as mgg's models do (GCN and SAGE also on the input).
 
 Prints one JSON line (the last line of stdout) with ``load_s`` (read the file), ``build_s``
 (matrix/edge_index on the device), ``first_epoch_end_s`` (from process start), ``median_epoch_ms``,
@@ -29,7 +30,7 @@ import time
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.baselines import PygModel, plain_torch_model  # noqa: E402
+from bench.baselines import PygModel, plain_torch_model, pyg_adjacency  # noqa: E402
 from mgg.apps.phases import process_age_s  # noqa: E402
 
 
@@ -124,7 +125,9 @@ def run_torch(args) -> dict:
     return _timed(args, build)
 
 
-def run_pyg(args) -> dict:
+def run_pyg(args, sparse: bool = False) -> dict:
+    """PyG on ``edge_index`` (gather-scatter), or with `sparse` on the sparse ``adj_t`` its
+    documentation recommends for full-batch training (one SpMM per propagation)."""
     import torch
 
     def build(graph, train_np, dev):
@@ -134,9 +137,12 @@ def run_pyg(args) -> dict:
         except ImportError:
             return None
         model = model.to(dev)
-        ptr = torch.from_numpy(graph.indptr).to(dev)
-        dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=dev), ptr[1:] - ptr[:-1])
-        edge_index = torch.stack([torch.from_numpy(graph.indices).to(dev), dst])
+        if sparse:
+            edge_index = pyg_adjacency(graph.indptr, graph.indices, graph.num_nodes, dev)
+        else:
+            ptr = torch.from_numpy(graph.indptr).to(dev)
+            dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=dev), ptr[1:] - ptr[:-1])
+            edge_index = torch.stack([torch.from_numpy(graph.indices).to(dev), dst])
         x = torch.from_numpy(graph.x).to(dev)
         y = torch.from_numpy(graph.y).to(dev)
         train = torch.from_numpy(train_np).to(dev) & (y >= 0)
@@ -148,7 +154,8 @@ def run_pyg(args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--file", required=True, help="graph .npz with indptr, indices, x, y")
-    p.add_argument("--impl", choices=("torch", "pyg"), default="torch")
+    p.add_argument("--impl", choices=("torch", "pyg", "pyg-sparse"), default="torch",
+                   help="plain torch, PyG on edge_index, or PyG on the sparse adj_t")
     p.add_argument("--model", choices=("gcn", "gin", "sage"), default="gcn")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--hidden", type=int, default=None, help="hidden width (mgg's model default)")
@@ -165,7 +172,7 @@ def main(argv=None) -> int:
         if getattr(args, name) is None:
             setattr(args, name, getattr(d, name))
     try:
-        res = run_torch(args) if args.impl == "torch" else run_pyg(args)
+        res = run_torch(args) if args.impl == "torch" else run_pyg(args, sparse=args.impl == "pyg-sparse")
         res.setdefault("status", "ok")
     except Exception as e:  # noqa: BLE001 - out-of-memory (torch.OutOfMemoryError or a RuntimeError) is a result
         msg = str(e).split("\n")[0][:200]

@@ -133,3 +133,16 @@ def _nul_free_mpi_banner(config: pytest.Config) -> None:
 
     nul_free._mgg_nul_free = True
     MPI.Get_library_version = nul_free
+
+
+@pytest.fixture(autouse=True)
+def _mgg_logger_restored():
+    """The CLIs install a handler on the ``mgg`` logger (and stop its propagation); each test gets
+    the logger as it found it, so a later test's caplog still sees mgg's lines."""
+    import logging
+
+    log = logging.getLogger("mgg")
+    saved = (list(log.handlers), log.propagate, log.level)
+    yield
+    log.handlers[:] = saved[0]
+    log.propagate, log.level = saved[1], saved[2]

@@ -32,7 +32,7 @@ def test_messages_unchanged(tmp_path):
         load_dataset(tmp_path / "g.bin")
     assert str(e.value) == (f"unsupported file type {str(tmp_path / 'g.bin')!r}: expected .npz, an edge list "
                             "(.txt, .edges, .el, .csv) or an ogbn-style folder")
-    with pytest.raises(GraphFormatError, match=r"folder is not an ogbn-style dataset \(no raw/edge.csv\[.gz\]\)"):
+    with pytest.raises(GraphFormatError, match=r"folder is not an ogbn-style dataset \(no raw/edge.csv\[.gz\] or raw/data.npz\)"):
         load_dataset(tmp_path)
     assert expected_formats(folder=True) == "an ogbn-style folder"
 

@@ -171,3 +171,29 @@ def test_rows_from_the_cache_equal_the_full_forward():
                 got = model(x, dg, rows=rs)
             assert model.input_cache.builds == 1
             torch.testing.assert_close(got, full, rtol=1e-10, atol=1e-12)
+
+
+def test_gin_trains_from_the_cache_with_dropout_between_layers():
+    """GIN drops out between layers only: with dropout 0.5 its first layer still starts from the
+    cached aggregation in training, with the logits and gradients of aggregating every step (the
+    same dropout masks: the generator draws one seed per hidden layer either way)."""
+    dg, _, _ = _dg(seed=6)
+    torch.manual_seed(0)
+    x = torch.randn(dg.n_local, 9, dtype=torch.float64)
+    y = torch.randint(0, 4, (dg.n_local,))
+    model = build_model("gin", 9, 8, 4, 3, 0.5, norm="batch").double()
+    results = []
+    for cached in (False, True):
+        model.cache_input_aggregation = cached
+        gen = torch.Generator().manual_seed(11)
+        model.zero_grad()
+        out = model(x, dg, gen)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert model.input_cache.builds == 1
+    (a, ga), (b, gb) = results
+    assert not torch.equal(a, model.eval()(x, dg))  # dropout was active in training
+    torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
+    for u, v in zip(gb, ga):
+        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-12)
+    dg.close()

@@ -211,6 +211,6 @@ def test_prepare_help_shows_values_only():
     text = " ".join(build_parser().format_help().split())
     for absent in ("(default: None)", "(default: False)", "(default: )"):
         assert absent not in text, text
-    for shown in ("(default: 1.0)", "(default: 0)", "(default: cpu)", "(default: 16)", "(default: none)"):
+    for shown in ("(default: 1.0)", "(default: 0)", "(default: cpu)", "(default: 16)", "(default: auto)"):
         assert shown in text, text
 

@@ -7,6 +7,8 @@ import math
 import os
 from typing import Sequence
 
+from .args_output import add_output_args, check_output_args
+from .config_file import with_config_file
 from .config import (BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_FANOUT, DEFAULT_TUNE_CACHE, MODES, SAMPLED_FLAGS,
                      STORAGE_DTYPES, VARIANTS, TrainConfig, model_names, sampled_models)
 
@@ -85,6 +87,9 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
                         f"karate club) or a path")
     p.add_argument("--scale", type=_float_in(0.0, 1.0, True, False, "in (0, 1]"), default=None,
                    help="size factor (0, 1] of a generated dataset (default 1; refused with a file and with karate)")
+    p.add_argument("--undirected", action="store_true",
+                   help="symmetrise the dataset as it is loaded: every edge in both directions, duplicates "
+                   "removed (for graphs stored directed, e.g. ogbn-arxiv); the graph is then held in memory")
     p.add_argument("--model", choices=model_names(), default=None,
                    help="model (default: gcn; sage with --mode sampled)")
     p.add_argument("--hidden", type=_int_in(1), default=None,
@@ -241,13 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tuner_args(p)
     _add_reliability_args(p)
     _add_sampled_args(p)
+    add_output_args(p)
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Parse CLI flags into a TrainConfig (argparse exits with status 2 on a bad value)."""
+    import sys
+
     parser = build_parser()
+    argv = with_config_file(build_parser, sys.argv[1:] if argv is None else argv)
     ns = parser.parse_args(argv)
+    check_output_args(parser, ns)
     if ns.resume == "auto" and not ns.checkpoint_dir:
         parser.error("--resume auto needs --checkpoint-dir")
     if ns.checkpoint_every and not ns.checkpoint_dir:

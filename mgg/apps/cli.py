@@ -16,7 +16,7 @@ from .args import build_parser, parse_args
 from .config import MODES, TrainConfig, TrainResult, UserError
 from .memory_check import ASSUMED_CLASSES
 
-__all__ = ["build_parser", "parse_args", "load", "train", "run", "main"]
+__all__ = ["build_parser", "parse_args", "load", "train", "run", "main", "save_weights"]
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -52,7 +52,8 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
             device = f"cuda:{device_index(comm.local_rank, torch.cuda.device_count())}"
         explicit = cfg.reorder_nodes not in ("auto", "none")
         with clock.phase("load"):  # a graph relabelled on request is built whole, so it is not mapped
-            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not explicit)
+            graph = load_dataset(cfg.dataset, scale=cfg.scale, seed=cfg.seed, device=device, mmap=not explicit,
+                                 to_undirected=cfg.undirected)
             share = label_share(graph, comm.rank, comm.size, cfg.num_classes)  # before any relabelling
             if getattr(graph, "mapped", False):  # each rank checks its share here: a file error
                 graph, prep = _prepare_mapped(cfg, comm, graph)
@@ -251,7 +252,19 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
                 write_metrics(cfg.metrics_json, cfg, graph, res)
             except OSError as e:  # checked before the run; the disk filled or the folder changed since
                 raise UserError(f"--metrics-json {cfg.metrics_json}: cannot write it: {e}") from e
+        if cfg.save_weights:
+            save_weights(cfg, res)
     return res
+
+
+def save_weights(cfg: TrainConfig, res: TrainResult) -> None:
+    """Write the trained weights to cfg.save_weights (rank 0; mgg.apps.weights_file)."""
+    from dataclasses import asdict
+
+    from .weights_file import write_weights
+
+    write_weights(cfg.save_weights, cfg.model, res.model.state_dict(), asdict(cfg.resolved()))
+    print(f"weights written to {cfg.save_weights}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.flush()
         sys.exit(2)
     control = comm.comm.Dup() if comm.size > 1 else None  # for report_user_error only
+    from .log_setup import install_log_handler
+
+    install_log_handler(cfg.verbosity, comm.rank, comm.size)
     if cfg.watchdog_timeout > 0 and comm.size > 1:
         comm.start_watchdog(cfg.watchdog_timeout)
     message = None

@@ -72,6 +72,7 @@ class TrainConfig:
 
     dataset: str = "default"
     scale: float = 1.0
+    undirected: bool = False             # symmetrise the dataset's edges as it is loaded
     model: str = "gcn"
     hidden: int | None = None
     layers: int | None = None
@@ -93,6 +94,11 @@ class TrainConfig:
     tune_cache: str | None = None        # None: DEFAULT_TUNE_CACHE; "" or "none": no cache
     tune_log: str | None = None          # tuning log for `python -m mgg.tune --report`
     metrics_json: str | None = None
+    save_weights: str | None = None      # weights file written at the end (mgg.apps.weights_file)
+    log_jsonl: str | None = None         # per-epoch JSON lines (mgg.apps.run_log)
+    tensorboard: str | None = None       # per-epoch TensorBoard scalars (mgg.apps.run_log)
+    config_file: str | None = None       # --config: the settings file this run started from (mgg.apps.config_file)
+    verbosity: int = 0                   # -q: -1, default 0, -v: 1 (mgg.apps.log_setup)
     eval_every: int = 1
     num_classes: int | None = None       # labels must be below it (None: max(y) + 1, mgg.data.labels)
     progress: bool = True

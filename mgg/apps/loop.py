@@ -230,6 +230,7 @@ class LoopState:
     last: dict = field(default_factory=lambda: {"train_acc": None, "val_acc": None, "test_acc": None})
     times: list[float] = field(default_factory=list)
     clock: Any = None                       # a PhaseClock (mgg.apps.phases): times the first epoch
+    log: Any = None                         # rank 0's EpochLog (--log-jsonl, --tensorboard; mgg.apps.run_log)
 
 
 def _timed_step(state: LoopState, hooks: EpochHooks, epoch: int) -> tuple[float, Any]:
@@ -247,7 +248,22 @@ def _timed_step(state: LoopState, hooks: EpochHooks, epoch: int) -> tuple[float,
 
 
 def run_epochs(state: LoopState, hooks: EpochHooks, start: int = 0) -> None:
-    """Epochs start + 1 .. cfg.epochs, or until the ranks agree to stop (`state.res.stopped`)."""
+    """Epochs start + 1 .. cfg.epochs, or until the ranks agree to stop (`state.res.stopped`);
+    each epoch's record also goes to rank 0's EpochLog (--log-jsonl, --tensorboard) at once."""
+    from .run_log import open_epoch_log
+
+    cfg, res = state.cfg, state.res
+    if state.log is None:
+        state.log = open_epoch_log(cfg, state.comm)
+    try:
+        _epochs(state, hooks, start)
+    finally:
+        if state.log is not None:
+            state.log.close(res.epochs[-1]["epoch"] if res.epochs else start, res.stopped)
+            state.log = None
+
+
+def _epochs(state: LoopState, hooks: EpochHooks, start: int) -> None:
     import torch
 
     cfg, res = state.cfg, state.res
@@ -281,6 +297,8 @@ def _close_epoch(state: LoopState, rec: dict, stop: str, epoch: int) -> None:
     some rank was asked to stop (`stop` is all-reduced, so every rank decides alike)."""
     state.res.epochs.append(rec)
     last = state.last
+    if state.log is not None:
+        state.log.epoch(rec, last["test_acc"])
     if state.bar is not None:
         state.bar.set_postfix(loss=f"{rec['loss']:.4f}", train=f"{last['train_acc'] or 0:.3f}",
                               val=f"{last['val_acc'] or 0:.3f}", refresh=False)

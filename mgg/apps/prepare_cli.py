@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "none keeps the input order. A relabelled file stores user_ids (the input's id of every "
                         "node), and training needs no --reorder-nodes. The graph is held whole while it is "
                         "relabelled: a preset too large for this host is written in its generated order")
+    p.add_argument("--undirected", action="store_true",
+                   help="symmetrise the graph before writing (every edge in both directions, duplicates removed)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
     p.add_argument("--dry-run", action="store_true",
                    help="presets: draw every edge and feature and size them for --ranks, but write no file "
@@ -119,14 +121,17 @@ def _write(ns: argparse.Namespace) -> None:
         method = _auto_for_preset(ns)
     if method != "none":
         n, e = _write_reordered(ns, method)
-    elif key in PRESETS:
+    elif key in PRESETS and not ns.undirected:
         say = lambda m: print(f"  writing {m}", flush=True)  # noqa: E731
         n, e = save_preset(key, out, ns.scale, ns.seed, ns.device, progress=say)
     else:
         from ..data import load_dataset
         from ..data.npz import save_npz
 
-        g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False)
+        print(f"  loading {ns.dataset}" + (" (symmetrising)" if ns.undirected else ""), flush=True)
+        g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False, to_undirected=ns.undirected)
+        print(f"  loaded {g.num_nodes:,} nodes, {g.num_edges:,} edges in {time.perf_counter() - t0:.1f} s; "
+              f"writing {out}", flush=True)
         save_npz(g, out)
         n, e = g.num_nodes, g.num_edges
     dt = time.perf_counter() - t0
@@ -171,9 +176,10 @@ def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
     from .node_order import apply_order, choose_order, prepare_candidate
 
     t0 = time.perf_counter()
-    g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False,
+    g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False, to_undirected=ns.undirected,
                      device=ns.device if ns.dataset.lower() in PRESETS else None)
-    print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s; node order {method}", flush=True)
+    print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s"
+          + (" (symmetrising)" if ns.undirected else "") + f"; node order {method}", flush=True)
     if method == "auto":
         g, choice = choose_order(g, prepare_candidate(g.num_nodes, g.num_edges), device=ns.device)
     else:

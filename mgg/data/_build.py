@@ -1,10 +1,12 @@
 """Shared construction step of the loaders: checked edge list + node data -> validated Graph."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .graph import Graph, csr_from_edges
-from .validate import GraphFormatError, _as_int64, _check_ids, validate_graph
+from .validate import GraphFormatError, _as_int64, _check_ids, _check_indptr, validate_node_data
 
 
 def infer_num_nodes(num_nodes, src, dst, x=None, y=None, masks=(), source: str = "?") -> int:
@@ -44,5 +46,6 @@ def graph_from_edges(src, dst, *, source: str, name: str, num_nodes=None, field:
     indptr, indices = csr_from_edges(src, dst, n)
     g = Graph(indptr, indices, x=x, y=y, train_mask=train_mask, val_mask=val_mask,
               test_mask=test_mask, user_ids=user_ids, name=name)
-    g = validate_graph(g, source)
+    _check_indptr(indptr, len(indices), source)  # the ids were checked above: only the node data is left
+    g = dataclasses.replace(g, **validate_node_data(g, n, source))
     return g.to_undirected() if to_undirected else g

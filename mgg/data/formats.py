@@ -90,5 +90,5 @@ register_format(DatasetFormat("npz", load_npz, ".npz", suffixes=(".npz",), label
 register_format(DatasetFormat("edgelist", load_edgelist, f"an edge list ({', '.join(EDGELIST_SUFFIXES)})",
                               suffixes=EDGELIST_SUFFIXES))
 register_format(DatasetFormat("ogb", load_ogb, "an ogbn-style folder", probe=is_ogb_folder, folder=True,
-                              not_this_folder="an ogbn-style dataset (no raw/edge.csv[.gz])",
+                              not_this_folder="an ogbn-style dataset (no raw/edge.csv[.gz] or raw/data.npz)",
                               labels=True, features=True))

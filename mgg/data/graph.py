@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .edge_sort import csr_from_checked_edges
+
 __all__ = ["Graph", "csr_from_edges"]
 
 # Number of `indices` entries hashed by Graph.fingerprint (strided sample).
@@ -18,7 +20,8 @@ _FINGERPRINT_SAMPLE = 1 << 20
 
 
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Target-major CSR from an edge list, without Python loops.
+    """Target-major CSR from an edge list, without Python loops (mgg.data.edge_sort: a packed-key
+    sort, on several threads for large graphs).
 
     Args:
         src: int [E] edge sources.
@@ -27,16 +30,12 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
 
     Returns:
         ``(indptr int64 [N+1], indices int64 [E])``. Within a row, edges keep their input order
-        (stable sort), duplicates are kept.
+        (the order of a stable sort), duplicates are kept.
     """
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    counts = np.bincount(dst, minlength=num_nodes)
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    order = np.argsort(dst, kind="stable")
-    indices = src[order]
-    return indptr, indices
+    src, dst = np.asarray(src), np.asarray(dst)
+    if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":  # e.g. an empty list
+        src, dst = src.astype(np.int64), dst.astype(np.int64)
+    return csr_from_checked_edges(src, dst, num_nodes)
 
 
 @dataclass
@@ -133,13 +132,13 @@ class Graph:
         t = self.targets()
         src = np.concatenate([self.indices, t])
         dst = np.concatenate([t, self.indices])
-        key = np.unique(dst * max(n, 1) + src)
+        key = np.unique(dst * max(n, 1) + src)  # sorted by (target, source): already CSR order
         if n == 0:
-            dst_u = src_u = key
-        else:
-            dst_u, src_u = np.divmod(key, n)
-        indptr, indices = csr_from_edges(src_u, dst_u, n)
-        return dataclasses.replace(self, indptr=indptr, indices=indices)
+            return dataclasses.replace(self, indptr=np.zeros(1, np.int64), indices=key)
+        dst_u, src_u = np.divmod(key, n)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst_u, minlength=n), out=indptr[1:])
+        return dataclasses.replace(self, indptr=indptr, indices=src_u)
 
     def fingerprint(self) -> str:
         """Stable hex digest (blake2b, 16 bytes) of the structure and sizes.

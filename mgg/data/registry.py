@@ -21,7 +21,7 @@ _SBM_NODES = 10_000
 
 
 def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int = 0,
-                 device: str | None = None, mmap: bool = True) -> Graph:
+                 device: str | None = None, mmap: bool = True, to_undirected: bool = False) -> Graph:
     """Load a built-in dataset by name, or a graph file/folder by path.
 
     Names: ``default`` (= ``karate``, the embedded real dataset), ``karate``, ``sbm``
@@ -40,6 +40,10 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
     rank its share, `check_index_share` / `validate_rows`; `validate_graph(g)` checks all).
     Every other format and every generated graph is in memory.
 
+    ``to_undirected``: symmetrise the graph (`Graph.to_undirected`: both directions of every
+    edge, duplicates removed), e.g. for ogbn-arxiv, stored directed; the graph is then built in
+    memory (a CSR file is not mapped).
+
     Raises:
         ValueError: unknown name (the message lists the valid names) or unsupported path.
         GraphFormatError: malformed file.
@@ -49,22 +53,24 @@ def load_dataset(name_or_path: str | os.PathLike, scale: float = 1.0, seed: int 
         raise ValueError(f"scale must be in (0, 1], got {scale}")
     low = key.lower()
     if low in ("default", "karate"):
-        return load_karate(seed=seed)
-    if low == "sbm":
-        return sbm(num_nodes=max(7, int(round(_SBM_NODES * scale))), seed=seed)
-    if low in PRESETS:
-        return preset(low, scale=scale, seed=seed, device=device)
-    if os.path.exists(key):
+        g = load_karate(seed=seed)
+    elif low == "sbm":
+        g = sbm(num_nodes=max(7, int(round(_SBM_NODES * scale))), seed=seed)
+    elif low in PRESETS:
+        g = preset(low, scale=scale, seed=seed, device=device)
+    elif os.path.exists(key):
         fmt = format_for(key)
-        if fmt is not None and fmt.name == "npz" and mmap:
+        if fmt is not None and fmt.name == "npz" and mmap and not to_undirected:
             return load_npz(key, mmap=True)
         if fmt is not None:
-            return fmt.load(key)
+            return fmt.load(key, to_undirected=True) if to_undirected else fmt.load(key)
         if os.path.isdir(key):
             raise GraphFormatError(key, "file", "folder is not " + " or ".join(
                 f.not_this_folder for f in FORMATS if f.folder))
         raise ValueError(f"unsupported file type {key!r}: expected {expected_formats()}")
-    close = difflib.get_close_matches(low, DATASET_NAMES, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"unknown dataset {key!r}{hint}: not a file or folder, and not one of the names "
-                     f"{', '.join(DATASET_NAMES)}")
+    else:
+        close = difflib.get_close_matches(low, DATASET_NAMES, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown dataset {key!r}{hint}: not a file or folder, and not one of the names "
+                         f"{', '.join(DATASET_NAMES)}")
+    return g.to_undirected() if to_undirected else g

@@ -13,7 +13,7 @@ import numpy as np
 
 from .graph import Graph
 
-__all__ = ["GraphFormatError", "validate_graph", "validate_mapped", "check_index_share", "validate_rows"]
+__all__ = ["GraphFormatError", "validate_graph", "validate_node_data", "validate_mapped", "check_index_share", "validate_rows"]
 
 _X_CHUNK_ROWS = 1 << 16
 _MASKS = ("train_mask", "val_mask", "test_mask")
@@ -59,7 +59,9 @@ def _check_ids(ids: np.ndarray, n: int, source: str, field: str, offset: int = 0
     """0 <= ids < n; `offset`: position of ids[0] in the field (for the message)."""
     if ids.size == 0:
         return
-    lo, hi = int(ids.min()), int(ids.max())
+    from .edge_sort import id_range
+
+    lo, hi = id_range(ids)
     if lo < 0:
         k = _first(ids < 0)
         raise GraphFormatError(source, field, f"{field}[{k + offset}]={int(ids[k])} is negative")
@@ -177,11 +179,17 @@ def validate_graph(g: Graph, source: str | None = None) -> Graph:
         raise GraphFormatError(source, "indices", f"must be 1-D, got shape {indices.shape}")
     n = _check_indptr(indptr, len(indices), source)
     _check_ids(indices, n, source, "indices")
+    return dataclasses.replace(g, indptr=indptr, indices=indices, **validate_node_data(g, n, source))
+
+
+def validate_node_data(g: Graph, n: int, source: str) -> dict:
+    """x, y and the masks of `g` checked for `n` nodes as `validate_graph` checks them, in
+    canonical dtypes (no copy where the dtype already is): {"x", "y", "train_mask", ...}."""
     x = None if g.x is None else _check_x(g.x, n, source)
     y = None if g.y is None else _check_y(g.y, n, source)
     masks = {f: (None if getattr(g, f) is None else _check_mask(getattr(g, f), n, source, f, y)) for f in _MASKS}
     user_ids = None if g.user_ids is None else check_user_ids(g.user_ids, n, source)
-    return dataclasses.replace(g, indptr=indptr, indices=indices, x=x, y=y, user_ids=user_ids, **masks)
+    return {"x": x, "y": y, "user_ids": user_ids, **masks}
 
 
 def check_user_ids(user_ids, n: int, source: str) -> np.ndarray:

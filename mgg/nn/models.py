@@ -44,6 +44,9 @@ class GNN(nn.Module):
             five, and (GCN) no pre-scale pass in its backward aggregation. False: each runs on
             its own (the same values within float32 rounding; the bias gradient summed in
             another order).
+        input_dropout: when True (default), the dropout also runs on the input features, before
+            the first conv (Kipf & Welling's GCN); False: only between layers (PyG's BasicGNN
+            models, mgg's GIN).
     """
 
     activation = staticmethod(torch.relu)
@@ -57,6 +60,7 @@ class GNN(nn.Module):
         self.cache_input_aggregation = True
         self.fold_input_scale = True
         self.fuse_epilogue = True
+        self.input_dropout = True
         self.input_cache = InputAggregationCache()
 
     def reset_parameters(self) -> None:
@@ -86,7 +90,8 @@ class GNN(nn.Module):
         # that `supports_output_rows` (GINConv with batch norm) takes them itself
         sliced = [i == last and layer_rows[i] is not None and i < restrictable
                   and not getattr(conv, "supports_output_rows", False) for i, conv in enumerate(self.convs)]
-        # a dropout runs before every conv (p >= 1 zeroes its input without a draw)
+        # a dropout runs before every conv, the first one's only with input_dropout (p >= 1
+        # zeroes its input without a draw)
         drop = self.training and 0.0 < self.dropout < 1.0
         carried = None  # the Epilogue that ran this layer's input dropout (or scale) in the previous conv
         for i, conv in enumerate(self.convs):
@@ -106,7 +111,8 @@ class GNN(nn.Module):
                 kw["scaled_input"] = True
             # this layer's dropout seed, then the next one's (the epilogue's): the order of draws
             # global_dropout makes layer by layer
-            seed = draw_seed(generator) if (drop and cached is None and carried is None) else None
+            seed = draw_seed(generator) if (drop and cached is None and carried is None
+                                            and (i > 0 or self.input_dropout)) else None
             epi = self._epilogue(i, conv, x, dg, generator, drop, sliced)
             if epi is not None:
                 kw["epilogue"] = epi
@@ -118,22 +124,25 @@ class GNN(nn.Module):
             elif carried is not None:  # dropped (and scaled) by the previous conv's epilogue
                 x = conv(x, dg)[r.index] if sliced[i] else conv(x, dg, **kw)
             elif sliced[i]:  # a conv without rows: all, sliced
-                x = conv(self._input_dropout(x, dg, seed), dg)[r.index]
+                x = conv(self._input_dropout(x, dg, seed, layer=i), dg)[r.index]
             elif seed is not None and self._fuses_input(conv, x):  # dropout inside the projection kernels
                 h = dropout_project(x, conv.first_weight, self.dropout, seed, dg.lo, row_scale=scale)
                 x = conv.forward_projected(h, dg, **kw)
             else:
-                x = conv(self._input_dropout(x, dg, seed, scale), dg, **kw)
+                x = conv(self._input_dropout(x, dg, seed, scale, layer=i), dg, **kw)
             if i < last and not act_inside and epi is None:
                 x = self.activation(x)
             carried = epi if (epi is not None and (epi.p > 0.0 or epi.row_scale is not None)) else None
         return x
 
-    def _input_dropout(self, x: torch.Tensor, dg, seed, row_scale: torch.Tensor | None = None) -> torch.Tensor:
-        """A conv's input dropout: global_dropout's mask for `seed` (drawn by forward), or, without a
-        seed (eval, p = 0, p >= 1), global_dropout itself, which then draws none."""
+    def _input_dropout(self, x: torch.Tensor, dg, seed, row_scale: torch.Tensor | None = None,
+                       layer: int = 1) -> torch.Tensor:
+        """Conv `layer`'s input dropout: global_dropout's mask for `seed` (drawn by forward), or,
+        without a seed (eval, p = 0, p >= 1, the first layer without `input_dropout`),
+        global_dropout itself, which then draws none."""
         if seed is None:
-            return global_dropout(x, self.dropout, dg, None, self.training, row_scale=row_scale)
+            p = self.dropout if (layer > 0 or self.input_dropout) else 0.0
+            return global_dropout(x, p, dg, None, self.training, row_scale=row_scale)
         return seeded_dropout(x, self.dropout, seed, dg.lo, row_scale)
 
     def _epilogue(self, i: int, conv, x: torch.Tensor, dg, generator, drop: bool,
@@ -162,7 +171,8 @@ class GNN(nn.Module):
         spec = getattr(conv, "input_aggregation", None)
         spec = spec() if spec is not None else None
         if (not self.cache_input_aggregation or spec is None or x.requires_grad
-                or (self.training and self.dropout > 0.0) or (x.is_cuda and x.dtype != torch.float32)):
+                or (self.training and self.dropout > 0.0 and self.input_dropout)
+                or (x.is_cuda and x.dtype != torch.float32)):
             return None
         kind, chunk = spec
         return self.input_cache.get(x, dg, kind, chunk)
@@ -206,35 +216,47 @@ class GCN(GNN):
 
 
 class GIN(GNN):
-    """GIN with a Linear-[norm]-ReLU-Linear MLP per layer (default: 5 layers, hidden 64, GIN-0
-    with batch norm: fixed eps = 0, DistBatchNorm after the first Linear).
+    """GIN as PyG's `torch_geometric.nn.models.GIN` builds it (default: 5 layers, hidden 64, GIN-0
+    with batch norm: fixed eps = 0). Layer l, of output width w (hidden; the last: the classes):
 
-    Without a norm the 5 sum aggregations grow the activations ~11x per layer on sbm (avg degree
-    10; loss 48 at epoch 1) and GIN reached val 0.29 after 50 epochs where GCN reaches 0.94; with
-    batch norm it reaches 0.96 (sbm, 10,000 nodes, CPU). eps is fixed (GIN-0, as Xu et al.
-    recommend and PyG defaults to): it trains as well. (The P-rank vs 1-rank weight gap of GIN is
-    float32 rounding of a different summation order that Adam amplifies where a gradient element
-    is near 0, so it depends on chance: 1.0e-3 with fixed eps vs 1.2e-2 with a learnt one on
-    karate at P=3 after 10 epochs; in float64 the gap is 2e-12.)
+        GINConv(MLP: Linear(in, w) - norm(w) - ReLU - Linear(w, w)) - [norm(w) - ReLU - dropout]
+
+    the bracket on every layer but the last: the norm inside each MLP and again after each hidden
+    convolution, the dropout between layers only (none on the input features). Without a norm
+    the 5 sum aggregations grow the activations ~11x per layer on sbm (avg degree 10) and GIN
+    trains far worse than GCN; the norm after the convolution is what keeps the next layer's
+    input at unit scale (bench/gin_accuracy.py and docs/models.md measure both forms against
+    PyG's GIN). eps is fixed (GIN-0, as Xu et al. recommend and PyG defaults to): it trains as
+    well. (The P-rank vs 1-rank weight gap of GIN is float32 rounding of a different summation
+    order that Adam amplifies where a gradient element is near 0, so it depends on chance; in
+    float64 the gap is 2e-12.)
+
+    The weights are PyG's GIN's up to names and the first Linear's bias (mgg.export maps them):
+    a Linear right before batch norm has no bias here, since the norm removes it (its gradient is
+    0 up to rounding, which Adam would turn into +-lr steps that differ between P ranks and 1).
 
     Args:
-        norm: normalisation after the MLP's first Linear: "batch" (DistBatchNorm, statistics over
-            all ranks; that Linear then has no bias), "layer" (LayerNorm) or "none".
+        norm: normalisation in every MLP and after every hidden convolution: "batch"
+            (DistBatchNorm, statistics over all ranks), "layer" (LayerNorm) or "none".
         eps: initial epsilon. train_eps: learn it.
+        post_norm: False leaves out the norm after each hidden convolution (one norm per layer,
+            inside the MLP; for comparisons).
+        input_dropout: True also drops the input features before the first convolution.
     """
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 5, dropout: float = 0.5,
-                 norm: str = "batch", eps: float = 0.0, train_eps: bool = False):
+                 norm: str = "batch", eps: float = 0.0, train_eps: bool = False, post_norm: bool = True,
+                 input_dropout: bool = False):
+        dims = _dims(in_dim, hidden, out_dim, layers)
         convs = []
-        for a, b in _dims(in_dim, hidden, out_dim, layers):
-            # a bias before batch norm is removed by it: its gradient is 0 up to rounding, which
-            # Adam would turn into +-lr steps that differ between P ranks and 1 rank
-            stages = [nn.Linear(a, hidden, bias=norm != "batch"), make_norm(norm, hidden), nn.ReLU(),
-                      nn.Linear(hidden, b)]
+        for i, (a, b) in enumerate(dims):
+            stages = [nn.Linear(a, b, bias=norm != "batch"), make_norm(norm, b), nn.ReLU(), nn.Linear(b, b)]
             mlp = nn.Sequential(*[m for m in stages if m is not None])
-            convs.append(GINConv(mlp, eps=eps, train_eps=train_eps))
+            after = make_norm(norm, b) if (post_norm and i < len(dims) - 1) else None
+            convs.append(GINConv(mlp, eps=eps, train_eps=train_eps, norm=after))
         super().__init__(convs, dropout)
         self.norm = norm
+        self.input_dropout = bool(input_dropout)
 
 
 class SAGE(GNN):

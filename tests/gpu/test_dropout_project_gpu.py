@@ -75,7 +75,8 @@ def test_models_with_the_fused_input_layer_match(model, monkeypatch):
     from tests.graphs import random_csr
 
     indptr, indices = random_csr(2000, 30000, seed=3)
-    opts = {"norm": "none"} if model == "gin" else {}
+    # GIN drops out between layers only; input_dropout puts its first layer through the fused path
+    opts = {"norm": "none", "input_dropout": True} if model == "gin" else {}
     results = []
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu")) as dg:
         torch.manual_seed(1)  # on this rank's GPU (the store set it): not GPU 0 on every rank
@@ -112,7 +113,8 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
 
     comm = world()
     indptr, indices = random_csr(3000, 40000, seed=4)
-    opts = {"norm": "none"} if model == "gin" else {}
+    # GIN drops out between layers only; input_dropout puts its first layer through the fused path
+    opts = {"norm": "none", "input_dropout": True} if model == "gin" else {}
     runs = []
     with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu")) as dg:
         # made on this rank's GPU, which the store selects: a tensor made before it was on GPU 0 on

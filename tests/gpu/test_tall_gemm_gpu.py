@@ -323,8 +323,9 @@ def test_batch_norm_with_local_statistics_equals_its_own(monkeypatch):
 
 def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
     """GIN with batch norm on tall rows: each Linear before a norm sums its columns in the
-    tall-GEMM kernel and no norm runs torch.batch_norm_stats; with MGG_TALL_GEMM=0 every norm
-    does (3 layers: 3 norms)."""
+    tall-GEMM kernel and no norm of a fused width runs torch.batch_norm_stats (the last MLP's
+    norm, 5 classes wide, does); with MGG_TALL_GEMM=0 every norm does (3 layers: 5 norms, three
+    in the MLPs and two after the hidden layers)."""
     from mgg.nn import GIN
     from tests.gpu.dense_gin import dense_gin_input
 
@@ -333,7 +334,7 @@ def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
     real = torch.batch_norm_stats
     monkeypatch.setattr(torch, "batch_norm_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
     x, graph = dense_gin_input(monkeypatch)
-    for env, want in (("1", 0), ("0", 3)):
+    for env, want in (("1", 1), ("0", 5)):
         monkeypatch.setenv("MGG_TALL_GEMM", env)
         calls.clear()
         model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
@@ -358,7 +359,8 @@ def test_gin_asks_for_statistics_only_where_the_norm_uses_them(monkeypatch):
     x, graph = dense_gin_input(monkeypatch)
     model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
     model.cache_input_aggregation = False
-    for fuse, train, want in ((True, True, 3), (False, True, 0), (True, False, 0)):
+    # fused training: the four norms of width 32 (two in the MLPs, two after the hidden layers)
+    for fuse, train, want in ((True, True, 4), (False, True, 0), (True, False, 0)):
         for mod in model.modules():
             if isinstance(mod, DistBatchNorm):
                 mod.fuse_relu = fuse

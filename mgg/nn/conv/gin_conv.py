@@ -17,16 +17,19 @@ def _modules(mlp: nn.Module) -> list[nn.Module]:
     return list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
 
 
-def _norm_takes_stats(stages: list[nn.Module], k: int, h: torch.Tensor, dg, cut: int) -> bool:
+def _norm_takes_stats(stages: list[nn.Module], k: int, h: torch.Tensor, dg, cut: int,
+                      relu_out: bool = False) -> bool:
     """Whether stage k, a norm reading the output of the Linear at k - 1 (whose input is h), takes
     that Linear's column statistics (`takes_stats` and `uses_local_stats` for rows of its width
-    on h's device, with the ReLU after it when one follows, and `rows=` when k is the cut)."""
+    on h's device, with the ReLU after it when one follows -- or, last, with `relu_out` -- and
+    `rows=` when k is the cut)."""
     if k >= len(stages):
         return False
     norm, lin = stages[k], stages[k - 1]
     if not getattr(norm, "takes_stats", False):
         return False
-    relu = getattr(norm, "takes_relu", False) and k + 1 < len(stages) and isinstance(stages[k + 1], nn.ReLU)
+    follows = isinstance(stages[k + 1], nn.ReLU) if k + 1 < len(stages) else relu_out
+    relu = getattr(norm, "takes_relu", False) and follows
     out = h.new_empty(0, lin.out_features)  # no data: what the Linear writes, for its shape and place
     return norm.uses_local_stats(out, dg, relu, rows=k == cut and getattr(norm, "takes_rows", False))
 
@@ -67,7 +70,7 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             if nxt is None:
                 relu_out = False  # done in the epilogue
             i += 2 if nxt is not None else 1
-        elif fuse and type(m) is nn.Linear and _norm_takes_stats(stages, i + 1, h, dg, cut):
+        elif fuse and type(m) is nn.Linear and _norm_takes_stats(stages, i + 1, h, dg, cut, relu_out):
             h, stats = linear_with_stats(h, m.weight, m.bias, nxt.stats_shift(h.device))
             i += 1
         elif fuse and type(m) is nn.Linear:
@@ -84,6 +87,8 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
             i += 4 if isinstance(after, nn.ReLU) else 3
         elif getattr(m, "takes_relu", False) and isinstance(nxt, nn.ReLU):
             h, i = m(h, dg, relu=True, **kw), i + 2
+        elif getattr(m, "takes_relu", False) and nxt is None and relu_out:  # the last norm runs relu_out
+            h, i, relu_out = m(h, dg, relu=True, **kw), i + 1, False
         else:
             h, i = m(h, dg, **kw), i + 1
         if cut >= 0 and i > cut and not rows_kw and out_rows is not None:
@@ -95,7 +100,9 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
 
 class GINConv(nn.Module):
     """Graph isomorphism convolution ("sum_self" aggregation kind: (A + I) x, the node's own row
-    summed inside the aggregation kernel; eps x is added after it when eps is learnt or nonzero).
+    summed inside the aggregation kernel; eps x is added after it when eps is learnt or nonzero),
+    optionally followed by a norm of its output (`norm`; the normalisation PyG's GIN model
+    applies after every hidden convolution), run as one more stage after the MLP.
 
     When the MLP starts with an `nn.Linear` W (+ b) that narrows the features (out < in), the
     weight is applied before the sum, which is linear:
@@ -113,6 +120,7 @@ class GINConv(nn.Module):
     Args:
         mlp: the module applied after the aggregation (e.g. Linear-ReLU-Linear).
         eps: initial epsilon. train_eps: make epsilon a learnable parameter.
+        norm: a module applied to mlp's output (e.g. DistBatchNorm), or None.
     Attributes:
         fuse_relu: False runs every Linear and ReLU as separate steps (benchmarks, A/B).
         fuse_norm_linear: False keeps a batch norm + ReLU and the Linear after it as two steps
@@ -124,9 +132,10 @@ class GINConv(nn.Module):
     #: forwards take `relu_out` (mgg.nn.models.GNN passes it instead of applying its ReLU)
     takes_relu_out = True
 
-    def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = False):
+    def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = False, norm: nn.Module | None = None):
         super().__init__()
         self.nn = mlp
+        self.norm = norm
         self.initial_eps = eps
         self.fuse_relu = True
         self.fuse_norm_linear = True
@@ -141,6 +150,8 @@ class GINConv(nn.Module):
                 m.reset_parameters()
         if hasattr(self.nn, "reset_parameters"):
             self.nn.reset_parameters()
+        if self.norm is not None and hasattr(self.norm, "reset_parameters"):
+            self.norm.reset_parameters()
         with torch.no_grad():
             self.eps.fill_(self.initial_eps)
 
@@ -154,7 +165,7 @@ class GINConv(nn.Module):
     def supports_rows(self) -> bool:
         """Whether `forward(..., rows=...)` may run the MLP on those rows only: not with a stage
         that needs the graph (DistBatchNorm's statistics are over every node)."""
-        return not any(getattr(m, "needs_graph", False) for m in _modules(self.nn))
+        return not any(getattr(m, "needs_graph", False) for m in self._stages())
 
     #: forwards take `rows` with compact=True whatever the MLP: with batch norm every row is
     #: aggregated and normalised, and only the stages after the norm run on the rows alone
@@ -170,7 +181,7 @@ class GINConv(nn.Module):
         """x float32 [n_local, F] -> [n_local, out], or [len(rows), out] with `rows` (a RowSet)
         and `compact` (else [n_local, out], meaningful at `rows`; only when `supports_rows`);
         relu of it with `relu_out`."""
-        stages = _modules(self.nn)
+        stages = self._stages()
         if self.projects_first:
             return self.forward_projected(project(x, stages[0].weight), dg, rows, compact, relu_out)
         agg_rows, out_rows = self._row_split(rows, compact)
@@ -205,7 +216,7 @@ class GINConv(nn.Module):
             agg, own = agg[agg_rows.index], x[agg_rows.index]
         if isinstance(self.eps, nn.Parameter) or self.initial_eps != 0.0:
             agg = agg + self.eps * own
-        return _run(_modules(self.nn), agg, dg, relu_out, self.fuse_relu, out_rows, self.fuse_norm_linear)
+        return _run(self._stages(), agg, dg, relu_out, self.fuse_relu, out_rows, self.fuse_norm_linear)
 
     def _sum(self, x: torch.Tensor, dg, rows, compact: bool) -> torch.Tensor:
         """(1 + eps) x_i + sum_j x_j as (A + I) x ("sum_self", one kernel), plus eps x_i only when
@@ -216,6 +227,10 @@ class GINConv(nn.Module):
             out = out + self.eps * own
         return out
 
+    def _stages(self) -> list[nn.Module]:
+        """The MLP's stages, then the norm after it (when given)."""
+        return _modules(self.nn) + ([self.norm] if self.norm is not None else [])
+
     @property
     def first_weight(self) -> torch.Tensor | None:
         """The MLP's first Linear weight when it runs before the sum (`projects_first`), or None."""
@@ -225,7 +240,7 @@ class GINConv(nn.Module):
                           relu_out: bool = False) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
         agg_rows, out_rows = self._row_split(rows, compact)
-        lin, rest = _modules(self.nn)[0], _modules(self.nn)[1:]
+        lin, rest = self._stages()[0], self._stages()[1:]
         out = self._sum(h, dg, agg_rows, compact)
         if lin.bias is not None:
             out = out + lin.bias
