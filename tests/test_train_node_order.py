@@ -68,3 +68,18 @@ def test_metis_without_pymetis_is_one_line(tmp_path, native, monkeypatch, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "needs the pymetis package" in err[0]
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_checkpoint_of_one_order_is_refused_by_a_file_in_another(tmp_path, native, capsys):
+    """Resuming on the same graph relabelled is refused (its fingerprint differs), in one line."""
+    ck = tmp_path / "ck"
+    assert train(["--dataset", str(native), "--epochs", "2", "--backend", "cpu", "--no-progress",
+                  "--reorder-nodes", "none", "--checkpoint-dir", str(ck), "--checkpoint-every", "1"]) == 0
+    out = tmp_path / "relabelled.npz"
+    assert prepare([str(native), "--out", str(out), "--reorder-nodes", "cluster"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train(["--dataset", str(out), "--epochs", "4", "--backend", "cpu", "--no-progress",
+               "--checkpoint-dir", str(ck), "--resume", "auto"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "graph fingerprint" in err[0]
