@@ -97,7 +97,7 @@ def _node_order(cfg: TrainConfig, graph: Any, device: str, host_ranks: int = 1):
         return graph, OrderChoice("none", f"auto: a memory-mapped file keeps its order, though {share:.0%} of its "
                                           f"edges cross 8 ranges; python -m mgg.prepare FILE --out NEW.npz tries "
                                           f"a local order", share=share)
-    return choose_order(graph, "cluster", device=device)
+    return choose_order(graph, device=device)
 
 
 def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:
