@@ -83,3 +83,24 @@ def test_a_checkpoint_of_one_order_is_refused_by_a_file_in_another(tmp_path, nat
                "--checkpoint-dir", str(ck), "--resume", "auto"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "graph fingerprint" in err[0]
+
+
+@pytest.mark.parametrize("mode", ["full", "sampled"])
+def test_auto_relabels_graphs_built_in_memory_and_prepares_them_in_the_new_order(tmp_path, native, mode,
+                                                                                   monkeypatch):
+    """auto: a memory-mapped file (full-graph mode) keeps its order; a graph loaded whole (sampled
+    mode) without locality is relabelled, and its node data is prepared in the new order."""
+    import mgg.apps.node_order as node_order
+    from mgg.runtime import Communicator
+    from mgg.train import TrainConfig, _load
+
+    monkeypatch.setattr(node_order, "AUTO_MIN_NODES", 500)  # the test graph's 1,600 nodes count
+    cfg = TrainConfig(dataset=str(native), mode=mode, backend="cpu", progress=False)
+    graph, prep = _load(cfg, Communicator(comm=None))
+    if mode == "full":
+        assert graph.user_ids is None
+        return
+    orig = load_npz(native)
+    assert graph.user_ids is not None
+    np.testing.assert_array_equal(prep.y, orig.y[graph.user_ids])
+    np.testing.assert_array_equal(prep.x, orig.x[graph.user_ids])

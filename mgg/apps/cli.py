@@ -55,7 +55,10 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         choice = None
         if cfg.reorder_nodes != "none" and (explicit or graph.num_nodes >= AUTO_MIN_NODES):
             with clock.phase("reorder"):
+                before = graph
                 graph, choice = _node_order(cfg, graph, device or "cpu", host_ranks)
+                if graph is not before:  # node data prepared in the old order no longer fits
+                    prep = None
         if choice is not None and comm.rank == 0 and cfg.progress:
             print(choice.line, flush=True)
         stage = "prepare"
