@@ -86,6 +86,10 @@ def remote_rows_max(indptr: np.ndarray, indices, parts=PROBE_PARTS) -> dict[int,
     return {p: max(f.remote_rows for f in fps[p]) for p in parts}
 
 
+def _size(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
 def check_metis_fits(num_nodes: int, num_edges: int, processes: int = 1, available: int | None = None) -> None:
     """ValueError (one line) when `processes` METIS runs on this host would not fit its free memory."""
     from ..data.metis_order import metis_host_bytes
@@ -95,8 +99,8 @@ def check_metis_fits(num_nodes: int, num_edges: int, processes: int = 1, availab
     free = host_available() if available is None else available
     if need > free:
         each = f" ({processes} ranks on this host, each runs it)" if processes > 1 else ""
-        raise ValueError(f"--reorder-nodes metis: METIS needs about {need / 2**30:.1f} GiB for {num_nodes:,} nodes and "
-                         f"{num_edges:,} edges{each}, this host has {free / 2**30:.1f} GiB free; use --reorder-nodes "
+        raise ValueError(f"--reorder-nodes metis: METIS needs about {_size(need)} for {num_nodes:,} nodes and "
+                         f"{num_edges:,} edges{each}, this host has {_size(free)} free; use --reorder-nodes "
                          f"cluster (on a GPU: seconds), or python -m mgg.prepare on a larger host")
 
 
