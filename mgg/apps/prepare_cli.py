@@ -3,13 +3,17 @@
     python -m mgg.prepare papers-like --scale 1.0 --out papers.npz --ranks 8
     python -m mgg.prepare papers.npz --ranks 2,4,8          # size an existing file
 
-A preset (reddit-like, products-like, papers-like) is generated straight into the file, chunk by
-chunk (`mgg.data.generators.save_preset`): the host holds about 50 B per node, never the edges or
-the features, so papers-like at full size (111M nodes, 1.6B edges, 70 GB on disk) is written on
+A preset (reddit-like, products-like, papers-like) kept in its generated order is written
+straight into the file, chunk by chunk (`mgg.data.generators.save_preset`): the host holds about
+50 B per node, never the edges or the features, so papers-like at full size (111M nodes, 1.6B edges, 70 GB on disk) is written on
 a host far smaller than the graph. Any other dataset is loaded and saved whole (`save_npz`).
 The file is the uncompressed CSR `.npz` that `python -m mgg.train --dataset FILE` memory-maps,
 each rank reading only its own rows. An existing file is never overwritten without `--force`;
 the write is atomic either way.
+
+`--reorder-nodes` (default auto) writes a graph whose order has no locality in the cluster order
+(mgg.apps.node_order; docs/partition.md), with ``user_ids`` (the input's id of every node) in the
+file; such a graph is held whole while it is relabelled.
 
 `--ranks P[,P...]` prints, per P, each rank's node range, edges, remote edges and distinct remote
 rows, its host bytes, and the symmetric heap every GPU holds per stored width. Exit 2 with one
