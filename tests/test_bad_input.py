@@ -102,6 +102,9 @@ def make_case(name, d: Path) -> tuple[list[str], str]:
     if name == "bad-gzip":
         (d / "g.txt.gz").write_bytes(gzip.compress(b"0 1\n1 2\n" * 50)[:30])
         return ["--dataset", str(d / "g.txt.gz")], "g.txt.gz: edges:"
+    if name == "damaged-user-ids":  # a relabelled file whose map back to the user's ids repeats an id
+        return ["--dataset", write_npz(d / "u.npz", **tiny(user_ids=np.array([0, 2, 2, 3])))], \
+            "user_ids: is not a permutation of [0, 4): user id 1 belongs to no node"
     if name == "unknown-option":
         return ["--frobnicate", "3"], "unrecognized arguments: --frobnicate"
     if name == "ps-out-of-range":
@@ -145,7 +148,7 @@ def make_case(name, d: Path) -> tuple[list[str], str]:
 
 CASES = ["truncated-npz", "corrupt-npz", "id-out-of-range", "negative-id", "edge-id-out-of-range",
          "wrong-dtype", "wrong-dtype-x", "ragged-csr", "csr-length-mismatch", "empty-graph",
-         "nan-features", "inf-features", "no-labels", "bad-edgelist", "bad-gzip", "unknown-option",
+         "nan-features", "inf-features", "no-labels", "bad-edgelist", "bad-gzip", "damaged-user-ids", "unknown-option",
          "ps-out-of-range", "dist-out-of-range", "wpb-out-of-range", "ps-inter-out-of-range",
          "checkpoint-of-another-run", "metrics-json-unwritable", "metrics-json-is-a-folder",
          "checkpoint-dir-unwritable", "checkpoint-dir-is-a-file", "label-beyond-classes",

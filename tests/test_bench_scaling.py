@@ -32,3 +32,26 @@ def test_summarize_prints_and_writes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "reddit-like" in out and "mgg-halo" in out and "2.00" in out
     assert json.loads((tmp_path / "scaling.json").read_text())["rows"][1]["speedup_vs_nccl"] == 2.0
+
+
+def test_cli_mode_writes_each_order_once_and_counts_remote_rows(tmp_path, capsys, monkeypatch):
+    """--cli on a machine without GPUs: the files are written in every order (and reused), the remote
+    rows equal rank_footprints', no training runs are attempted."""
+    import bench.scaling as scaling
+    from bench.scaling_cli import graph_file, remote_rows
+    from mgg.data.npz import load_npz
+    from mgg.runtime.footprint import rank_footprints
+
+    monkeypatch.setattr(scaling, "_gpus", lambda: 0)
+    argv = ["--cli", "--ranks", "1,2", "--datasets", "sbm:0.1", "--orders", "none,degree", "--models", "gcn",
+            "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "P=1: skipped" in out and "P=2: skipped" in out
+    for order in ("none", "degree"):
+        path = tmp_path / f"sbm-0.1-{order}.npz"
+        g = load_npz(path)
+        assert (g.user_ids is not None) == (order == "degree")
+        assert remote_rows(str(path), [2])[2] == [f.remote_rows for f in rank_footprints(g.indptr, g.indices, 2)]
+        assert graph_file(str(tmp_path), "sbm:0.1", order, "cpu") == (str(path), 0.0)  # reused
+    assert json.loads((tmp_path / "scaling-cli.json").read_text())["rows"] == []

@@ -90,8 +90,9 @@ def test_user_ids_travel_through_the_file(tmp_path):
 def test_damaged_user_ids_are_refused(tmp_path, bad, match):
     g, _ = communities(k=3, size=40)
     np.savez(tmp_path / "g.npz", indptr=g.indptr, indices=g.indices, y=g.y, user_ids=bad)
-    with pytest.raises(GraphFormatError, match=f"user_ids: .*{match}"):
-        load_npz(tmp_path / "g.npz")
+    for mmap in (False, True):  # a mapped file checks it too (the seeded split reads it)
+        with pytest.raises(GraphFormatError, match=f"user_ids: .*{match}"):
+            load_npz(tmp_path / "g.npz", mmap=mmap)
 
 
 def test_the_seeded_split_is_drawn_in_the_user_ids():

@@ -266,5 +266,10 @@ def test_torch_label_propagation_equals_the_numpy_one(name, seed):
     np.testing.assert_array_equal(row.numpy(), want_row)
     np.testing.assert_array_equal(col.numpy(), a.indices)  # scipy's canonical CSR: columns ascend
     got = _label_propagation(row, col, g.num_nodes, 10, seed).numpy()
-    np.testing.assert_array_equal(got, _label_propagation_numpy(a, 10, seed))
+    want = _label_propagation_numpy(a, 10, seed)
+    np.testing.assert_array_equal(got, want)
     assert len(np.unique(got)) < g.num_nodes  # it did merge nodes
+    # the host's sparse-product version (what "cluster" runs on a CPU) too
+    from mgg.data.label_propagation import label_propagation_sparse
+
+    np.testing.assert_array_equal(label_propagation_sparse(a, 10, seed), want)

@@ -68,3 +68,39 @@ def test_metis_without_pymetis_is_one_line(tmp_path, native, monkeypatch, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "needs the pymetis package" in err[0]
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_checkpoint_of_one_order_is_refused_by_a_file_in_another(tmp_path, native, capsys):
+    """Resuming on the same graph relabelled is refused (its fingerprint differs), in one line."""
+    ck = tmp_path / "ck"
+    assert train(["--dataset", str(native), "--epochs", "2", "--backend", "cpu", "--no-progress",
+                  "--reorder-nodes", "none", "--checkpoint-dir", str(ck), "--checkpoint-every", "1"]) == 0
+    out = tmp_path / "relabelled.npz"
+    assert prepare([str(native), "--out", str(out), "--reorder-nodes", "cluster"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train(["--dataset", str(out), "--epochs", "4", "--backend", "cpu", "--no-progress",
+               "--checkpoint-dir", str(ck), "--resume", "auto"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "graph fingerprint" in err[0]
+
+
+@pytest.mark.parametrize("mode", ["full", "sampled"])
+def test_auto_relabels_graphs_built_in_memory_and_prepares_them_in_the_new_order(tmp_path, native, mode,
+                                                                                   monkeypatch):
+    """auto: a memory-mapped file (full-graph mode) keeps its order; a graph loaded whole (sampled
+    mode) without locality is relabelled, and its node data is prepared in the new order."""
+    import mgg.apps.node_order as node_order
+    from mgg.runtime import Communicator
+    from mgg.train import TrainConfig, _load
+
+    monkeypatch.setattr(node_order, "AUTO_MIN_NODES", 500)  # the test graph's 1,600 nodes count
+    cfg = TrainConfig(dataset=str(native), mode=mode, backend="cpu", progress=False)
+    graph, prep = _load(cfg, Communicator(comm=None))
+    if mode == "full":
+        assert graph.user_ids is None
+        return
+    orig = load_npz(native)
+    assert graph.user_ids is not None
+    np.testing.assert_array_equal(prep.y, orig.y[graph.user_ids])
+    np.testing.assert_array_equal(prep.x, orig.x[graph.user_ids])

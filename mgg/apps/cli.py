@@ -60,7 +60,10 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         choice = None
         if cfg.reorder_nodes != "none" and (explicit or graph.num_nodes >= AUTO_MIN_NODES):
             with clock.phase("reorder"):
+                before = graph
                 graph, choice = _node_order(cfg, graph, device or "cpu", host_ranks)
+                if graph is not before:  # node data prepared in the old order no longer fits
+                    prep = None
         if choice is not None and comm.rank == 0 and cfg.progress:
             print(choice.line, flush=True)
         stage = "prepare"
@@ -105,7 +108,7 @@ def _node_order(cfg: TrainConfig, graph: Any, device: str, host_ranks: int = 1):
         return graph, OrderChoice("none", f"auto: a memory-mapped file keeps its order, though {share:.0%} of its "
                                           f"edges cross 8 ranges; python -m mgg.prepare FILE --out NEW.npz tries "
                                           f"a local order", share=share)
-    return choose_order(graph, "cluster", device=device)
+    return choose_order(graph, device=device)
 
 
 def _prepare_mapped(cfg: TrainConfig, comm, graph: Any) -> tuple[Any, Any]:

@@ -3,13 +3,17 @@
     python -m mgg.prepare papers-like --scale 1.0 --out papers.npz --ranks 8
     python -m mgg.prepare papers.npz --ranks 2,4,8          # size an existing file
 
-A preset (reddit-like, products-like, papers-like) is generated straight into the file, chunk by
-chunk (`mgg.data.generators.save_preset`): the host holds about 50 B per node, never the edges or
-the features, so papers-like at full size (111M nodes, 1.6B edges, 70 GB on disk) is written on
+A preset (reddit-like, products-like, papers-like) kept in its generated order is written
+straight into the file, chunk by chunk (`mgg.data.generators.save_preset`): the host holds about
+50 B per node, never the edges or the features, so papers-like at full size (111M nodes, 1.6B edges, 70 GB on disk) is written on
 a host far smaller than the graph. Any other dataset is loaded and saved whole (`save_npz`).
 The file is the uncompressed CSR `.npz` that `python -m mgg.train --dataset FILE` memory-maps,
 each rank reading only its own rows. An existing file is never overwritten without `--force`;
 the write is atomic either way.
+
+`--reorder-nodes` (default auto) writes a graph whose order has no locality in the cluster order
+(mgg.apps.node_order; docs/partition.md), with ``user_ids`` (the input's id of every node) in the
+file; such a graph is held whole while it is relabelled.
 
 `--ranks P[,P...]` prints, per P, each rank's node range, edges, remote edges and distinct remote
 rows, its host bytes, and the symmetric heap every GPU holds per stored width. Exit 2 with one
@@ -28,7 +32,8 @@ __all__ = ["main", "build_parser"]
 
 _MB = float(1 << 20)
 #: host bytes per CSR entry of relabelling a whole graph beyond two copies of it (the label
-#: propagation's sort keys; METIS's own estimate is mgg.data.metis_order.metis_host_bytes)
+#: propagation's pattern, counts and scores; METIS's own estimate is
+#: mgg.data.metis_order.metis_host_bytes)
 _REORDER_BYTES_PER_EDGE = 48
 
 
@@ -64,9 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=16, help="hidden width, for the symmetric heap column")
     p.add_argument("--reorder-nodes", choices=REORDER_CHOICES, default="auto",
                    help="relabel the nodes before writing (docs/partition.md): auto keeps a local input order "
-                        "and otherwise writes the METIS order (pymetis installed and fitting the host) or the "
-                        "cluster order, whichever the rule of mgg.apps.node_order finds cuts the remote rows; "
-                        "none keeps the input order. A relabelled file stores user_ids (the input's id of every "
+                        "and otherwise writes the cluster order when it cuts the remote rows (mgg.apps.node_order; "
+                        "--device cuda relabels on the GPU); metis needs pymetis; none keeps the input order. A relabelled file stores user_ids (the input's id of every "
                         "node), and training needs no --reorder-nodes. The graph is held whole while it is "
                         "relabelled: a preset too large for this host is written in its generated order")
     p.add_argument("--undirected", action="store_true",
@@ -141,12 +145,9 @@ def _write(ns: argparse.Namespace) -> None:
 
 def _reorder_bytes(num_nodes: int, num_edges: int, num_features: int, method: str) -> int:
     """Host bytes of relabelling a whole graph by `method` (two copies of it plus the order's own)."""
-    from ..apps.node_order import prepare_candidate
     from ..data.metis_order import metis_host_bytes
 
     graph = 8 * num_edges + num_nodes * (4 * num_features + 8 + 8 + 3 + 8)
-    if method == "auto":
-        method = prepare_candidate(num_nodes, num_edges)
     order = metis_host_bytes(num_nodes, num_edges) if method == "metis" else _REORDER_BYTES_PER_EDGE * num_edges
     return 2 * graph + order
 
@@ -173,7 +174,7 @@ def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
     from ..data import load_dataset
     from ..data.generators import PRESETS
     from ..data.npz import save_npz
-    from .node_order import apply_order, choose_order, prepare_candidate
+    from .node_order import apply_order, choose_order
 
     t0 = time.perf_counter()
     g = load_dataset(ns.dataset, scale=ns.scale, seed=ns.seed, mmap=False, to_undirected=ns.undirected,
@@ -181,7 +182,7 @@ def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
     print(f"  loaded {g.num_nodes:,} nodes in {time.perf_counter() - t0:.1f} s"
           + (" (symmetrising)" if ns.undirected else "") + f"; node order {method}", flush=True)
     if method == "auto":
-        g, choice = choose_order(g, prepare_candidate(g.num_nodes, g.num_edges), device=ns.device)
+        g, choice = choose_order(g, device=ns.device)
     else:
         g, choice = apply_order(g, method, device=ns.device)
     print(choice.line, flush=True)

@@ -198,9 +198,18 @@ def _label_propagation(row, col, n: int, rounds: int, seed: int = 0):
 
 
 def _cluster_order(graph: Graph, device="cpu") -> np.ndarray:
-    row, col = _sym_pattern_coo(graph, device)
-    labels = _label_propagation(row, col, graph.num_nodes, _LP_ROUNDS).cpu().numpy()
-    del row, col
+    """Communities of the label propagation (on a CPU by sparse products,
+    mgg.data.label_propagation; elsewhere by torch sorts on `device`: the same labels)."""
+    import torch
+
+    if torch.device(device).type == "cpu":
+        from .label_propagation import label_propagation_sparse
+
+        labels = label_propagation_sparse(_pattern(graph, symmetric=True), _LP_ROUNDS)
+    else:
+        row, col = _sym_pattern_coo(graph, device)
+        labels = _label_propagation(row, col, graph.num_nodes, _LP_ROUNDS).cpu().numpy()
+        del row, col
     _, comp, size = np.unique(labels, return_inverse=True, return_counts=True)
     comp = comp.reshape(-1)
     # communities largest first (ties: smallest label), inside one: in-degree descending, then id

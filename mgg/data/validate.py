@@ -228,9 +228,9 @@ def _check_indptr(indptr: np.ndarray, num_indices: int, source: str) -> int:
 
 
 def validate_mapped(g: Graph, source: str | None = None) -> Graph:
-    """The checks of `validate_graph` that read no more than ``indptr`` (for a memory-mapped
-    graph, ``g.mapped``): indptr invariants, ``indptr[-1] == len(indices)``, and the shapes and
-    dtypes of indices, x, y and the masks. The values of ``indices`` are checked per rank by
+    """The checks of `validate_graph` that read no more than ``indptr`` and ``user_ids`` (for a
+    memory-mapped graph, ``g.mapped``): indptr invariants, ``indptr[-1] == len(indices)``, the
+    shapes and dtypes of indices, x, y and the masks, and that ``user_ids`` is a permutation. The values of ``indices`` are checked per rank by
     `check_index_share`, the node data's by `validate_rows` (every row is checked by the rank
     that reads it). Returns ``g`` with ``indptr`` as int64."""
     source = g.name if source is None else str(source)
@@ -265,9 +265,8 @@ def validate_mapped(g: Graph, source: str | None = None) -> Graph:
             raise GraphFormatError(source, f, f"{f} has shape {m.shape} but the graph has {n} nodes (expected [{n}])")
         if m.dtype != np.bool_ and m.dtype.kind not in "iu":
             raise GraphFormatError(source, f, f"dtype {m.dtype} is not bool (integer 0/1 masks are accepted)")
-    if g.user_ids is not None and (g.user_ids.ndim != 1 or g.user_ids.shape[0] != n or g.user_ids.dtype.kind not in "iu"):
-        raise GraphFormatError(source, "user_ids", f"has shape {g.user_ids.shape} and dtype {g.user_ids.dtype}; "
-                                                   f"expected integer [{n}]")
+    if g.user_ids is not None:  # read once (N ids, like indptr), kept mapped
+        check_user_ids(np.asarray(g.user_ids), n, source)
     return dataclasses.replace(g, indptr=indptr)
 
 

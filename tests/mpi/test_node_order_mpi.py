@@ -32,3 +32,23 @@ def test_p_ranks_on_a_relabelled_graph_train_the_one_rank_input_order_losses(mod
     diff = comm.allreduce_scalar(float(np.abs(got - want).max() / np.abs(want).max()), "max")
     print(f"{model}/{method} P={comm.size}: max relative loss difference {diff:.2e}")
     assert diff < 2e-5
+
+
+@pytest.mark.parametrize("method", ["metis", "cluster"])
+def test_more_ranks_than_nodes_train_the_one_rank_losses(method):
+    """A relabelled graph with fewer nodes than ranks: the surplus ranks own no node and the run
+    still computes what one rank computes."""
+    if method == "metis":
+        pytest.importorskip("pymetis")
+    from mgg.data import Graph
+
+    comm = world()
+    n = comm.size - 1  # at least one empty rank
+    indptr = np.arange(n + 1, dtype=np.int64)
+    g = Graph(indptr, np.roll(np.arange(n, dtype=np.int64), 1), x=np.eye(n, 3, dtype=np.float32),
+              y=np.arange(n) % 2, train_mask=np.ones(n, bool), val_mask=np.ones(n, bool), test_mask=np.ones(n, bool))
+    g2, _ = reorder_nodes(g, method)
+    cfg = TrainConfig(dataset="tiny", epochs=3, backend="cpu", progress=False, dropout=0.0, reorder_nodes="none")
+    ref = train(cfg, Communicator(comm=None), g)
+    res = train(cfg, comm, g2)
+    np.testing.assert_allclose([e["loss"] for e in res.epochs], [e["loss"] for e in ref.epochs], rtol=1e-5, atol=1e-7)
