@@ -126,7 +126,7 @@ def test_ctrl_c_in_a_terminal_stops_the_ranks_after_a_checkpoint(tmp_path):
             assert term.proc.poll() is None, term.stderr
             time.sleep(0.1)
         term.ctrl_c()
-        code = term.wait(timeout=LIMIT_S)
+        code = term.wait(timeout=PROCESS_TIMEOUT_S)
         err = term.stderr
     assert code == 130, err
     s = read_checkpoint(ck / LAST)
