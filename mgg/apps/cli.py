@@ -229,6 +229,7 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
+    from .kernel_prebuild import kernel_summary, start_kernel_prebuild
     from .outputs import check_outputs
     from .phases import PhaseClock, process_age_s
 
@@ -237,11 +238,13 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
+    start_kernel_prebuild(cfg, comm)  # GPU runs: the run's kernels compile while the graph loads
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)
     with StopSignal() as stop:
         res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)
+    res.kernels = kernel_summary(cfg, comm)
     if comm.rank == 0:
         if res.resumed_from:
             print(f"resumed from {res.resumed_from} after epoch {res.start_epoch}")

@@ -244,19 +244,21 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     return FullGraphHooks(state, model, opt, gen, fault), state
 
 
-def _startup_phases(clock, dg, model: str) -> None:
-    """Build the model's forward and transposed plans and their executors now (kernels built or
-    loaded from the cache, plans uploaded) as the `plan` and `build` phases, instead of inside
-    the first epoch."""
+def _startup_phases(clock, dg, model: str, comm) -> None:
+    """Build the model's forward and transposed plans and their executors now (the run's CUDA
+    kernels built -- mgg.apps.kernel_prebuild -- or loaded from the cache, plans uploaded) as
+    the `plan` and `build` phases, instead of inside the first epoch. Collective."""
     from ..nn.registry import model_entry
+    from .kernel_prebuild import finish_kernel_prebuild
 
     kind = model_entry(model).aggregation
-    if kind is None:  # fused attention (GAT) builds its own structures in the first epoch
-        return
-    with clock.phase("plan"):
-        dg.plan(kind), dg.plan(kind, True)
+    if kind is not None:  # fused attention (GAT) builds its own structures in the first epoch
+        with clock.phase("plan"):
+            dg.plan(kind), dg.plan(kind, True)
     with clock.phase("build"):
-        dg.prepare()
+        finish_kernel_prebuild(comm)
+        if kind is not None:
+            dg.prepare()
 
 
 def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,
@@ -289,7 +291,7 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             data = local_data(dg, prep)
             if cfg.row_sets:  # before the plans: theirs are built with them
                 register_row_sets(dg, data, cfg.layers)  # cfg is resolved: layers is set
-        _startup_phases(clock, dg, cfg.model)
+        _startup_phases(clock, dg, cfg.model, comm)
         with clock.phase("model"):
             hooks, state = _setup(cfg, comm, dg, data, fault)
         state.res.row_sets = {r.name: r.num_global for sets in (data.train_layers, data.eval_layers)

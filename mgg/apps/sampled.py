@@ -13,6 +13,7 @@ of the DistGraph, so test accuracy is comparable with --mode full.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,8 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     from ..nn.optim import Adam
     from ..nn.registry import model_entry
 
+    from .kernel_prebuild import finish_kernel_prebuild
+
     cfg = check_sampled_config(cfg)
     if prepared is None:  # not through `load`: the labels are range-checked here
         from .classes import resolve_num_classes, with_num_classes
@@ -147,6 +150,8 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         prepared = with_num_classes(prepare_graph(graph, cfg.seed), resolve_num_classes(cfg, comm, graph))
     prep = prepared
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
+        with clock.phase("build") if clock is not None else nullcontext():
+            finish_kernel_prebuild(comm)  # the run's kernels, built while the graph loaded
         loader, feats, seeds = _loader(cfg, comm, graph, dg, prep, teardown)
         data = local_data(dg, prep)
         model = model_entry(cfg.model).sampled_model(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,

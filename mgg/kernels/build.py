@@ -23,7 +23,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["KernelBuild", "build_cubin", "load_module", "nvshmem_root", "cache_dir", "cuda_arch"]
+__all__ = ["KernelBuild", "CubinTarget", "build_cubin", "cubin_target", "load_module", "nvshmem_root", "nvcc_path",
+           "cache_dir", "cuda_arch",
+           "loaded_modules"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MODULES: dict[tuple[str, int], object] = {}  # (name, GPU index) -> CuPy RawModule
@@ -49,8 +51,11 @@ def nvshmem_root() -> str:
     env = os.environ.get("NVSHMEM_HOME")
     if env:
         return env
-    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
-
+    try:
+        import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+    except ImportError:
+        raise ImportError("the kernels that call NVSHMEM link its device library, which is missing: "
+                          "pip install nvidia-nvshmem-cu13 (or set NVSHMEM_HOME to an NVSHMEM install)") from None
     return list(nvn.__path__)[0]
 
 
@@ -60,15 +65,15 @@ def cache_dir() -> str:
     return d
 
 
-def cuda_arch() -> str:
-    """sm_XY of the current device (MGG_CUDA_ARCH overrides; sm_90 without a GPU)."""
+def cuda_arch(device: int | None = None) -> str:
+    """sm_XY of GPU `device` (default: the current one; MGG_CUDA_ARCH overrides; sm_90 without a GPU)."""
     if os.environ.get("MGG_CUDA_ARCH"):
         return os.environ["MGG_CUDA_ARCH"]
     try:
         import torch
 
         if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
+            major, minor = torch.cuda.get_device_capability(device)
             return f"sm_{major}{minor}"
     except ImportError:
         pass
@@ -81,9 +86,18 @@ def _run(cmd: list[str]) -> None:
         raise RuntimeError(f"{' '.join(cmd)}\n{(r.stderr or r.stdout)[-3000:]}")
 
 
+def _nvcc() -> str:
+    found = nvcc_path()
+    if found is None:
+        raise RuntimeError("nvcc is not on PATH (nor in $CUDA_HOME/bin or /usr/local/cuda/bin): install the "
+                           "CUDA 13 toolkit, or build the kernels elsewhere with python -m mgg.build --arch "
+                           "ARCH and copy the cache (MGG_KERNEL_CACHE)")
+    return found
+
+
 def _build_nvcc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
     obj = os.path.join(tmp, "k.o")
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
     _run([nvcc, f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", "-lineinfo", f"-I{root}/include",
           "-c", src, "-o", obj])
     _run([nvcc, f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", out])
@@ -110,7 +124,7 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
 
 def _build_plain(src: str, out: str, arch: str, root: str, tmp: str, defines: tuple[str, ...] = ()) -> None:
     """A kernel without NVSHMEM calls: one nvcc -cubin, no device link (`defines`: -D macros)."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
     _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", *[f"-D{d}" for d in defines],
           src, "-o", out])
 
@@ -134,14 +148,44 @@ def source_text(src: str, _seen: frozenset = frozenset()) -> bytes:
     return text
 
 
-def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
-                defines: tuple[str, ...] = ()) -> KernelBuild:
-    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+def nvcc_path() -> str | None:
+    """The nvcc that builds the kernels: on PATH, else CUDA_HOME's or /usr/local/cuda's; None if none."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
 
-    `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
-    NVSHMEM install needed). `defines`: preprocessor macros (NAME or NAME=VALUE) for a variant
-    of the source a tool needs (e.g. the benchmark's MGG_CSR_GATHER_ONLY); plain builds only,
-    cached apart from the plain build."""
+
+@dataclass(frozen=True)
+class CubinTarget:
+    """Where the cubin of one (source, architecture, NVSHMEM library, defines) lives in the cache."""
+
+    name: str
+    arch: str
+    nvshmem: bool
+    defines: tuple[str, ...]
+    src: str
+    root: str     # the NVSHMEM install ("" for a plain build)
+    path: str     # the cubin
+    lock: str     # the file lock its builder holds
+
+    @property
+    def cached(self) -> bool:
+        return os.path.exists(self.path)
+
+
+def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None,
+                 defines: tuple[str, ...] = ()) -> CubinTarget:
+    """The cache entry of mgg/kernels/<name>.cu for `arch` (default: this GPU's, cuda_arch), keyed
+    by a hash of the source with its local headers, the architecture and the NVSHMEM device
+    library. `nvshmem` None: the module's registered flag (mgg.kernels.modules)."""
+    if nvshmem is None:
+        from .modules import uses_nvshmem
+
+        nvshmem = uses_nvshmem(name)
     if defines and nvshmem:
         raise ValueError(f"build_cubin({name!r}): defines are for plain (nvshmem=False) builds")
     arch = arch or cuda_arch()
@@ -156,8 +200,24 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
     out = os.path.join(d, f"{name}{'-defs' if defines else ''}-{arch}-{key}.cubin")
+    return CubinTarget(name, arch, bool(nvshmem), tuple(defines), src, root, out,
+                       os.path.join(d, f"{name}-{arch}-{key}.lock"))
+
+
+def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
+                defines: tuple[str, ...] = ()) -> KernelBuild:
+    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+
+    `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
+    NVSHMEM install needed); None: the module's registered flag. `defines`: preprocessor macros
+    (NAME or NAME=VALUE) for a variant of the source a tool needs (e.g. the benchmark's
+    MGG_CSR_GATHER_ONLY); plain builds only, cached apart from the plain build. Safe from several
+    threads and processes at once: one builds a given cubin, the others wait and load it."""
+    t = cubin_target(name, arch, nvshmem, defines)
+    src, out, root, arch, nvshmem = t.src, t.path, t.root, t.arch, t.nvshmem
     meta = out + ".json"
-    with open(os.path.join(d, f"{name}-{arch}-{key}.lock"), "w") as lk:
+    d = os.path.dirname(out)
+    with open(t.lock, "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)  # one builder per node; the others wait, then hit the cache
         try:
             if os.path.exists(out):
@@ -193,13 +253,27 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
             fcntl.flock(lk, fcntl.LOCK_UN)
 
 
-def load_module(name: str, nvshmem: bool = True, device: int | None = None):
+def loaded_modules() -> tuple[str, ...]:
+    """The modules this process has loaded (on any GPU), sorted."""
+    with _LOCK:
+        return tuple(sorted({name for name, _ in _MODULES}))
+
+
+def load_module(name: str, nvshmem: bool | None = None, device: int | None = None):
     """The CuPy RawModule of mgg/kernels/<name>.cu on GPU `device` (default: the current one),
-    built (cached) and NVSHMEM-initialised once per GPU (`nvshmem=False`: a plain module, see
-    build_cubin). A CUDA module belongs to one GPU's context: a kernel of it launched on another
+    built (cached) and NVSHMEM-initialised once per GPU. `name` must be registered in
+    mgg.kernels.modules (the list the prebuild reads), and `nvshmem`, when given, must agree with
+    its registered flag (False: a plain module, see build_cubin). A CUDA module belongs to one GPU's context: a kernel of it launched on another
     GPU's stream reads that GPU's pointers through the wrong context (an illegal address), so
     modules are cached by (name, GPU) and loaded with that GPU current. Launch through
     mgg.kernels.launch, which does the same for function handles and streams."""
+    from .modules import uses_nvshmem
+
+    registered = uses_nvshmem(name)  # ValueError for a module the registry does not list
+    if nvshmem is not None and bool(nvshmem) != registered:
+        raise ValueError(f"load_module({name!r}, nvshmem={nvshmem}): mgg.kernels.modules registers it with "
+                         f"nvshmem={registered}")
+    nvshmem = registered
     import cupy
 
     idx = cupy.cuda.runtime.getDevice() if device is None else int(device)

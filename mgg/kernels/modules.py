@@ -1,0 +1,105 @@
+"""The registry of CUDA kernel modules: every mgg/kernels/<name>.cu, whether it links NVSHMEM, and
+the run features that load it.
+
+`load_module` (mgg.kernels.build) refuses a name that is not registered here, and a test checks
+that every .cu source is registered with the right `nvshmem` flag, so this is the one list the
+prebuild (mgg.kernels.prebuild, `python -m mgg.build`) reads to build a run's kernels before its
+first epoch. A run's features come from its configuration (mgg.apps.kernel_features); a module
+is built when any of its `features` is among them.
+
+Features:
+    halo_gather       the NVSHMEM store's gather of other GPUs' rows (P > 1) and the halo
+                      gathers of the halo variants (mgg_halo_gather[_rows] of aggregate.cu)
+    plan_variants     the partition kernels of GPUExecutor (mgg/kernels/gpu.py)
+    csr_variants      the degree-aware CSR kernels (csr_rows, halo_csr: mgg/kernels/local_csr.py)
+    attention         fused attention / mean aggregation (GAT: mgg/kernels/gat_gpu.py)
+    dense             tall GEMMs, the ReLU-mask + bias-gradient pass, the bias-ReLU-dropout epilogue
+    dropout           dropout masks from the counter hash, fused dropout + input projection
+    batch_norm        fused batch norm + ReLU
+    sampling          neighbour sampling and id maps of --mode sampled
+    embedding         the sharded embedding bag (mgg.embedding)
+
+Importing this module is cheap (no torch, no CUDA).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["KernelModule", "FEATURES", "kernel_module", "module_names", "modules_for", "uses_nvshmem"]
+
+FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense", "dropout", "batch_norm",
+            "sampling", "embedding")
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """One CUDA source, mgg/kernels/<name>.cu.
+
+    Attributes:
+        name: the source's stem (`load_module(name)`, `kernel(name, ...)`).
+        nvshmem: it calls NVSHMEM device functions: built relocatable and device-linked against
+            libnvshmem_device.a, registered with NVSHMEM on load; else a plain cubin.
+        features: the run features (FEATURES) that load it.
+        training: a training run (mgg.train) may load it; `python -m mgg.build` builds these
+            by default and every module with --all.
+    """
+
+    name: str
+    nvshmem: bool
+    features: tuple[str, ...]
+    training: bool = True
+
+    def __post_init__(self):
+        unknown = set(self.features) - set(FEATURES)
+        if unknown or not self.features:
+            raise ValueError(f"kernel module {self.name!r}: features must be among {FEATURES}, got {self.features}")
+
+
+_REGISTRY: dict[str, KernelModule] = {}
+
+
+def _register(m: KernelModule) -> None:
+    if m.name in _REGISTRY:
+        raise ValueError(f"kernel module {m.name!r} is registered twice")
+    _REGISTRY[m.name] = m
+
+
+_register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
+_register(KernelModule("local_csr", False, ("csr_variants",)))
+_register(KernelModule("gat_fused", True, ("attention",)))
+_register(KernelModule("tall_gemm", False, ("dense",)))
+_register(KernelModule("relu_grad", False, ("dense",)))
+_register(KernelModule("bias_relu_dropout", False, ("dense",)))
+_register(KernelModule("dropout", False, ("dropout",)))
+_register(KernelModule("dropout_project", False, ("dropout",)))
+_register(KernelModule("norm_relu", False, ("batch_norm",)))
+_register(KernelModule("sample", False, ("sampling",)))
+_register(KernelModule("embedding_bag", True, ("embedding",), training=False))
+
+
+def module_names(training_only: bool = False) -> tuple[str, ...]:
+    """Every registered module (only those a training run may load with `training_only`)."""
+    return tuple(n for n, m in _REGISTRY.items() if m.training or not training_only)
+
+
+def kernel_module(name: str) -> KernelModule:
+    """The registered module `name`; ValueError naming the registered ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown CUDA kernel module {name!r}: register mgg/kernels/{name}.cu in "
+                         f"mgg.kernels.modules (registered: {', '.join(_REGISTRY)})") from None
+
+
+def uses_nvshmem(name: str) -> bool:
+    """Whether module `name` links NVSHMEM (its registered flag)."""
+    return kernel_module(name).nvshmem
+
+
+def modules_for(features) -> tuple[str, ...]:
+    """The modules any of `features` loads, in registration order; ValueError on an unknown feature."""
+    features = set(features)
+    unknown = features - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown kernel features {sorted(unknown)}; expected among {FEATURES}")
+    return tuple(n for n, m in _REGISTRY.items() if features & set(m.features))
