@@ -50,13 +50,15 @@ def test_load_module_refuses_an_unregistered_or_misflagged_module():
 
 def test_features_of_the_default_runs():
     gcn1 = set(run_kernel_modules(TrainConfig(model="gcn"), 1))
-    assert gcn1 == {"local_csr", "tall_gemm", "relu_grad", "bias_relu_dropout", "dropout", "dropout_project"}
+    assert gcn1 == {"local_csr:fp32", "tall_gemm", "relu_grad", "bias_relu_dropout", "dropout", "dropout_project"}
     gcn4 = set(run_kernel_modules(TrainConfig(model="gcn"), 4))
     assert gcn4 == gcn1 | {"aggregate"}  # other GPUs' rows, and the halo / ptr variants
+    bf16 = set(run_kernel_modules(TrainConfig(model="gcn", storage_dtype="bf16"), 2))
+    assert {"local_csr:fp32", "local_csr:bf16"} <= bf16 and "local_csr:fp16" not in bf16
     assert "norm_relu" in run_kernel_modules(TrainConfig(model="gin"), 2)  # GIN's default batch norm
     assert "norm_relu" not in run_kernel_modules(TrainConfig(model="gin", norm="layer"), 2)
     gat = set(run_kernel_modules(TrainConfig(model="gat"), 1))
-    assert "gat_fused" in gat and "local_csr" not in gat
+    assert "gat_fused" in gat and "local_csr:fp32" not in gat
     assert "dropout" not in run_kernel_modules(TrainConfig(model="gcn", dropout=0.0), 1)
     sampled = kernel_features(TrainConfig(model="sage", mode="sampled"), 2)
     assert "sampling" in sampled and "csr_variants" not in sampled
@@ -75,6 +77,46 @@ def test_auto_variants_cover_what_choose_variant_picks(storage):
         plan = SimpleNamespace(num_remote_edges=remote, halo_size=halo)
         picked = choose_variant(plan, storage)
         assert picked in aggregation_variants(TrainConfig(storage_dtype=storage), world), (world, remote, halo)
+
+
+def test_parts_and_specs():
+    from mgg.kernels.modules import expand_specs, parse_spec
+
+    csr = kernel_module("local_csr")
+    assert csr.parts == ("fp32", "bf16", "fp16")
+    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert csr.part_of("mgg_csr_rows_bf16_l1_v1_w0") == "bf16" and csr.part_of("mgg_csr_combine_fp16") == "fp16"
+    assert csr.part_of("mgg_csr_table16_bf16") == "bf16" and csr.part_of("mgg_csr_scan_fp16_l4_w1") == "fp16"
+    assert csr.part_defines("bf16") == ("MGG_CSR_STORAGE=1",)
+    assert parse_spec("local_csr:fp16") == ("local_csr", "fp16") and parse_spec("aggregate") == ("aggregate", None)
+    assert expand_specs(["local_csr", "local_csr:fp32", "dropout"]) == [
+        ("local_csr", "fp32"), ("local_csr", "bf16"), ("local_csr", "fp16"), ("dropout", None)]
+    with pytest.raises(ValueError, match="has no part 'int8'"):
+        parse_spec("local_csr:int8")
+    with pytest.raises(ValueError, match="built whole"):
+        kernel_module("aggregate").part_of("mgg_local_v1")
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_the_parts_split_the_entry_points_where_part_of_looks():
+    """Preprocessed with each part's macro, local_csr.cu declares disjoint sets of entry points
+    whose union is the whole source's, and each entry point sits in the part `part_of` names."""
+    import re
+
+    def entries(defines=()):
+        out = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-E", "-x", "cu",
+                              *[f"-D{d}" for d in defines], str(ROOT / "mgg" / "kernels" / "local_csr.cu")],
+                             capture_output=True, text=True, check=True).stdout
+        return set(re.findall(r'extern "C"[^;{]*?\b(mgg_\w+)\s*\(', out))
+
+    csr = kernel_module("local_csr")
+    whole = entries()
+    parts = {p: entries(csr.part_defines(p)) for p in csr.parts}
+    assert len(whole) > 90 and all(parts.values())
+    assert set().union(*parts.values()) == whole and sum(map(len, parts.values())) == len(whole)
+    for part, names in parts.items():
+        assert {csr.part_of(n) for n in names} == {part}
 
 
 def test_a_failed_prebuild_is_one_user_error(monkeypatch, tmp_path):

@@ -215,8 +215,11 @@ def test_local_csr_cu_has_16_bit_kernels(kernel_cache_dir, monkeypatch):
     from mgg.kernels.local_csr import STORAGE_SUFFIX
 
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
-    data = open(build_cubin("local_csr", "sm_90", nvshmem=False).path, "rb").read()
-    for sfx in STORAGE_SUFFIX.values():
+    from mgg.kernels.modules import kernel_module
+
+    for sfx in STORAGE_SUFFIX.values():  # each storage dtype's kernels, in the part that the loader picks for them
+        part = kernel_module("local_csr").part_of(f"mgg_csr_combine{sfx}")
+        data = open(build_cubin("local_csr", "sm_90", nvshmem=False, part=part).path, "rb").read()
         assert f"mgg_csr_combine{sfx}".encode() in data
         for lanes, vpl in ((1, 1), (8, 1), (32, 1), (32, 4)):
             for w in (0, 1, 2):

@@ -83,10 +83,16 @@ def kernel_features(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
 
 
 def run_kernel_modules(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
-    """The kernel modules a GPU training run of `cfg` on `world_size` ranks loads."""
-    from ..kernels.modules import modules_for
+    """The kernel build specs (mgg.kernels.modules) a GPU training run of `cfg` on `world_size`
+    ranks loads: each module of its features, only the parts of its storage dtype (and
+    float32's) of a module built in parts ("local_csr:fp32")."""
+    from ..kernels.modules import kernel_module, modules_for
 
-    return modules_for(kernel_features(cfg, world_size))
+    specs = []
+    for name in modules_for(kernel_features(cfg, world_size)):
+        for part in kernel_module(name).parts_for_storage(cfg.storage_dtype):
+            specs.append(name if part is None else f"{name}:{part}")
+    return tuple(specs)
 
 
 def start_kernel_prebuild(cfg: TrainConfig, comm) -> None:

@@ -171,6 +171,7 @@ class CubinTarget:
     root: str     # the NVSHMEM install ("" for a plain build)
     path: str     # the cubin
     lock: str     # the file lock its builder holds
+    part: str | None = None  # the registered part of the module it holds (None: the whole source)
 
     @property
     def cached(self) -> bool:
@@ -178,14 +179,20 @@ class CubinTarget:
 
 
 def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None,
-                 defines: tuple[str, ...] = ()) -> CubinTarget:
+                 defines: tuple[str, ...] = (), part: str | None = None) -> CubinTarget:
     """The cache entry of mgg/kernels/<name>.cu for `arch` (default: this GPU's, cuda_arch), keyed
     by a hash of the source with its local headers, the architecture and the NVSHMEM device
-    library. `nvshmem` None: the module's registered flag (mgg.kernels.modules)."""
-    if nvshmem is None:
-        from .modules import uses_nvshmem
+    library. `nvshmem` None: the module's registered flag (mgg.kernels.modules). `part`: one of
+    the module's registered parts (its -D macro is added to `defines`)."""
+    label = name
+    if nvshmem is None or part is not None:
+        from .modules import kernel_module
 
-        nvshmem = uses_nvshmem(name)
+        if nvshmem is None:
+            nvshmem = kernel_module(name).nvshmem
+        if part is not None:
+            defines = tuple(defines) + kernel_module(name).part_defines(part)
+            label = f"{name}.{part}"
     if defines and nvshmem:
         raise ValueError(f"build_cubin({name!r}): defines are for plain (nvshmem=False) builds")
     arch = arch or cuda_arch()
@@ -199,22 +206,23 @@ def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None
         root, libsig = "", "plain"
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
-    out = os.path.join(d, f"{name}{'-defs' if defines else ''}-{arch}-{key}.cubin")
+    out = os.path.join(d, f"{label}{'-defs' if len(defines) > (part is not None) else ''}-{arch}-{key}.cubin")
     return CubinTarget(name, arch, bool(nvshmem), tuple(defines), src, root, out,
-                       os.path.join(d, f"{name}-{arch}-{key}.lock"))
+                       os.path.join(d, f"{label}-{arch}-{key}.lock"), part)
 
 
 def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
-                defines: tuple[str, ...] = ()) -> KernelBuild:
+                defines: tuple[str, ...] = (), part: str | None = None) -> KernelBuild:
     """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
 
     `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
     NVSHMEM install needed); None: the module's registered flag. `defines`: preprocessor macros
     (NAME or NAME=VALUE) for a variant of the source a tool needs (e.g. the benchmark's
     MGG_CSR_GATHER_ONLY); plain builds only, cached apart from the plain build. Safe from several
-    threads and processes at once: one builds a given cubin, the others wait and load it."""
-    t = cubin_target(name, arch, nvshmem, defines)
-    src, out, root, arch, nvshmem = t.src, t.path, t.root, t.arch, t.nvshmem
+    threads and processes at once: one builds a given cubin, the others wait and load it.
+    `part`: one registered part of the module (mgg.kernels.modules), built alone."""
+    t = cubin_target(name, arch, nvshmem, defines, part)
+    src, out, root, arch, nvshmem, defines = t.src, t.path, t.root, t.arch, t.nvshmem, t.defines
     meta = out + ".json"
     d = os.path.dirname(out)
     with open(t.lock, "w") as lk:
@@ -233,20 +241,21 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
             errors = []
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory(dir=d) as tmp:
-                part = os.path.join(tmp, "k.cubin")
+                staged = os.path.join(tmp, "k.cubin")
                 for fn in methods:
                     try:
-                        fn(src, part, arch, root, tmp, defines) if defines else fn(src, part, arch, root, tmp)
+                        fn(src, staged, arch, root, tmp, defines) if defines else fn(src, staged, arch, root, tmp)
                         method = fn.__name__.replace("_build_", "")
                         break
                     except Exception as e:  # noqa: BLE001 - recorded, next method tried
                         errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
                 else:
-                    raise RuntimeError(f"building {name}.cu for {arch} failed:\n" + "\n".join(errors))
+                    what = f"{name}.cu ({part})" if part else f"{name}.cu"
+                    raise RuntimeError(f"building {what} for {arch} failed:\n" + "\n".join(errors))
                 secs = time.perf_counter() - t0
                 with open(meta + ".tmp", "w") as f:
                     json.dump({"method": method, "seconds": secs, "arch": arch, "errors": errors}, f)
-                os.replace(part, out)
+                os.replace(staged, out)
                 os.replace(meta + ".tmp", meta)
             return KernelBuild(out, method, secs, False)
         finally:
@@ -254,29 +263,72 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
 
 
 def loaded_modules() -> tuple[str, ...]:
-    """The modules this process has loaded (on any GPU), sorted."""
+    """The modules this process has loaded (on any GPU) as build specs ("aggregate",
+    "local_csr:fp32" for a part), sorted."""
     with _LOCK:
-        return tuple(sorted({name for name, _ in _MODULES}))
+        mods = list(_MODULES.items())
+    names = set()
+    for (name, _), mod in mods:
+        if isinstance(mod, PartedModule):
+            names.update(f"{name}:{p}" for p in list(mod.parts))
+        else:
+            names.add(name)
+    return tuple(sorted(names))
+
+
+class PartedModule:
+    """A module built as several cubins (mgg.kernels.modules: `parts`) on one GPU: `get_function`
+    loads, on first use, the part that holds the function (building it if the cache lacks it)."""
+
+    def __init__(self, name: str, device: int):
+        from .modules import kernel_module
+
+        self.name, self.device = name, int(device)
+        self.spec = kernel_module(name)
+        self.parts: dict[str, object] = {}  # part -> CuPy RawModule
+        self._lock = threading.Lock()
+
+    def part(self, part: str):
+        """The CuPy RawModule of `part` on this module's GPU."""
+        with self._lock:
+            mod = self.parts.get(part)
+            if mod is None:
+                import cupy
+
+                b = build_cubin(self.name, part=part)
+                with cupy.cuda.Device(self.device):
+                    mod = self.parts[part] = cupy.RawModule(path=b.path)
+                BUILDS[f"{self.name}:{part}"] = b
+            return mod
+
+    def get_function(self, function: str):
+        return self.part(self.spec.part_of(function)).get_function(function)
 
 
 def load_module(name: str, nvshmem: bool | None = None, device: int | None = None):
     """The CuPy RawModule of mgg/kernels/<name>.cu on GPU `device` (default: the current one),
     built (cached) and NVSHMEM-initialised once per GPU. `name` must be registered in
     mgg.kernels.modules (the list the prebuild reads), and `nvshmem`, when given, must agree with
-    its registered flag (False: a plain module, see build_cubin). A CUDA module belongs to one GPU's context: a kernel of it launched on another
-    GPU's stream reads that GPU's pointers through the wrong context (an illegal address), so
+    its registered flag (False: a plain module, see build_cubin). A module registered with parts
+    comes as a PartedModule (the same `get_function`). A CUDA module belongs to one GPU's
+    context: a kernel of it launched on another GPU's stream reads that GPU's pointers through
+    the wrong context (an illegal address), so
     modules are cached by (name, GPU) and loaded with that GPU current. Launch through
     mgg.kernels.launch, which does the same for function handles and streams."""
-    from .modules import uses_nvshmem
+    from .modules import kernel_module
 
-    registered = uses_nvshmem(name)  # ValueError for a module the registry does not list
+    registered = kernel_module(name).nvshmem  # ValueError for a module the registry does not list
     if nvshmem is not None and bool(nvshmem) != registered:
         raise ValueError(f"load_module({name!r}, nvshmem={nvshmem}): mgg.kernels.modules registers it with "
                          f"nvshmem={registered}")
     nvshmem = registered
+    if kernel_module(name).parts:
+        idx = _current_device() if device is None else int(device)
+        with _LOCK:
+            return _MODULES.setdefault((name, idx), PartedModule(name, idx))
     import cupy
 
-    idx = cupy.cuda.runtime.getDevice() if device is None else int(device)
+    idx = _current_device() if device is None else int(device)
     with _LOCK:
         mod = _MODULES.get((name, idx))
         if mod is not None:
@@ -293,3 +345,9 @@ def load_module(name: str, nvshmem: bool | None = None, device: int | None = Non
         BUILDS[name] = b
         _MODULES[(name, idx)] = mod
         return mod
+
+
+def _current_device() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())

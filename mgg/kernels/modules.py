@@ -19,13 +19,21 @@ Features:
     sampling          neighbour sampling and id maps of --mode sampled
     embedding         the sharded embedding bag (mgg.embedding)
 
+A module may be built as several cubins of one source, its `parts` (local_csr: one per storage
+dtype, selected by a -D macro, 26-35 entry points each), so that its parts build in parallel and
+a run builds only the parts it loads. A function belongs to the part whose name it carries as a
+`_<part>` suffix (mgg_csr_rows_bf16_...), else to the first part. `load_module` returns an
+object whose `get_function` loads the function's part on first use. A build spec names a module
+("local_csr": every part) or one part ("local_csr:fp32").
+
 Importing this module is cheap (no torch, no CUDA).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KernelModule", "FEATURES", "kernel_module", "module_names", "modules_for", "uses_nvshmem"]
+__all__ = ["KernelModule", "FEATURES", "kernel_module", "module_names", "modules_for", "uses_nvshmem", "parse_spec",
+           "expand_specs"]
 
 FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense", "dropout", "batch_norm",
             "sampling", "embedding")
@@ -42,17 +50,46 @@ class KernelModule:
         features: the run features (FEATURES) that load it.
         training: a training run (mgg.train) may load it; `python -m mgg.build` builds these
             by default and every module with --all.
+        parts: names of the cubins it is built as (empty: one cubin of the whole source); the
+            part names of a storage-split module are storage dtypes (fp32, bf16, fp16).
+        part_macro: the macro that selects part i (-D<part_macro>=i; plain modules only).
     """
 
     name: str
     nvshmem: bool
     features: tuple[str, ...]
     training: bool = True
+    parts: tuple[str, ...] = ()
+    part_macro: str = ""
 
     def __post_init__(self):
         unknown = set(self.features) - set(FEATURES)
         if unknown or not self.features:
             raise ValueError(f"kernel module {self.name!r}: features must be among {FEATURES}, got {self.features}")
+        if bool(self.parts) != bool(self.part_macro) or (self.parts and self.nvshmem):
+            raise ValueError(f"kernel module {self.name!r}: parts need a part_macro, and a plain (non-NVSHMEM) build")
+
+    def part_of(self, function: str) -> str:
+        """The part holding entry point `function`: the part named by its `_<part>` suffix, else the first."""
+        if not self.parts:
+            raise ValueError(f"kernel module {self.name!r} is built whole (it has no parts)")
+        for part in self.parts[1:]:
+            if f"_{part}_" in function or function.endswith(f"_{part}"):
+                return part
+        return self.parts[0]
+
+    def part_defines(self, part: str) -> tuple[str, ...]:
+        """The -D macros of `part` (ValueError naming the parts for another name)."""
+        if part not in self.parts:
+            raise ValueError(f"kernel module {self.name!r} has no part {part!r} (parts: {', '.join(self.parts) or 'none'})")
+        return (f"{self.part_macro}={self.parts.index(part)}",)
+
+    def parts_for_storage(self, storage_dtype: str) -> tuple[str | None, ...]:
+        """The parts a run with `storage_dtype` embeddings loads: float32's (gradients and
+        float32 tables) and the storage dtype's; (None,) for a module built whole."""
+        if not self.parts:
+            return (None,)
+        return tuple(p for p in self.parts if p in ("fp32", storage_dtype))
 
 
 _REGISTRY: dict[str, KernelModule] = {}
@@ -65,7 +102,8 @@ def _register(m: KernelModule) -> None:
 
 
 _register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
-_register(KernelModule("local_csr", False, ("csr_variants",)))
+_register(KernelModule("local_csr", False, ("csr_variants",), parts=("fp32", "bf16", "fp16"),
+                       part_macro="MGG_CSR_STORAGE"))
 _register(KernelModule("gat_fused", True, ("attention",)))
 _register(KernelModule("tall_gemm", False, ("dense",)))
 _register(KernelModule("relu_grad", False, ("dense",)))
@@ -103,3 +141,24 @@ def modules_for(features) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown kernel features {sorted(unknown)}; expected among {FEATURES}")
     return tuple(n for n, m in _REGISTRY.items() if features & set(m.features))
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """("local_csr", "fp32") for "local_csr:fp32", ("aggregate", None) for "aggregate"; ValueError
+    for an unknown module or part."""
+    name, _, part = spec.partition(":")
+    m = kernel_module(name)
+    if part:
+        m.part_defines(part)
+        return name, part
+    return name, None
+
+
+def expand_specs(specs) -> list[tuple[str, str | None]]:
+    """(module, part) pairs to build for `specs`: a module with parts named bare stands for all of them."""
+    out: list[tuple[str, str | None]] = []
+    for spec in specs:
+        name, part = parse_spec(spec)
+        parts = (part,) if part else (kernel_module(name).parts or (None,))
+        out.extend((name, p) for p in parts if (name, p) not in out)
+    return out

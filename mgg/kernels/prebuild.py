@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .build import build_cubin, cache_dir, cubin_target
+from .modules import expand_specs
 
 __all__ = ["KernelPrebuild", "PrebuildResult", "KernelBuildError", "default_jobs"]
 
@@ -37,9 +38,9 @@ class PrebuildResult:
 
     Attributes:
         archs: target architectures (sm_XY).
-        names: the modules asked for.
-        built: "name@arch" -> seconds of the modules compiled by this process.
-        cached: "name@arch" of the modules found in the cache (or built meanwhile by another process).
+        names: the build specs asked for (mgg.kernels.modules: "aggregate", "local_csr:fp32").
+        built: "spec@arch" -> seconds of the cubins compiled by this process.
+        cached: "spec@arch" of the cubins found in the cache (or built meanwhile by another process).
         seconds: wall seconds from `start` to the last module done.
     """
 
@@ -65,12 +66,18 @@ def default_jobs(count: int) -> int:
     return max(1, min(int(count), cpus))
 
 
+def _key(t) -> str:
+    """"local_csr:fp32@sm_90" of a cubin target."""
+    return f"{t.name}{':' + t.part if t.part else ''}@{t.arch}"
+
+
 def _describe(archs: Sequence[str]) -> str:
     return ", ".join(archs)
 
 
 class KernelPrebuild:
-    """Builds `names` for every architecture of `archs` in parallel (see the module docstring).
+    """Builds `names` (build specs: a module, every part of it, or "module:part") for every
+    architecture of `archs` in parallel (see the module docstring).
 
     `jobs`: parallel builds (default: default_jobs). `progress`: a callable taking one line, or None.
     """
@@ -78,10 +85,11 @@ class KernelPrebuild:
     def __init__(self, names: Sequence[str], archs: Sequence[str], jobs: int | None = None,
                  progress: Callable[[str], None] | None = None):
         self.names, self.archs = tuple(names), tuple(archs)
-        self.targets = [cubin_target(n, a) for a in self.archs for n in self.names]  # ValueError: unknown name
+        self.targets = [cubin_target(n, a, part=p) for a in self.archs
+                        for n, p in expand_specs(self.names)]  # ValueError: unknown module or part
         self.missing = [t for t in self.targets if not t.cached]
         self.result = PrebuildResult(self.archs, self.names,
-                                     cached=[f"{t.name}@{t.arch}" for t in self.targets if t.cached])
+                                     cached=[_key(t) for t in self.targets if t.cached])
         self.progress = progress
         self.jobs = jobs or default_jobs(len(self.missing))
         self._pool: ThreadPoolExecutor | None = None
@@ -106,9 +114,9 @@ class KernelPrebuild:
             self.progress(line)
 
     def _build(self, t) -> None:
-        b = build_cubin(t.name, t.arch, t.nvshmem)
+        b = build_cubin(t.name, t.arch, t.nvshmem, part=t.part)
         with self._lock:
-            key = f"{t.name}@{t.arch}"
+            key = _key(t)
             if b.cached:
                 self.result.cached.append(key)
             else:
@@ -156,13 +164,13 @@ def _first_error(text: str) -> str:
 def _build_error(failures: list) -> KernelBuildError:
     """One line naming the failed modules, the first error, and the log that holds every compiler message."""
     log = os.path.join(cache_dir(), "build-errors.log")
-    text = "".join(f"== {t.name}.cu for {t.arch}\n{e}\n" for t, e in failures)
+    text = "".join(f"== {_key(t)}\n{e}\n" for t, e in failures)
     try:
         with open(log, "a") as f:
             f.write(text)
     except OSError:
         log = ""
     hint = _first_error(str(failures[0][1])) or type(failures[0][1]).__name__
-    names = ", ".join(f"{t.name}.cu ({t.arch})" for t, _ in failures)
+    names = ", ".join(f"{t.name}.cu ({t.part + ', ' if t.part else ''}{t.arch})" for t, _ in failures)
     where = f"; the compiler's output is in {log}" if log else ""
     return KernelBuildError(f"building CUDA kernel {names} failed: {hint[:400]}{where}")
