@@ -50,7 +50,7 @@ def test_load_module_refuses_an_unregistered_or_misflagged_module():
 
 def test_features_of_the_default_runs():
     gcn1 = set(run_kernel_modules(TrainConfig(model="gcn"), 1))
-    assert gcn1 == {"local_csr:fp32", "tall_gemm", "relu_grad", "bias_relu_dropout", "dropout", "dropout_project"}
+    assert gcn1 == {"local_csr:fp32", "relu_grad", "bias_relu_dropout", "dropout", "dropout_project"}
     gcn4 = set(run_kernel_modules(TrainConfig(model="gcn"), 4))
     assert gcn4 == gcn1 | {"aggregate"}  # other GPUs' rows, and the halo / ptr variants
     bf16 = set(run_kernel_modules(TrainConfig(model="gcn", storage_dtype="bf16"), 2))
@@ -64,6 +64,23 @@ def test_features_of_the_default_runs():
     assert "sampling" in sampled and "csr_variants" not in sampled
     assert "plan_variants" in kernel_features(TrainConfig(model="gcn", tune=True), 1)
     assert kernel_features(TrainConfig(model="gcn", variant="csr_rows"), 1) == ("csr_variants", "dense", "dropout")
+    assert "tall_rows" in sampled  # a sampled batch's input layer can be tall
+
+
+def test_the_graph_size_adds_the_tall_gemm_kernels():
+    """Known after the load: a rank of TALL_GEMM_ROWS rows or more runs the tall-matrix GEMMs."""
+    import numpy as np
+
+    from mgg.apps.kernel_prebuild import max_rank_rows, size_specs
+    from mgg.nn.dense import TALL_GEMM_ROWS
+
+    cfg = TrainConfig(model="gcn")
+    known = run_kernel_modules(cfg, 1)
+    tall = np.zeros(TALL_GEMM_ROWS + 1, dtype=np.int64)  # an edgeless graph: split by node counts
+    assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS and size_specs(cfg, 1, tall, known) == ["tall_gemm"]
+    assert size_specs(cfg, 2, tall, run_kernel_modules(cfg, 2)) == []  # half the rows a rank
+    assert size_specs(TrainConfig(model="sage", mode="sampled"), 1, tall,
+                      run_kernel_modules(TrainConfig(model="sage", mode="sampled"), 1)) == []
     assert "plan_variants" in kernel_features(TrainConfig(model="gcn", variant="paper"), 1)
 
 
@@ -130,7 +147,7 @@ def test_a_failed_prebuild_is_one_user_error(monkeypatch, tmp_path):
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(build, "nvcc_path", lambda: None)
     comm = world(use_mpi=False)
-    kernel_prebuild._ACTIVE[id(comm)] = KernelPrebuild(["relu_grad"], ["sm_90"]).start()
+    kernel_prebuild._ACTIVE[id(comm)] = [KernelPrebuild(["relu_grad"], ["sm_90"]).start()]
     with pytest.raises(UserError) as e:
         finish_kernel_prebuild(comm)
     msg = str(e.value)

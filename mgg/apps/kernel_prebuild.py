@@ -1,10 +1,13 @@
 """The CUDA kernels a training run loads, built in the background before its first epoch.
 
-`kernel_features(cfg, world_size)` names the run's features (mgg.kernels.modules.FEATURES) from
-its configuration; the module registry maps them to kernel modules. `start_kernel_prebuild` (GPU
-runs, before the dataset loads) builds the modules missing from the per-user cache in parallel
-while the run loads and partitions its graph; `finish_kernel_prebuild` (the `build` phase) waits
-for them, so no kernel compiles inside the first epoch. Rank 0 prints the progress lines.
+`kernel_features(cfg, world_size, max_rows)` names the run's features (mgg.kernels.modules.FEATURES)
+from its configuration and, once the graph is known, the most rows a rank holds; the module
+registry maps them to kernel modules. On GPU runs `start_kernel_prebuild` (before the dataset
+loads) builds the modules of the configuration missing from the per-user cache in parallel while
+the run loads its graph; `extend_kernel_prebuild` (after the load) adds those that depend on the
+graph's size (the tall-matrix GEMMs, which only a rank of TALL_GEMM_ROWS rows or more runs);
+`finish_kernel_prebuild` (the `build` phase) waits for both, so no kernel compiles inside the
+first epoch. Rank 0 prints the progress lines.
 
 A module the features miss still works: it builds on first use (mgg.kernels.build.load_module).
 The GPU tests check that a run loads no module outside its prediction.
@@ -12,19 +15,20 @@ The GPU tests check that a run loads no module outside its prediction.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 from .config import TUNED_VARIANTS, TrainConfig, UserError
 
-__all__ = ["kernel_features", "run_kernel_modules", "aggregation_variants", "start_kernel_prebuild",
-           "finish_kernel_prebuild", "kernel_summary"]
+__all__ = ["kernel_features", "run_kernel_modules", "aggregation_variants", "max_rank_rows", "size_specs",
+           "start_kernel_prebuild", "extend_kernel_prebuild", "finish_kernel_prebuild", "kernel_summary"]
 
 #: the executor of a variant (mgg.kernels.variants) -> the features whose modules it loads
 _EXECUTOR_FEATURES = {"plan": ("plan_variants", "halo_gather"), "csr": ("csr_variants",),
                       "halo_csr": ("csr_variants", "halo_gather")}
 
-_ACTIVE: dict[int, object] = {}  # id of the communicator -> its running KernelPrebuild
-_DONE: dict[int, object] = {}    # id of the communicator -> the PrebuildResult of its last run
+_ACTIVE: dict[int, list] = {}  # id of the communicator -> its running KernelPrebuilds (or the error starting one)
+_DONE: dict[int, list] = {}    # id of the communicator -> the PrebuildResults of its last run
 
 
 def aggregation_variants(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
@@ -54,10 +58,13 @@ def _norm(cfg: TrainConfig, model_cls: type) -> str | None:
     return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
-def kernel_features(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
+def kernel_features(cfg: TrainConfig, world_size: int, max_rows: int | None = None) -> tuple[str, ...]:
     """The kernel features (mgg.kernels.modules.FEATURES) of a GPU training run of `cfg` on
-    `world_size` ranks, sorted."""
+    `world_size` ranks, sorted. `max_rows`: the most rows a rank holds (None: not known yet, and
+    no feature that depends on it); "tall_rows" from mgg.nn.dense.TALL_GEMM_ROWS rows, and in
+    sampled mode, whose batches' input layers can be that tall."""
     from ..kernels.variants import get_variant
+    from ..nn.dense import TALL_GEMM_ROWS
     from ..nn.registry import model_entry
 
     cfg = cfg.resolved()
@@ -66,7 +73,7 @@ def kernel_features(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
     if world_size > 1:
         features.add("halo_gather")  # the NVSHMEM store reads other GPUs' rows
     if cfg.mode == "sampled":
-        features.add("sampling")
+        features.update(("sampling", "tall_rows"))
         model_cls = entry.sampled_model
     else:
         model_cls = entry.model
@@ -75,6 +82,8 @@ def kernel_features(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
         else:
             for v in aggregation_variants(cfg, world_size):
                 features.update(_EXECUTOR_FEATURES[get_variant(v).executor])
+    if max_rows is not None and max_rows >= TALL_GEMM_ROWS:
+        features.add("tall_rows")
     if cfg.dropout and cfg.dropout > 0:
         features.add("dropout")
     if _norm(cfg, model_cls) == "batch":
@@ -82,58 +91,95 @@ def kernel_features(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
     return tuple(sorted(features))
 
 
-def run_kernel_modules(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
+def run_kernel_modules(cfg: TrainConfig, world_size: int, max_rows: int | None = None) -> tuple[str, ...]:
     """The kernel build specs (mgg.kernels.modules) a GPU training run of `cfg` on `world_size`
-    ranks loads: each module of its features, only the parts of its storage dtype (and
-    float32's) of a module built in parts ("local_csr:fp32")."""
+    ranks loads (`max_rows`: as kernel_features): each module of its features, only the parts of
+    its storage dtype (and float32's) of a module built in parts ("local_csr:fp32")."""
     from ..kernels.modules import kernel_module, modules_for
 
     specs = []
-    for name in modules_for(kernel_features(cfg, world_size)):
+    for name in modules_for(kernel_features(cfg, world_size, max_rows)):
         for part in kernel_module(name).parts_for_storage(cfg.storage_dtype):
             specs.append(name if part is None else f"{name}:{part}")
     return tuple(specs)
 
 
-def start_kernel_prebuild(cfg: TrainConfig, comm) -> None:
-    """On a GPU run, start building the run's missing kernels in the background (every rank;
-    ranks of one node share the cache and build each module once) for the architecture of this
-    rank's GPU. Progress lines on rank 0 when `cfg.progress`. Nothing on the CPU backend."""
-    from ..runtime.backends import resolve_backend
+def max_rank_rows(indptr, world_size: int) -> int:
+    """The most rows a rank holds: the ranges DistGraph cuts (mgg.runtime.partition_ranges with its
+    default node cost; the same call), from the CSR row pointer `indptr` int64 [N + 1]."""
+    import numpy as np
 
-    if resolve_backend(cfg.backend) != "gpu":
-        return
+    from ..runtime.partition import partition_ranges
+
+    return int(np.diff(partition_ranges(np.asarray(indptr, dtype=np.int64), world_size)).max(initial=0))
+
+
+def _start(cfg: TrainConfig, comm, specs) -> None:
+    """A KernelPrebuild of `specs` for this rank's GPU (its error, when it cannot start, is kept
+    for finish_kernel_prebuild, which reports it on every rank)."""
     import torch
 
     from ..kernels.build import cuda_arch
     from ..kernels.prebuild import KernelPrebuild
     from ..runtime.gpu_assignment import device_index
 
-    show = comm.rank == 0 and cfg.progress
-
     def say(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    waves = _ACTIVE.setdefault(id(comm), [])
     try:
-        arch = cuda_arch(device_index(comm.local_rank, torch.cuda.device_count()))
-        _ACTIVE[id(comm)] = KernelPrebuild(run_kernel_modules(cfg, comm.size), [arch],
-                                           progress=say if show else None).start()
+        arch = os.environ.get("MGG_CUDA_ARCH") or cuda_arch(device_index(comm.local_rank, torch.cuda.device_count()))
+        waves.append(KernelPrebuild(specs, [arch], progress=say if comm.rank == 0 and cfg.progress else None).start())
     except Exception as e:  # noqa: BLE001 - e.g. no NVSHMEM wheel: reported by finish_kernel_prebuild, on every rank
-        _ACTIVE[id(comm)] = e
+        waves.append(e)
+
+
+def start_kernel_prebuild(cfg: TrainConfig, comm) -> None:
+    """On a GPU run, start building the missing kernels its configuration loads, in the background
+    (every rank; ranks of one node share the cache and build each module once), for the
+    architecture of this rank's GPU. Progress lines on rank 0 when `cfg.progress`. Nothing on
+    the CPU backend."""
+    from ..runtime.backends import resolve_backend
+
+    _ACTIVE.pop(id(comm), None)
+    if resolve_backend(cfg.backend) == "gpu":
+        _start(cfg, comm, run_kernel_modules(cfg, comm.size))
+
+
+def extend_kernel_prebuild(cfg: TrainConfig, comm, graph) -> None:
+    """After the load: start building the kernels that the graph's size adds (the tall-matrix
+    GEMMs of a rank with TALL_GEMM_ROWS rows or more). Only after start_kernel_prebuild."""
+    waves = _ACTIVE.get(id(comm))
+    if not waves:
+        return
+    known = {spec for w in waves if not isinstance(w, Exception) for spec in w.names}
+    more = size_specs(cfg, comm.size, graph.indptr, known)
+    if more:
+        _start(cfg, comm, more)
+
+
+def size_specs(cfg: TrainConfig, world_size: int, indptr, known) -> list[str]:
+    """The build specs a run of `cfg` on the graph of row pointer `indptr` loads beyond `known`
+    (those its configuration alone named): the graph's size decides them."""
+    return [s for s in run_kernel_modules(cfg, world_size, max_rank_rows(indptr, world_size)) if s not in known]
 
 
 def finish_kernel_prebuild(comm) -> None:
-    """Wait for the kernels `start_kernel_prebuild` started (nothing when none were); the
-    `build` phase calls it before the executors load their modules. Collective:
-    a module that failed to build on any rank raises the same UserError on every rank."""
-    pre = _ACTIVE.pop(id(comm), None)
-    err = pre if isinstance(pre, Exception) else None
-    if pre is not None and err is None:
+    """Wait for the kernels `start_kernel_prebuild` and `extend_kernel_prebuild` started (nothing
+    when none were); the `build` phase calls it before the executors load their modules.
+    Collective: a module that failed to build on any rank raises the same UserError on every rank."""
+    err = None
+    done = []
+    for wave in _ACTIVE.pop(id(comm), []):
+        if isinstance(wave, Exception):
+            err = err or wave
+            continue
         try:
-            _DONE[id(comm)] = pre.wait()
+            done.append(wave.wait())
         except Exception as e:  # noqa: BLE001 - agreed on below
-            err = e
+            err = err or e
+    _DONE[id(comm)] = done
     try:
         comm.check(err)
     except Exception as e:  # noqa: BLE001 - the same one line on every rank
@@ -142,17 +188,18 @@ def finish_kernel_prebuild(comm) -> None:
 
 def kernel_summary(cfg: TrainConfig, comm) -> dict:
     """The metrics JSON's `kernels` of a GPU run (empty on the CPU backend): the architecture, the
-    modules prebuilt, the seconds this run spent compiling (per module and wall), and the modules
-    any rank loaded -- a module loaded but not prebuilt compiled on first use. Collective."""
+    modules prebuilt, the seconds this process spent compiling (per module and wall, of each
+    wave), and the modules any rank loaded -- a module loaded but not prebuilt compiled on first
+    use. Collective."""
     from ..kernels.build import loaded_modules
     from ..runtime.backends import resolve_backend
 
     if resolve_backend(cfg.backend) != "gpu":
         return {}
-    res = _DONE.pop(id(comm), None)
+    results = _DONE.pop(id(comm), [])
     loaded = sorted({n for names in comm.allgather(loaded_modules()) for n in names})
-    if res is None:
+    if not results:
         return {"loaded": loaded}
-    return {"arch": ",".join(res.archs), "prebuilt": list(res.names), "loaded": loaded,
-            "compiled_s": {k.split("@")[0]: round(v, 2) for k, v in sorted(res.built.items())},
-            "prebuild_wall_s": round(res.seconds, 2)}
+    return {"arch": ",".join(results[0].archs), "prebuilt": [n for r in results for n in r.names], "loaded": loaded,
+            "compiled_s": {k.split("@")[0]: round(v, 2) for r in results for k, v in sorted(r.built.items())},
+            "prebuild_wall_s": [round(r.seconds, 2) for r in results]}

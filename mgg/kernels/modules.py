@@ -13,7 +13,8 @@ Features:
     plan_variants     the partition kernels of GPUExecutor (mgg/kernels/gpu.py)
     csr_variants      the degree-aware CSR kernels (csr_rows, halo_csr: mgg/kernels/local_csr.py)
     attention         fused attention / mean aggregation (GAT: mgg/kernels/gat_gpu.py)
-    dense             tall GEMMs, the ReLU-mask + bias-gradient pass, the bias-ReLU-dropout epilogue
+    dense             the ReLU-mask + bias-gradient pass, the bias-ReLU-dropout epilogue
+    tall_rows         the GEMMs of tall float32 matrices (a rank with TALL_GEMM_ROWS rows or more)
     dropout           dropout masks from the counter hash, fused dropout + input projection
     batch_norm        fused batch norm + ReLU
     sampling          neighbour sampling and id maps of --mode sampled
@@ -35,8 +36,8 @@ from dataclasses import dataclass
 __all__ = ["KernelModule", "FEATURES", "kernel_module", "module_names", "modules_for", "uses_nvshmem", "parse_spec",
            "expand_specs"]
 
-FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense", "dropout", "batch_norm",
-            "sampling", "embedding")
+FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense", "tall_rows", "dropout",
+            "batch_norm", "sampling", "embedding")
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ _register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
 _register(KernelModule("local_csr", False, ("csr_variants",), parts=("fp32", "bf16", "fp16"),
                        part_macro="MGG_CSR_STORAGE"))
 _register(KernelModule("gat_fused", True, ("attention",)))
-_register(KernelModule("tall_gemm", False, ("dense",)))
+_register(KernelModule("tall_gemm", False, ("tall_rows",)))
 _register(KernelModule("relu_grad", False, ("dense",)))
 _register(KernelModule("bias_relu_dropout", False, ("dense",)))
 _register(KernelModule("dropout", False, ("dropout",)))
