@@ -45,13 +45,12 @@ def _archs(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mgg.build", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m mgg.build", description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", type=_archs, default=None,
                    help="comma-separated GPU architectures (e.g. sm_90,sm_100); default: the GPUs visible here")
     p.add_argument("--all", action="store_true", help="every kernel module, not only those training loads")
     p.add_argument("--jobs", type=int, default=None,
-                   help="parallel builds (default: one a module, at most the CPUs here)")
+                   help="parallel builds (default: one a module, at most the CPUs here; or MGG_BUILD_JOBS)")
     p.add_argument("--list", action="store_true", help="print the modules and whether each is cached; build nothing")
     return p
 
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build (or with --list, report) the kernels; 0 when all are in the cache, 2 on an error (one line)."""
     args = build_parser().parse_args(argv)
     from .kernels.build import cache_dir, cubin_target
-    from .kernels.modules import module_names
+    from .kernels.modules import expand_specs, module_names
     from .kernels.prebuild import KernelBuildError, KernelPrebuild
 
     archs = args.arch or local_archs()
@@ -75,16 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.list:
             for arch in archs:
-                for n in names:
-                    t = cubin_target(n, arch)
-                    print(f"{n:20s} {arch:7s} {'cached' if t.cached else 'missing'}  {t.path}")
+                for n, part in expand_specs(names):
+                    t = cubin_target(n, arch, part=part)
+                    spec = f"{n}:{part}" if part else n
+                    print(f"{spec:24s} {arch:7s} {'cached ' if t.cached else 'missing'}  {t.path}")
             return 0
         pre = KernelPrebuild(names, archs, jobs=args.jobs, progress=lambda line: print(line, flush=True)).start()
         res = pre.wait()
     except (KernelBuildError, ValueError, OSError, ImportError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
-    total = len(names) * len(archs)
+    total = len(expand_specs(names)) * len(archs)
     print(f"{total} CUDA kernel{'s' * (total > 1)} for {', '.join(archs)} in {cache_dir()}: "
           f"{len(res.built)} built, {len(res.cached)} already cached")
     return 0

@@ -212,7 +212,9 @@ def test_mgg_build_prebuilds_every_training_kernel_without_a_gpu(kernel_cache_di
     r = subprocess.run([sys.executable, "-m", "mgg.build", "--arch", "sm_90"], env=env, capture_output=True,
                        text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
-    n = len(module_names(training_only=True))
+    from mgg.kernels.modules import expand_specs
+
+    n = len(expand_specs(module_names(training_only=True)))  # local_csr's parts count apart
     assert f"{n} CUDA kernels for sm_90 in {kernel_cache_dir}" in r.stdout
     r = subprocess.run([sys.executable, "-m", "mgg.build", "--arch", "sm_90", "--list"], env=env,
                        capture_output=True, text=True, timeout=300)
