@@ -79,6 +79,11 @@ def test_the_graph_size_adds_the_tall_gemm_kernels():
     tall = np.zeros(TALL_GEMM_ROWS + 1, dtype=np.int64)  # an edgeless graph: split by node counts
     assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS and size_specs(cfg, 1, tall, known) == ["tall_gemm"]
     assert size_specs(cfg, 2, tall, run_kernel_modules(cfg, 2)) == []  # half the rows a rank
+    from mgg.apps.kernel_prebuild import preset_rows_per_rank
+
+    assert preset_rows_per_rank(TrainConfig(dataset="products-like"), 4) >= TALL_GEMM_ROWS  # 2.4M nodes
+    assert preset_rows_per_rank(TrainConfig(dataset="reddit-like", scale=0.1), 1) < TALL_GEMM_ROWS
+    assert preset_rows_per_rank(TrainConfig(dataset="karate"), 1) is None
     assert size_specs(TrainConfig(model="sage", mode="sampled"), 1, tall,
                       run_kernel_modules(TrainConfig(model="sage", mode="sampled"), 1)) == []
     assert "plan_variants" in kernel_features(TrainConfig(model="gcn", variant="paper"), 1)

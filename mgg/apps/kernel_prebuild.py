@@ -1,11 +1,12 @@
 """The CUDA kernels a training run loads, built in the background before its first epoch.
 
 `kernel_features(cfg, world_size, max_rows)` names the run's features (mgg.kernels.modules.FEATURES)
-from its configuration and, once the graph is known, the most rows a rank holds; the module
+from its configuration and the most rows a rank holds (or a lower bound of it); the module
 registry maps them to kernel modules. On GPU runs `start_kernel_prebuild` (before the dataset
 loads) builds the modules of the configuration missing from the per-user cache in parallel while
-the run loads its graph; `extend_kernel_prebuild` (after the load) adds those that depend on the
-graph's size (the tall-matrix GEMMs, which only a rank of TALL_GEMM_ROWS rows or more runs);
+the run loads its graph (with the tall-matrix GEMMs when a generated preset is tall enough);
+`extend_kernel_prebuild` (after the load) adds those that depend on the graph's size (the
+tall-matrix GEMMs, which only a rank of TALL_GEMM_ROWS rows or more runs);
 `finish_kernel_prebuild` (the `build` phase) waits for both, so no kernel compiles inside the
 first epoch. Rank 0 prints the progress lines.
 
@@ -60,8 +61,8 @@ def _norm(cfg: TrainConfig, model_cls: type) -> str | None:
 
 def kernel_features(cfg: TrainConfig, world_size: int, max_rows: int | None = None) -> tuple[str, ...]:
     """The kernel features (mgg.kernels.modules.FEATURES) of a GPU training run of `cfg` on
-    `world_size` ranks, sorted. `max_rows`: the most rows a rank holds (None: not known yet, and
-    no feature that depends on it); "tall_rows" from mgg.nn.dense.TALL_GEMM_ROWS rows, and in
+    `world_size` ranks, sorted. `max_rows`: the most rows a rank holds, or a lower bound of it
+    (None: not known yet, and no feature that depends on it); "tall_rows" from mgg.nn.dense.TALL_GEMM_ROWS rows, and in
     sampled mode, whose batches' input layers can be that tall."""
     from ..kernels.variants import get_variant
     from ..nn.dense import TALL_GEMM_ROWS
@@ -144,7 +145,21 @@ def start_kernel_prebuild(cfg: TrainConfig, comm) -> None:
 
     _ACTIVE.pop(id(comm), None)
     if resolve_backend(cfg.backend) == "gpu":
-        _start(cfg, comm, run_kernel_modules(cfg, comm.size))
+        _start(cfg, comm, run_kernel_modules(cfg, comm.size, preset_rows_per_rank(cfg, comm.size)))
+
+
+def preset_rows_per_rank(cfg: TrainConfig, world_size: int) -> int | None:
+    """N / P of a generated preset (its size is known before it is drawn): the most rows a rank
+    holds is at least that, so a preset that tall builds its tall-matrix kernels from the start.
+    None for a file or a small built-in graph (the load tells)."""
+    from ..data.generators import PRESETS, preset_sizes
+
+    if cfg.dataset not in PRESETS:
+        return None
+    try:
+        return -(-preset_sizes(cfg.dataset, cfg.scale)[0] // world_size)
+    except ValueError:  # a bad --scale: the load says so
+        return None
 
 
 def extend_kernel_prebuild(cfg: TrainConfig, comm, graph) -> None:
