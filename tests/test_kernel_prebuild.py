@@ -192,6 +192,35 @@ def test_prebuild_builds_in_parallel_with_progress_then_hits_the_cache(monkeypat
     assert lines == [] and sorted(again.cached) == ["dropout@sm_90", "relu_grad@sm_90"] and not again.built
 
 
+@pytest.mark.slow
+@needs_nvcc
+def test_a_process_that_exits_mid_build_ends_its_compilers(tmp_path):
+    """A run that fails while its kernels build in the background exits without waiting for them
+    and leaves no compiler running (the builder threads are daemons; nvcc's process group is
+    killed at exit)."""
+    import signal
+    import time
+
+    probe = ("import time\nfrom mgg.kernels import build\nfrom mgg.kernels.prebuild import KernelPrebuild\n"
+             "KernelPrebuild(['tall_gemm'], ['sm_90']).start()\n"
+             "while not build._RUNNING: time.sleep(0.05)\n"
+             "print(next(iter(build._RUNNING)).pid, flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(MGG_KERNEL_CACHE=str(tmp_path)),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    group = int(r.stdout.split()[-1])
+    for _ in range(600):  # killed at exit; the kernel reaps the group at once, on a loaded box a moment later
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(group, signal.SIGKILL)
+        pytest.fail("the compiler outlived the process that started it")
+    assert not list(tmp_path.glob("*.cubin"))
+
+
 def test_mgg_build_refuses_bad_arguments(capsys):
     from mgg.build import main
 

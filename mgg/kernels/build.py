@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -80,10 +81,35 @@ def cuda_arch(device: int | None = None) -> str:
     return "sm_90"
 
 
+_RUNNING: set = set()  # the compiler processes running now (kill_running_builds ends them)
+_RUNNING_LOCK = threading.Lock()
+
+
 def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}\n{(r.stderr or r.stdout)[-3000:]}")
+    # its own process group: kill_running_builds ends nvcc with the cicc / ptxas it runs
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{(err or out)[-3000:]}")
+
+
+def kill_running_builds() -> None:
+    """End every compiler process this process started that is still running (a run that exits
+    early does not leave them building for a minute)."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _nvcc() -> str:
@@ -240,7 +266,7 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
             errors = []
             t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory(dir=d) as tmp:
+            with tempfile.TemporaryDirectory(prefix="mgg-build-") as tmp:  # the system's: a killed build leaves nothing here
                 staged = os.path.join(tmp, "k.cubin")
                 for fn in methods:
                     try:
@@ -255,7 +281,9 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
                 secs = time.perf_counter() - t0
                 with open(meta + ".tmp", "w") as f:
                     json.dump({"method": method, "seconds": secs, "arch": arch, "errors": errors}, f)
-                os.replace(staged, out)
+                part_file = f"{out}.{os.getpid()}.part"
+                shutil.copyfile(staged, part_file)
+                os.replace(part_file, out)  # whole or absent: a reader never sees a partial cubin
                 os.replace(meta + ".tmp", meta)
             return KernelBuild(out, method, secs, False)
         finally:

@@ -11,18 +11,25 @@ building is waited for, not built twice.
 `progress(line)` gets one line when builds start ("building 6 CUDA kernels for sm_90 ... 0/6"),
 one as each finishes ("... 3/6") and one at the end ("built 6 CUDA kernels for sm_90 in 12.3 s");
 nothing when every cubin is cached.
+
+The builder threads are daemons and a process that exits before its builds are done (a run
+that failed while loading, say) ends its compiler processes on the way out: it neither waits
+for them nor leaves them running.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .build import build_cubin, cache_dir, cubin_target
+from .build import build_cubin, cache_dir, cubin_target, kill_running_builds
 from .modules import expand_specs
 
 __all__ = ["KernelPrebuild", "PrebuildResult", "KernelBuildError", "default_jobs"]
@@ -92,11 +99,12 @@ class KernelPrebuild:
                                      cached=[_key(t) for t in self.targets if t.cached])
         self.progress = progress
         self.jobs = jobs or default_jobs(len(self.missing))
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: list = []
+        self._futures: list[tuple[object, Future]] = []
         self._lock = threading.Lock()
         self._done = 0
         self._t0 = 0.0
+        self._cancelled = False
+        self._waited = False
 
     def start(self) -> "KernelPrebuild":
         """Submit the missing modules (none: nothing runs, nothing is printed). Returns self."""
@@ -105,9 +113,35 @@ class KernelPrebuild:
             return self
         self._say(f"building {len(self.missing)} CUDA kernel{'s' * (len(self.missing) > 1)} for "
                   f"{_describe(self.archs)} ... 0/{len(self.missing)}")
-        self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="mgg-build")
-        self._futures = [(t, self._pool.submit(self._build, t)) for t in self.missing]
+        work: queue.SimpleQueue = queue.SimpleQueue()
+        self._futures = [(t, Future()) for t in self.missing]
+        for item in self._futures:
+            work.put(item)
+        _LIVE.add(self)
+        for i in range(min(self.jobs, len(self.missing))):
+            threading.Thread(target=self._worker, args=(work,), name=f"mgg-build-{i}", daemon=True).start()
         return self
+
+    def _worker(self, work: queue.SimpleQueue) -> None:
+        while not self._cancelled:
+            try:
+                t, fut = work.get_nowait()
+            except queue.Empty:
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                self._build(t)
+            except BaseException as e:  # noqa: BLE001 - handed to wait()
+                fut.set_exception(e)
+            else:
+                fut.set_result(None)
+
+    def cancel(self) -> None:
+        """Build nothing more (the builds under way finish, or are killed: kill_running_builds)."""
+        self._cancelled = True
+        for _, fut in self._futures:
+            fut.cancel()
 
     def _say(self, line: str) -> None:
         if self.progress is not None:
@@ -130,17 +164,19 @@ class KernelPrebuild:
         compiler's output) when any failed. Safe to call more than once."""
         failures = []
         for t, fut in self._futures:
-            e = fut.exception()
+            try:
+                e = fut.exception()
+            except CancelledError as c:
+                e = c
             if e is not None:
                 failures.append((t, e))
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._futures and not self._waited:
+            self._waited = True
             self.result.seconds = time.perf_counter() - self._t0
             if not failures:
                 self._say(f"built {len(self.missing)} CUDA kernel{'s' * (len(self.missing) > 1)} for "
                           f"{_describe(self.archs)} in {self.result.seconds:.1f} s")
-        self._futures = [(t, f) for t, f in self._futures if f.exception() is None]
+        _LIVE.discard(self)
         if failures:
             raise _build_error(failures)
         return self.result
@@ -174,3 +210,14 @@ def _build_error(failures: list) -> KernelBuildError:
     names = ", ".join(f"{t.name}.cu ({t.part + ', ' if t.part else ''}{t.arch})" for t, _ in failures)
     where = f"; the compiler's output is in {log}" if log else ""
     return KernelBuildError(f"building CUDA kernel {names} failed: {hint[:400]}{where}")
+
+
+_LIVE: "weakref.WeakSet[KernelPrebuild]" = weakref.WeakSet()  # prebuilds not yet waited for
+
+
+@atexit.register
+def _cancel_all() -> None:
+    """At exit: stop every prebuild still running and end its compiler processes."""
+    for pre in list(_LIVE):
+        pre.cancel()
+    kill_running_builds()
