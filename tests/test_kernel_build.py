@@ -35,7 +35,7 @@ def test_source_builds_and_links(name, kernel_cache_dir, monkeypatch):
         pytest.importorskip("nvidia.nvshmem", reason="needs the nvidia-nvshmem-cu13 wheel (the test extra)")
     from mgg.kernels.modules import kernel_module
 
-    for part in kernel_module(name).parts or (None,):  # what the runtime builds: each part apart
+    for part in kernel_module(name).part_names or (None,):  # what the runtime builds: each part apart
         b = build_cubin(name, "sm_90", nvshmem=nvshmem, part=part)
         data = open(b.path, "rb").read()
         assert data[:4] == b"\x7fELF" and len(data) > 1000  # a cubin (an ELF image), linked

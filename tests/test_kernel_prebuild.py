@@ -50,11 +50,12 @@ def test_load_module_refuses_an_unregistered_or_misflagged_module():
 
 def test_features_of_the_default_runs():
     gcn1 = set(run_kernel_modules(TrainConfig(model="gcn"), 1))
-    assert gcn1 == {"local_csr:fp32", "relu_grad", "bias_relu_dropout", "dropout", "dropout_project"}
+    assert gcn1 == {"local_csr:fp32", "local_csr:fp32.w1", "local_csr:fp32.w2", "relu_grad", "bias_relu_dropout",
+                    "dropout", "dropout_project"}
     gcn4 = set(run_kernel_modules(TrainConfig(model="gcn"), 4))
     assert gcn4 == gcn1 | {"aggregate"}  # other GPUs' rows, and the halo / ptr variants
     bf16 = set(run_kernel_modules(TrainConfig(model="gcn", storage_dtype="bf16"), 2))
-    assert {"local_csr:fp32", "local_csr:bf16"} <= bf16 and "local_csr:fp16" not in bf16
+    assert {"local_csr:fp32", "local_csr:bf16.w2"} <= bf16 and "local_csr:fp16" not in bf16
     assert "norm_relu" in run_kernel_modules(TrainConfig(model="gin"), 2)  # GIN's default batch norm
     assert "norm_relu" not in run_kernel_modules(TrainConfig(model="gin", norm="layer"), 2)
     gat = set(run_kernel_modules(TrainConfig(model="gat"), 1))
@@ -105,14 +106,16 @@ def test_parts_and_specs():
     from mgg.kernels.modules import expand_specs, parse_spec
 
     csr = kernel_module("local_csr")
-    assert csr.parts == ("fp32", "bf16", "fp16")
-    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert len(csr.parts) == 9 and csr.part_names[:3] == ("fp32", "fp32.w1", "fp32.w2")
+    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32.w1" and csr.part_of("mgg_csr_scale_rows") == "fp32"
     assert csr.part_of("mgg_csr_rows_bf16_l1_v1_w0") == "bf16" and csr.part_of("mgg_csr_combine_fp16") == "fp16"
-    assert csr.part_of("mgg_csr_table16_bf16") == "bf16" and csr.part_of("mgg_csr_scan_fp16_l4_w1") == "fp16"
-    assert csr.part_defines("bf16") == ("MGG_CSR_STORAGE=1",)
+    assert csr.part_of("mgg_csr_table16_bf16") == "bf16" and csr.part_of("mgg_csr_scan_fp16_l4_w1") == "fp16.w1"
+    assert csr.part_defines("bf16.w2") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2")
+    assert csr.parts_for_storage("fp32") == ("fp32", "fp32.w1", "fp32.w2")
+    assert csr.parts_for_storage("fp16") == ("fp32", "fp32.w1", "fp32.w2", "fp16", "fp16.w1", "fp16.w2")
     assert parse_spec("local_csr:fp16") == ("local_csr", "fp16") and parse_spec("aggregate") == ("aggregate", None)
     assert expand_specs(["local_csr", "local_csr:fp32", "dropout"]) == [
-        ("local_csr", "fp32"), ("local_csr", "bf16"), ("local_csr", "fp16"), ("dropout", None)]
+        *(("local_csr", p) for p in csr.part_names), ("dropout", None)]
     with pytest.raises(ValueError, match="has no part 'int8'"):
         parse_spec("local_csr:int8")
     with pytest.raises(ValueError, match="built whole"):
@@ -134,7 +137,7 @@ def test_the_parts_split_the_entry_points_where_part_of_looks():
 
     csr = kernel_module("local_csr")
     whole = entries()
-    parts = {p: entries(csr.part_defines(p)) for p in csr.parts}
+    parts = {p.name: entries(p.defines) for p in csr.parts}
     assert len(whole) > 90 and all(parts.values())
     assert set().union(*parts.values()) == whole and sum(map(len, parts.values())) == len(whole)
     for part, names in parts.items():

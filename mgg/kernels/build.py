@@ -210,7 +210,7 @@ def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None
     by a hash of the source with its local headers, the architecture and the NVSHMEM device
     library. `nvshmem` None: the module's registered flag (mgg.kernels.modules). `part`: one of
     the module's registered parts (its -D macro is added to `defines`)."""
-    label = name
+    label, extra = name, len(defines)
     if nvshmem is None or part is not None:
         from .modules import kernel_module
 
@@ -232,7 +232,7 @@ def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None
         root, libsig = "", "plain"
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
-    out = os.path.join(d, f"{label}{'-defs' if len(defines) > (part is not None) else ''}-{arch}-{key}.cubin")
+    out = os.path.join(d, f"{label}{'-defs' if extra else ''}-{arch}-{key}.cubin")
     return CubinTarget(name, arch, bool(nvshmem), tuple(defines), src, root, out,
                        os.path.join(d, f"{label}-{arch}-{key}.lock"), part)
 

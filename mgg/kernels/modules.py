@@ -20,24 +20,36 @@ Features:
     sampling          neighbour sampling and id maps of --mode sampled
     embedding         the sharded embedding bag (mgg.embedding)
 
-A module may be built as several cubins of one source, its `parts` (local_csr: one per storage
-dtype, selected by a -D macro, 26-35 entry points each), so that its parts build in parallel and
-a run builds only the parts it loads. A function belongs to the part whose name it carries as a
-`_<part>` suffix (mgg_csr_rows_bf16_...), else to the first part. `load_module` returns an
-object whose `get_function` loads the function's part on first use. A build spec names a module
-("local_csr": every part) or one part ("local_csr:fp32").
+A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
+weight mode, selected by -D macros, 8-13 of its 99 entry points each), so that its parts build in
+parallel and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
+point's name to its part; `load_module` returns an object whose `get_function` loads the
+function's part on first use. A build spec names a module ("local_csr": every part) or one part
+("local_csr:fp32.w1").
 
 Importing this module is cheap (no torch, no CUDA).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Callable
 
 __all__ = ["KernelModule", "FEATURES", "kernel_module", "module_names", "modules_for", "uses_nvshmem", "parse_spec",
            "expand_specs"]
 
 FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense", "tall_rows", "dropout",
             "batch_norm", "sampling", "embedding")
+
+
+@dataclass(frozen=True)
+class KernelPart:
+    """One cubin of a module built in parts: the -D macros that select its entry points, and the
+    storage dtype of the runs that load it."""
+
+    name: str
+    defines: tuple[str, ...]
+    storage: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -51,46 +63,67 @@ class KernelModule:
         features: the run features (FEATURES) that load it.
         training: a training run (mgg.train) may load it; `python -m mgg.build` builds these
             by default and every module with --all.
-        parts: names of the cubins it is built as (empty: one cubin of the whole source); the
-            part names of a storage-split module are storage dtypes (fp32, bf16, fp16).
-        part_macro: the macro that selects part i (-D<part_macro>=i; plain modules only).
+        parts: the cubins it is built as (empty: one cubin of the whole source; plain modules only).
+        part_rule: entry point name -> the name of the part that holds it.
     """
 
     name: str
     nvshmem: bool
     features: tuple[str, ...]
     training: bool = True
-    parts: tuple[str, ...] = ()
-    part_macro: str = ""
+    parts: tuple[KernelPart, ...] = ()
+    part_rule: Callable[[str], str] | None = None
 
     def __post_init__(self):
         unknown = set(self.features) - set(FEATURES)
         if unknown or not self.features:
             raise ValueError(f"kernel module {self.name!r}: features must be among {FEATURES}, got {self.features}")
-        if bool(self.parts) != bool(self.part_macro) or (self.parts and self.nvshmem):
-            raise ValueError(f"kernel module {self.name!r}: parts need a part_macro, and a plain (non-NVSHMEM) build")
+        if bool(self.parts) != (self.part_rule is not None) or (self.parts and self.nvshmem):
+            raise ValueError(f"kernel module {self.name!r}: parts need a part_rule, and a plain (non-NVSHMEM) build")
+
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parts)
 
     def part_of(self, function: str) -> str:
-        """The part holding entry point `function`: the part named by its `_<part>` suffix, else the first."""
+        """The name of the part holding entry point `function`."""
         if not self.parts:
             raise ValueError(f"kernel module {self.name!r} is built whole (it has no parts)")
-        for part in self.parts[1:]:
-            if f"_{part}_" in function or function.endswith(f"_{part}"):
-                return part
-        return self.parts[0]
+        return self.part_rule(function)
 
-    def part_defines(self, part: str) -> tuple[str, ...]:
-        """The -D macros of `part` (ValueError naming the parts for another name)."""
-        if part not in self.parts:
-            raise ValueError(f"kernel module {self.name!r} has no part {part!r} (parts: {', '.join(self.parts) or 'none'})")
-        return (f"{self.part_macro}={self.parts.index(part)}",)
+    def part(self, name: str) -> KernelPart:
+        """The part `name` (ValueError naming the parts for another name)."""
+        for p in self.parts:
+            if p.name == name:
+                return p
+        raise ValueError(f"kernel module {self.name!r} has no part {name!r} "
+                         f"(parts: {', '.join(self.part_names) or 'none'})")
+
+    def part_defines(self, name: str) -> tuple[str, ...]:
+        """The -D macros of part `name`."""
+        return self.part(name).defines
 
     def parts_for_storage(self, storage_dtype: str) -> tuple[str | None, ...]:
         """The parts a run with `storage_dtype` embeddings loads: float32's (gradients and
         float32 tables) and the storage dtype's; (None,) for a module built whole."""
         if not self.parts:
             return (None,)
-        return tuple(p for p in self.parts if p in ("fp32", storage_dtype))
+        return tuple(p.name for p in self.parts if p.storage in ("fp32", storage_dtype))
+
+
+def _local_csr_part(function: str) -> str:
+    """local_csr.cu's part of an entry point: its storage dtype from a _bf16 / _fp16 in the name
+    (float32 without), its weight mode from a _w1 / _w2 ending (_w0 and no mode: the dtype's first
+    part): "fp32", "bf16.w1", ..."""
+    dtype = next((d for d in ("bf16", "fp16") if f"_{d}" in function), "fp32")
+    m = re.search(r"_w([12])$", function)
+    return f"{dtype}.w{m.group(1)}" if m else dtype
+
+
+#: local_csr.cu in nine parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W)
+_LOCAL_CSR_PARTS = tuple(KernelPart(dtype if w == 0 else f"{dtype}.w{w}", (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}"),
+                                    dtype)
+                         for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3))
 
 
 _REGISTRY: dict[str, KernelModule] = {}
@@ -103,8 +136,7 @@ def _register(m: KernelModule) -> None:
 
 
 _register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
-_register(KernelModule("local_csr", False, ("csr_variants",), parts=("fp32", "bf16", "fp16"),
-                       part_macro="MGG_CSR_STORAGE"))
+_register(KernelModule("local_csr", False, ("csr_variants",), parts=_LOCAL_CSR_PARTS, part_rule=_local_csr_part))
 _register(KernelModule("gat_fused", True, ("attention",)))
 _register(KernelModule("tall_gemm", False, ("tall_rows",)))
 _register(KernelModule("relu_grad", False, ("dense",)))
@@ -160,6 +192,6 @@ def expand_specs(specs) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     for spec in specs:
         name, part = parse_spec(spec)
-        parts = (part,) if part else (kernel_module(name).parts or (None,))
+        parts = (part,) if part else (kernel_module(name).part_names or (None,))
         out.extend((name, p) for p in parts if (name, p) not in out)
     return out
