@@ -78,7 +78,8 @@ def test_the_graph_size_adds_the_tall_gemm_kernels():
     cfg = TrainConfig(model="gcn")
     known = run_kernel_modules(cfg, 1)
     tall = np.zeros(TALL_GEMM_ROWS + 1, dtype=np.int64)  # an edgeless graph: split by node counts
-    assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS and size_specs(cfg, 1, tall, known) == ["tall_gemm"]
+    assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS
+    assert size_specs(cfg, 1, tall, known) == [f"tall_gemm:{p}" for p in ("k1", "k2", "k3", "k4", "tn")]
     assert size_specs(cfg, 2, tall, run_kernel_modules(cfg, 2)) == []  # half the rows a rank
     from mgg.apps.kernel_prebuild import preset_rows_per_rank
 
@@ -120,28 +121,32 @@ def test_parts_and_specs():
         parse_spec("local_csr:int8")
     with pytest.raises(ValueError, match="built whole"):
         kernel_module("aggregate").part_of("mgg_local_v1")
+    tg = kernel_module("tall_gemm")
+    assert tg.part_of("mgg_tall_gemm_xbp_k2_n6") == "k2" and tg.part_of("mgg_tall_gemm_xb_k4_n8_p2") == "k4"
+    assert tg.part_of("mgg_tall_gemm_tnpm_k8") == "tn" and tg.parts_for_storage("bf16") == tg.part_names
 
 
 @pytest.mark.slow
 @needs_nvcc
-def test_the_parts_split_the_entry_points_where_part_of_looks():
-    """Preprocessed with each part's macro, local_csr.cu declares disjoint sets of entry points
+@pytest.mark.parametrize("name", [n for n in module_names() if kernel_module(n).parts])
+def test_the_parts_split_the_entry_points_where_part_of_looks(name):
+    """Preprocessed with each part's macros, the source declares disjoint sets of entry points
     whose union is the whole source's, and each entry point sits in the part `part_of` names."""
     import re
 
     def entries(defines=()):
         out = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", "-E", "-x", "cu",
-                              *[f"-D{d}" for d in defines], str(ROOT / "mgg" / "kernels" / "local_csr.cu")],
+                              *[f"-D{d}" for d in defines], str(ROOT / "mgg" / "kernels" / f"{name}.cu")],
                              capture_output=True, text=True, check=True).stdout
         return set(re.findall(r'extern "C"[^;{]*?\b(mgg_\w+)\s*\(', out))
 
-    csr = kernel_module("local_csr")
+    module = kernel_module(name)
     whole = entries()
-    parts = {p.name: entries(p.defines) for p in csr.parts}
-    assert len(whole) > 90 and all(parts.values())
+    parts = {p.name: entries(p.defines) for p in module.parts}
+    assert len(whole) > 50 and all(parts.values())
     assert set().union(*parts.values()) == whole and sum(map(len, parts.values())) == len(whole)
     for part, names in parts.items():
-        assert {csr.part_of(n) for n in names} == {part}
+        assert {module.part_of(n) for n in names} == {part}
 
 
 def test_a_failed_prebuild_is_one_user_error(monkeypatch, tmp_path):

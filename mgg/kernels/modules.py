@@ -21,7 +21,8 @@ Features:
     embedding         the sharded embedding bag (mgg.embedding)
 
 A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
-weight mode, selected by -D macros, 8-13 of its 99 entry points each), so that its parts build in
+weight mode, selected by -D macros, 8-13 of its 99 entry points each; tall_gemm: five, 12-20 of
+its 76), so that its parts build in
 parallel and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
 point's name to its part; `load_module` returns an object whose `get_function` loads the
 function's part on first use. A build spec names a module ("local_csr": every part) or one part
@@ -120,6 +121,21 @@ def _local_csr_part(function: str) -> str:
     return f"{dtype}.w{m.group(1)}" if m else dtype
 
 
+def _tall_gemm_part(function: str) -> str:
+    """tall_gemm.cu's part of an entry point: "tn" for the weight-gradient kernels (mgg_tall_gemm_tn*),
+    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n...)."""
+    if function.startswith("mgg_tall_gemm_tn"):
+        return "tn"
+    m = re.search(r"_k(\d+)_n", function)
+    if m is None:
+        raise ValueError(f"{function!r} is not an entry point of tall_gemm.cu")
+    return f"k{m.group(1)}"
+
+
+#: tall_gemm.cu in five parts: the xb kernels by K chunks, the tn kernels (MGG_TALL_GEMM_PART)
+_TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",)) for i, name in
+                         enumerate(("k1", "k2", "k3", "k4", "tn"), start=1))
+
 #: local_csr.cu in nine parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W)
 _LOCAL_CSR_PARTS = tuple(KernelPart(dtype if w == 0 else f"{dtype}.w{w}", (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}"),
                                     dtype)
@@ -138,7 +154,7 @@ def _register(m: KernelModule) -> None:
 _register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
 _register(KernelModule("local_csr", False, ("csr_variants",), parts=_LOCAL_CSR_PARTS, part_rule=_local_csr_part))
 _register(KernelModule("gat_fused", True, ("attention",)))
-_register(KernelModule("tall_gemm", False, ("tall_rows",)))
+_register(KernelModule("tall_gemm", False, ("tall_rows",), parts=_TALL_GEMM_PARTS, part_rule=_tall_gemm_part))
 _register(KernelModule("relu_grad", False, ("dense",)))
 _register(KernelModule("bias_relu_dropout", False, ("dense",)))
 _register(KernelModule("dropout", False, ("dropout",)))
