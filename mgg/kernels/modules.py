@@ -21,7 +21,7 @@ Features:
     embedding         the sharded embedding bag (mgg.embedding)
 
 A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
-weight mode, selected by -D macros, 8-13 of its 99 entry points each; tall_gemm: five, 12-20 of
+weight mode, selected by -D macros, 8-13 of its 99 entry points each; tall_gemm: seven, 8-12 of
 its 76), so that its parts build in
 parallel and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
 point's name to its part; `load_module` returns an object whose `get_function` loads the
@@ -123,18 +123,19 @@ def _local_csr_part(function: str) -> str:
 
 def _tall_gemm_part(function: str) -> str:
     """tall_gemm.cu's part of an entry point: "tn" for the weight-gradient kernels (mgg_tall_gemm_tn*),
-    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n...)."""
+    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n...), "k<KC>p2" for its
+    two-pass form (..._p2)."""
     if function.startswith("mgg_tall_gemm_tn"):
         return "tn"
-    m = re.search(r"_k(\d+)_n", function)
+    m = re.search(r"_k(\d+)_n\d+(_p2)?$", function)
     if m is None:
         raise ValueError(f"{function!r} is not an entry point of tall_gemm.cu")
-    return f"k{m.group(1)}"
+    return f"k{m.group(1)}{'p2' if m.group(2) else ''}"
 
 
-#: tall_gemm.cu in five parts: the xb kernels by K chunks, the tn kernels (MGG_TALL_GEMM_PART)
+#: tall_gemm.cu in seven parts: the xb kernels by K chunks and passes, the tn kernels (MGG_TALL_GEMM_PART)
 _TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",)) for i, name in
-                         enumerate(("k1", "k2", "k3", "k4", "tn"), start=1))
+                         enumerate(("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2"), start=1))
 
 #: local_csr.cu in nine parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W)
 _LOCAL_CSR_PARTS = tuple(KernelPart(dtype if w == 0 else f"{dtype}.w{w}", (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}"),
