@@ -256,7 +256,7 @@ def _startup_phases(clock, dg, model: str, comm) -> None:
         with clock.phase("plan"):
             dg.plan(kind), dg.plan(kind, True)
     with clock.phase("build"):
-        finish_kernel_prebuild(comm)
+        finish_kernel_prebuild(comm, dg.device)  # and the run's modules loaded onto its GPU
         if kind is not None:
             dg.prepare()
 

@@ -180,10 +180,12 @@ def size_specs(cfg: TrainConfig, world_size: int, indptr, known) -> list[str]:
     return [s for s in run_kernel_modules(cfg, world_size, max_rank_rows(indptr, world_size)) if s not in known]
 
 
-def finish_kernel_prebuild(comm) -> None:
+def finish_kernel_prebuild(comm, device=None) -> None:
     """Wait for the kernels `start_kernel_prebuild` and `extend_kernel_prebuild` started (nothing
-    when none were); the `build` phase calls it before the executors load their modules.
-    Collective: a module that failed to build on any rank raises the same UserError on every rank."""
+    when none were); the `build` phase calls it before the executors load their modules. With a
+    CUDA `device` (this rank's), the prebuilt modules are then loaded onto it, so the first epoch
+    loads none. Collective: a module that failed to build or load on any rank raises the same
+    UserError on every rank."""
     err = None
     done = []
     for wave in _ACTIVE.pop(id(comm), []):
@@ -195,10 +197,27 @@ def finish_kernel_prebuild(comm) -> None:
         except Exception as e:  # noqa: BLE001 - agreed on below
             err = err or e
     _DONE[id(comm)] = done
+    if err is None and device is not None and getattr(device, "type", None) == "cuda":
+        try:
+            _load(done, device.index)
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            err = e
     try:
         comm.check(err)
     except Exception as e:  # noqa: BLE001 - the same one line on every rank
         raise UserError(str(e)) from e
+
+
+def _load(results, device: int) -> None:
+    """Load every module (part) the prebuilds built or found onto GPU `device`."""
+    from ..kernels.build import load_module
+    from ..kernels.modules import expand_specs
+
+    for res in results:
+        for name, part in expand_specs(res.names):
+            mod = load_module(name, device=device)
+            if part is not None:
+                mod.part(part)
 
 
 def kernel_summary(cfg: TrainConfig, comm) -> dict:

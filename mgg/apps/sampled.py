@@ -151,7 +151,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     prep = prepared
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
         with clock.phase("build") if clock is not None else nullcontext():
-            finish_kernel_prebuild(comm)  # the run's kernels, built while the graph loaded
+            finish_kernel_prebuild(comm, dg.device)  # the run's kernels, built while the graph loaded, loaded
         loader, feats, seeds = _loader(cfg, comm, graph, dg, prep, teardown)
         data = local_data(dg, prep)
         model = model_entry(cfg.model).sampled_model(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
