@@ -325,12 +325,18 @@ class PartedModule:
 
                 b = build_cubin(self.name, part=part)
                 with cupy.cuda.Device(self.device):
-                    mod = self.parts[part] = cupy.RawModule(path=b.path)
+                    mod = cupy.RawModule(path=b.path)
+                    mod.module  # noqa: B018 - loaded now, on this GPU (CuPy loads on first use)
+                self.parts[part] = mod
                 BUILDS[f"{self.name}:{part}"] = b
             return mod
 
     def get_function(self, function: str):
-        return self.part(self.spec.part_of(function)).get_function(function)
+        import cupy
+
+        mod = self.part(self.spec.part_of(function))
+        with cupy.cuda.Device(self.device):  # the function handle of this GPU's copy
+            return mod.get_function(function)
 
 
 def load_module(name: str, nvshmem: bool | None = None, device: int | None = None):
@@ -364,6 +370,7 @@ def load_module(name: str, nvshmem: bool | None = None, device: int | None = Non
         b = build_cubin(name, nvshmem=nvshmem)
         with cupy.cuda.Device(idx):
             mod = cupy.RawModule(path=b.path)
+            mod.module  # noqa: B018 - loaded now, on this GPU (CuPy loads on first use)
             if nvshmem:
                 import nvshmem.bindings as nb
 
