@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, replace
 from typing import Any
 
-from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
+from .config import DEFAULT_TUNE_CACHE, TrainConfig, TrainResult, UserError, check_model_support, tune_variants
 from .faults import fault_point, parse_fault
 from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar,
                    register_row_sets, run_epochs, untimed)
@@ -44,14 +44,7 @@ def _search_space(cfg: TrainConfig, backend: str):
     """(SearchSpace, variants, cache key extra) of a --tune run: pinned knobs are not searched."""
     from ..runtime.tuner import SearchSpace
 
-    if backend != "gpu":
-        variants = ("pipelined",)  # the CPU executor has one kernel
-    else:
-        variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
-        if cfg.storage_dtype != "fp32":  # only the variants with 16-bit kernels
-            from ..kernels.variants import variants_for_storage
-
-            variants = variants_for_storage(cfg.storage_dtype, variants) or variants
+    variants = tune_variants(cfg, backend)
     pins = cfg.pinned()
     space = SearchSpace(**{f"{k}_values": (v,) for k, v in pins.items()}, variants=variants,
                         tune_ps_inter=False if cfg.ps_inter is not None else None)

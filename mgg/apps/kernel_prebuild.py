@@ -19,7 +19,7 @@ import inspect
 import os
 import sys
 
-from .config import TUNED_VARIANTS, TrainConfig, UserError
+from .config import TrainConfig, UserError, tune_variants
 
 __all__ = ["kernel_features", "run_kernel_modules", "aggregation_variants", "max_rank_rows", "size_specs",
            "start_kernel_prebuild", "extend_kernel_prebuild", "finish_kernel_prebuild", "kernel_summary"]
@@ -36,13 +36,8 @@ def aggregation_variants(cfg: TrainConfig, world_size: int) -> tuple[str, ...]:
     """The GPU aggregation variants a full-graph run of `cfg` may launch: those `--tune` compares,
     the one `--variant` names, or what "auto" can pick (mgg.kernels.gpu.choose_variant: csr_rows
     on a rank without remote work -- every rank at P = 1 --, else halo_csr, or ptr for float32)."""
-    from ..kernels.variants import variants_for_storage
-
     if cfg.tune:
-        variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
-        if cfg.storage_dtype != "fp32":
-            variants = variants_for_storage(cfg.storage_dtype, variants) or variants
-        return tuple(variants)
+        return tune_variants(cfg, "gpu")
     if cfg.variant != "auto":
         return (cfg.variant,)
     if world_size == 1:
