@@ -8,9 +8,9 @@ partition (ranges, this rank's forward and transposed rows: `DistGraph` construc
 store), store (the symmetric store: MPI window or NVSHMEM init), data (this rank's features, labels and
 masks onto its device, and the row sets of the training and evaluated rows), plan (forward and
 transposed plans of the model's aggregation kind), build (the rest of the run's CUDA kernel
-builds, which start in the background before load -- mgg.apps.kernel_prebuild --, and the
-executors: modules loaded from the cache, plans uploaded), model (the model replica, its broadcast and the optimizer), first_epoch (the first
-training epoch and its evaluation). Together they cover the time to the end of the first epoch.
+builds, which start in the background before load -- mgg.apps.kernel_prebuild --, the run's
+modules loaded onto its GPU, the executors with their plans uploaded), model (the model replica,
+its broadcast and the optimizer), first_epoch (the first training epoch and its evaluation). Together they cover the time to the end of the first epoch.
 """
 from __future__ import annotations
 

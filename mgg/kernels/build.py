@@ -266,7 +266,8 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
             errors = []
             t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory(prefix="mgg-build-") as tmp:  # the system's: a killed build leaves nothing here
+            # in the system's temp folder: a build killed at exit leaves nothing in the cache
+            with tempfile.TemporaryDirectory(prefix="mgg-build-") as tmp:
                 staged = os.path.join(tmp, "k.cubin")
                 for fn in methods:
                     try:
