@@ -250,7 +250,6 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
     t = cubin_target(name, arch, nvshmem, defines, part)
     src, out, root, arch, nvshmem, defines = t.src, t.path, t.root, t.arch, t.nvshmem, t.defines
     meta = out + ".json"
-    d = os.path.dirname(out)
     with open(t.lock, "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)  # one builder per node; the others wait, then hit the cache
         try:
