@@ -4,10 +4,15 @@ scipy is imported on first use (it takes 0.6 s and more to import, and a run tha
 scipy matrix never needs it)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .graph import Graph
 from .validate import GraphFormatError, validate_graph
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["from_scipy", "to_scipy"]
 
@@ -42,7 +47,7 @@ def from_scipy(A, x=None, y=None, train_mask=None, val_mask=None, test_mask=None
     return validate_graph(g, source)
 
 
-def to_scipy(graph: Graph, dtype=np.float32) -> "sp.csr_matrix":
+def to_scipy(graph: Graph, dtype=np.float32) -> sp.csr_matrix:
     """[N, N] CSR matrix with ones (duplicates kept as separate entries, summing on use)."""
     import scipy.sparse as sp
 
