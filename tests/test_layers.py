@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("nn", ("mgg.nn",)),
     ("sample, embedding", ("mgg.sample", "mgg.embedding")),
     ("apps", ("mgg.apps", "mgg.train", "mgg.prepare", "mgg.train_sampled", "mgg.serve", "mgg.tune", "mgg.doctor",
-              "mgg.checkpoint", "mgg.testing", "mgg.export", "mgg.predict")),
+              "mgg.build", "mgg.checkpoint", "mgg.testing", "mgg.export", "mgg.predict")),
 ]
 
 

@@ -78,7 +78,7 @@ def test_console_script_resolves(script):
 
 
 def test_console_scripts_cover_the_commands():
-    assert set(PROJECT["scripts"]) == {"mgg-train", "mgg-prepare", "mgg-serve", "mgg-doctor", "mgg-tune"}
+    assert set(PROJECT["scripts"]) == {"mgg-train", "mgg-prepare", "mgg-serve", "mgg-doctor", "mgg-tune", "mgg-build"}
 
 
 def test_default_dataset_loads_without_networkx(monkeypatch):

@@ -215,9 +215,15 @@ def test_local_csr_cu_has_16_bit_kernels(kernel_cache_dir, monkeypatch):
     from mgg.kernels.csr_rows import STORAGE_SUFFIX
 
     monkeypatch.setenv("MGG_KERNEL_CACHE", str(kernel_cache_dir))
-    data = open(build_cubin("local_csr", "sm_90", nvshmem=False).path, "rb").read()
-    for sfx in STORAGE_SUFFIX.values():
-        assert f"mgg_csr_combine{sfx}".encode() in data
+    from mgg.kernels.modules import kernel_module
+
+    def cubin_of(function: str) -> bytes:  # the part the loader picks for the function
+        part = kernel_module("local_csr").part_of(function)
+        return open(build_cubin("local_csr", "sm_90", nvshmem=False, part=part).path, "rb").read()
+
+    for sfx in STORAGE_SUFFIX.values():  # each storage dtype's kernels
+        assert f"mgg_csr_combine{sfx}".encode() in cubin_of(f"mgg_csr_combine{sfx}")
         for lanes, vpl in ((1, 1), (8, 1), (32, 1), (32, 4)):
             for w in (0, 1, 2):
-                assert f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{w}".encode() in data
+                name = f"mgg_csr_rows{sfx}_l{lanes}_v{vpl}_w{w}"
+                assert name.encode() in cubin_of(name)

@@ -8,6 +8,7 @@
     sampled.py  --mode sampled: mini-batch training on the same skeleton
     faults.py   MGG_FAULT_INJECT (test hook of the reliability tests)
     report.py   the metrics JSON and the summary lines
+    kernel_prebuild.py  the CUDA kernels a GPU run loads, built in parallel before its first epoch
     outputs.py  the files a run writes at its end (metrics, checkpoints), checked before it starts
 
 Models and what they support (--tune, --mode sampled) come from mgg.nn.registry; features,

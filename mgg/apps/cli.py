@@ -232,6 +232,7 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     from .config import check_model_support
     from .report import print_stopped, print_summary, write_metrics
 
+    from .kernel_prebuild import extend_kernel_prebuild, kernel_summary, start_kernel_prebuild
     from .outputs import check_outputs
     from .phases import PhaseClock, process_age_s
 
@@ -240,11 +241,14 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
     check_backend(cfg.backend, comm)
     check_storage_variant(cfg)
     check_fits(cfg, comm)
+    start_kernel_prebuild(cfg, comm)  # GPU runs: the run's kernels compile while the graph loads
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)
+    extend_kernel_prebuild(cfg, comm, graph)  # the kernels the graph's size adds
     with StopSignal() as stop:
         res = train(cfg, comm, graph, prep, verbose=True, stop=stop, clock=clock)
+    res.kernels = kernel_summary(cfg, comm)
     if comm.rank == 0:
         if res.stopped:
             print_stopped(res, cfg.epochs)

@@ -9,8 +9,8 @@ from typing import Any
 
 from ..kernels.variants import tuned_variant_names, variant_names
 
-__all__ = ["TrainConfig", "TrainResult", "UserError", "BACKENDS", "VARIANTS", "TUNED_VARIANTS", "KNOB_DEFAULTS",
-           "DEFAULT_TUNE_CACHE", "MODES", "DEFAULT_FANOUT", "DEFAULT_BATCH_SIZE", "SAMPLED_FLAGS",
+__all__ = ["TrainConfig", "TrainResult", "UserError", "BACKENDS", "VARIANTS", "TUNED_VARIANTS", "tune_variants",
+           "KNOB_DEFAULTS", "DEFAULT_TUNE_CACHE", "MODES", "DEFAULT_FANOUT", "DEFAULT_BATCH_SIZE", "SAMPLED_FLAGS",
            "model_names", "sampled_models", "check_model_support", "STORAGE_DTYPES"]
 
 BACKENDS = ("auto", "cpu", "gpu")
@@ -149,6 +149,18 @@ class TrainConfig:
         return {k: getattr(self, k) for k in KNOB_DEFAULTS if getattr(self, k) is not None}
 
 
+def tune_variants(cfg: TrainConfig, backend: str) -> tuple[str, ...]:
+    """The kernel variants a --tune run of `cfg` compares on `backend` (the CPU executor has one)."""
+    if backend != "gpu":
+        return ("pipelined",)
+    variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
+    if cfg.storage_dtype != "fp32":  # only the variants with 16-bit kernels
+        from ..kernels.variants import variants_for_storage
+
+        variants = variants_for_storage(cfg.storage_dtype, variants) or variants
+    return tuple(variants)
+
+
 @dataclass
 class TrainResult:
     """What `train` returns on every rank (metrics are global, identical on all ranks)."""
@@ -176,3 +188,4 @@ class TrainResult:
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step
     cuda_graph: str = ""               # --cuda-graph: "replayed", or "eager: <why>"
     row_sets: dict = field(default_factory=dict)  # row set name -> nodes over all ranks (mgg.runtime.rowset)
+    kernels: dict = field(default_factory=dict)   # GPU runs: kernel modules built, loaded (mgg.apps.kernel_prebuild)

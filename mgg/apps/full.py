@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, replace
 from typing import Any
 
-from .config import DEFAULT_TUNE_CACHE, TUNED_VARIANTS, TrainConfig, TrainResult, UserError, check_model_support
+from .config import DEFAULT_TUNE_CACHE, TrainConfig, TrainResult, UserError, check_model_support, tune_variants
 from .faults import fault_point, parse_fault
 from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar,
                    register_row_sets, run_epochs, untimed)
@@ -44,14 +44,7 @@ def _search_space(cfg: TrainConfig, backend: str):
     """(SearchSpace, variants, cache key extra) of a --tune run: pinned knobs are not searched."""
     from ..runtime.tuner import SearchSpace
 
-    if backend != "gpu":
-        variants = ("pipelined",)  # the CPU executor has one kernel
-    else:
-        variants = TUNED_VARIANTS if cfg.variant == "auto" else (cfg.variant,)
-        if cfg.storage_dtype != "fp32":  # only the variants with 16-bit kernels
-            from ..kernels.variants import variants_for_storage
-
-            variants = variants_for_storage(cfg.storage_dtype, variants) or variants
+    variants = tune_variants(cfg, backend)
     pins = cfg.pinned()
     space = SearchSpace(**{f"{k}_values": (v,) for k, v in pins.items()}, variants=variants,
                         tune_ps_inter=False if cfg.ps_inter is not None else None)
@@ -244,19 +237,21 @@ def _setup(cfg: TrainConfig, comm, dg, data: LocalData, fault) -> tuple[FullGrap
     return FullGraphHooks(state, model, opt, gen, fault), state
 
 
-def _startup_phases(clock, dg, model: str) -> None:
-    """Build the model's forward and transposed plans and their executors now (kernels built or
-    loaded from the cache, plans uploaded) as the `plan` and `build` phases, instead of inside
-    the first epoch."""
+def _startup_phases(clock, dg, model: str, comm) -> None:
+    """Build the model's forward and transposed plans and their executors now (the run's CUDA
+    kernels built -- mgg.apps.kernel_prebuild -- or loaded from the cache, plans uploaded) as
+    the `plan` and `build` phases, instead of inside the first epoch. Collective."""
     from ..nn.registry import model_entry
+    from .kernel_prebuild import finish_kernel_prebuild
 
     kind = model_entry(model).aggregation
-    if kind is None:  # fused attention (GAT) builds its own structures in the first epoch
-        return
-    with clock.phase("plan"):
-        dg.plan(kind), dg.plan(kind, True)
+    if kind is not None:  # fused attention (GAT) builds its own structures in the first epoch
+        with clock.phase("plan"):
+            dg.plan(kind), dg.plan(kind, True)
     with clock.phase("build"):
-        dg.prepare()
+        finish_kernel_prebuild(comm, dg.device)  # and the run's modules loaded onto its GPU
+        if kind is not None:
+            dg.prepare()
 
 
 def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,
@@ -289,7 +284,7 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             data = local_data(dg, prep)
             if cfg.row_sets:  # before the plans: theirs are built with them
                 register_row_sets(dg, data, cfg.layers)  # cfg is resolved: layers is set
-        _startup_phases(clock, dg, cfg.model)
+        _startup_phases(clock, dg, cfg.model, comm)
         with clock.phase("model"):
             hooks, state = _setup(cfg, comm, dg, data, fault)
         state.res.row_sets = {r.name: r.num_global for sets in (data.train_layers, data.eval_layers)

@@ -7,9 +7,10 @@ the communicator), load (read or generate the dataset), reorder (an explicit --r
 partition (ranges, this rank's forward and transposed rows: `DistGraph` construction without the
 store), store (the symmetric store: MPI window or NVSHMEM init), data (this rank's features, labels and
 masks onto its device, and the row sets of the training and evaluated rows), plan (forward and
-transposed plans of the model's aggregation kind), build (executors: kernel build or cache load,
-plan upload), model (the model replica, its broadcast and the optimizer), first_epoch (the first
-training epoch and its evaluation). Together they cover the time to the end of the first epoch.
+transposed plans of the model's aggregation kind), build (the rest of the run's CUDA kernel
+builds, which start in the background before load -- mgg.apps.kernel_prebuild --, the run's
+modules loaded onto its GPU, the executors with their plans uploaded), model (the model replica,
+its broadcast and the optimizer), first_epoch (the first training epoch and its evaluation). Together they cover the time to the end of the first epoch.
 """
 from __future__ import annotations
 

@@ -71,6 +71,8 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         doc["cuda_graph"] = res.cuda_graph
     if res.row_sets:
         doc["row_sets"] = res.row_sets
+    if res.kernels:
+        doc["kernels"] = res.kernels
     if hasattr(graph, "fingerprint"):
         doc["fingerprint"] = graph.fingerprint()
     atomic_write_json(path, json_safe(doc), indent=2)

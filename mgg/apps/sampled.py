@@ -15,6 +15,7 @@ of the DistGraph, so test accuracy is comparable with --mode full.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -176,6 +177,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     from ..nn.optim import Adam
     from ..nn.registry import model_entry
     from ..sample import BatchPlan
+    from .kernel_prebuild import finish_kernel_prebuild
 
     requested = cfg.batch_size
     cfg = check_sampled_config(cfg)
@@ -189,6 +191,8 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
     check_feature_budget(cfg.feature_memory_budget, BatchPlan(len(seeds), cfg.batch_size, comm.size).max_share,
                          int(prep.x.shape[1]))
     with distgraph_session(cfg, comm, graph) as (dg, teardown):
+        with clock.phase("build") if clock is not None else nullcontext():
+            finish_kernel_prebuild(comm, dg.device)  # the run's kernels, built while the graph loaded, loaded
         loader, feats = _loader(cfg, comm, graph, dg, prep, seeds, teardown)
         data = local_data(dg, prep)
         model = model_entry(cfg.model).sampled_model(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,

@@ -17,7 +17,6 @@ pymetis (PyPI; the ``metis`` extra: ``pip install 'mgg[metis]'``) is optional: w
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from .graph import Graph
 
@@ -55,6 +54,8 @@ def metis_host_bytes(num_nodes: int, num_edges: int) -> int:
 def _metis_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(xadj int64 [N+1], adjncy int64 [M]): the symmetrised 0/1 pattern without self loops."""
     n = graph.num_nodes
+    import scipy.sparse as sp  # imported on first use: slow to import
+
     a = sp.csr_matrix((np.ones(graph.num_edges, dtype=np.int8), np.asarray(graph.indices),
                        np.asarray(graph.indptr)), shape=(n, n))
     a = (a + a.T).tocsr()  # duplicates merged by the sum

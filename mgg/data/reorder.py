@@ -31,9 +31,12 @@ pick by default (``auto``) is mgg.data.locality's rule; measurements in docs/par
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 from .graph import Graph
 
@@ -94,6 +97,8 @@ def _pattern(graph: Graph, symmetric: bool) -> sp.csr_matrix:
     """The N x N 0/1 pattern (int8, duplicates merged), A[i, j] = 1 for an edge j -> i;
     with `symmetric`, A + A^T."""
     n = graph.num_nodes
+    import scipy.sparse as sp  # imported on first use: slow to import
+
     a = sp.csr_matrix((np.ones(graph.num_edges, dtype=np.int8), graph.indices, graph.indptr),
                       shape=(n, n))
     a.sum_duplicates()

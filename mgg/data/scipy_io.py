@@ -1,11 +1,18 @@
-"""scipy.sparse matrices <-> Graph. Row = target: ``A[i, j] != 0`` is the edge ``j -> i``."""
+"""scipy.sparse matrices <-> Graph. Row = target: ``A[i, j] != 0`` is the edge ``j -> i``.
+
+scipy is imported on first use (it takes 0.6 s and more to import, and a run that reads no
+scipy matrix never needs it)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse as sp
 
 from .graph import Graph
 from .validate import GraphFormatError, validate_graph
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["from_scipy", "to_scipy"]
 
@@ -18,6 +25,8 @@ def from_scipy(A, x=None, y=None, train_mask=None, val_mask=None, test_mask=None
     (explicitly stored zeros are dropped); duplicate entries of a COO input are kept as
     duplicate edges. Node data as in :class:`Graph`.
     """
+    import scipy.sparse as sp
+
     if not sp.issparse(A):
         raise GraphFormatError(source, "matrix", f"expected a scipy sparse matrix, got {type(A).__name__}")
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
@@ -40,6 +49,8 @@ def from_scipy(A, x=None, y=None, train_mask=None, val_mask=None, test_mask=None
 
 def to_scipy(graph: Graph, dtype=np.float32) -> sp.csr_matrix:
     """[N, N] CSR matrix with ones (duplicates kept as separate entries, summing on use)."""
+    import scipy.sparse as sp
+
     n = graph.num_nodes
     data = np.ones(graph.num_edges, dtype=dtype)
     return sp.csr_matrix((data, graph.indices, graph.indptr), shape=(n, n))

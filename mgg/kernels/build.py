@@ -17,13 +17,16 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["KernelBuild", "build_cubin", "load_module", "nvshmem_root", "cache_dir", "cuda_arch"]
+__all__ = ["KernelBuild", "CubinTarget", "build_cubin", "cubin_target", "load_module", "nvshmem_root", "nvcc_path",
+           "cache_dir", "cuda_arch",
+           "loaded_modules"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MODULES: dict[tuple[str, int], object] = {}  # (name, GPU index) -> CuPy RawModule
@@ -49,8 +52,11 @@ def nvshmem_root() -> str:
     env = os.environ.get("NVSHMEM_HOME")
     if env:
         return env
-    import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
-
+    try:
+        import nvidia.nvshmem as nvn  # the nvidia-nvshmem-cu13 wheel
+    except ImportError:
+        raise ImportError("the kernels that call NVSHMEM link its device library, which is missing: "
+                          "pip install nvidia-nvshmem-cu13 (or set NVSHMEM_HOME to an NVSHMEM install)") from None
     return list(nvn.__path__)[0]
 
 
@@ -60,30 +66,64 @@ def cache_dir() -> str:
     return d
 
 
-def cuda_arch() -> str:
-    """sm_XY of the current device (MGG_CUDA_ARCH overrides; sm_90 without a GPU)."""
+def cuda_arch(device: int | None = None) -> str:
+    """sm_XY of GPU `device` (default: the current one; MGG_CUDA_ARCH overrides; sm_90 without a GPU)."""
     if os.environ.get("MGG_CUDA_ARCH"):
         return os.environ["MGG_CUDA_ARCH"]
     try:
         import torch
 
         if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
+            major, minor = torch.cuda.get_device_capability(device)
             return f"sm_{major}{minor}"
     except ImportError:
         pass
     return "sm_90"
 
 
+_RUNNING: set = set()  # the compiler processes running now (kill_running_builds ends them)
+_RUNNING_LOCK = threading.Lock()
+
+
 def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}\n{(r.stderr or r.stdout)[-3000:]}")
+    # its own process group: kill_running_builds ends nvcc with the cicc / ptxas it runs
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{(err or out)[-3000:]}")
+
+
+def kill_running_builds() -> None:
+    """End every compiler process this process started that is still running (a run that exits
+    early does not leave them building for a minute)."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _nvcc() -> str:
+    found = nvcc_path()
+    if found is None:
+        raise RuntimeError("nvcc is not on PATH (nor in $CUDA_HOME/bin or /usr/local/cuda/bin): install the "
+                           "CUDA 13 toolkit, or build the kernels elsewhere with python -m mgg.build --arch "
+                           "ARCH and copy the cache (MGG_KERNEL_CACHE)")
+    return found
 
 
 def _build_nvcc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
     obj = os.path.join(tmp, "k.o")
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
     _run([nvcc, f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", "-lineinfo", f"-I{root}/include",
           "-c", src, "-o", obj])
     _run([nvcc, f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", out])
@@ -110,7 +150,7 @@ def _build_nvrtc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
 
 def _build_plain(src: str, out: str, arch: str, root: str, tmp: str, defines: tuple[str, ...] = ()) -> None:
     """A kernel without NVSHMEM calls: one nvcc -cubin, no device link (`defines`: -D macros)."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
     _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-O3", "-lineinfo", *[f"-D{d}" for d in defines],
           src, "-o", out])
 
@@ -134,14 +174,51 @@ def source_text(src: str, _seen: frozenset = frozenset()) -> bytes:
     return text
 
 
-def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
-                defines: tuple[str, ...] = ()) -> KernelBuild:
-    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+def nvcc_path() -> str | None:
+    """The nvcc that builds the kernels: on PATH, else CUDA_HOME's or /usr/local/cuda's; None if none."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
 
-    `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
-    NVSHMEM install needed). `defines`: preprocessor macros (NAME or NAME=VALUE) for a variant
-    of the source a tool needs (e.g. the benchmark's MGG_CSR_GATHER_ONLY); plain builds only,
-    cached apart from the plain build."""
+
+@dataclass(frozen=True)
+class CubinTarget:
+    """Where the cubin of one (source, architecture, NVSHMEM library, defines) lives in the cache."""
+
+    name: str
+    arch: str
+    nvshmem: bool
+    defines: tuple[str, ...]
+    src: str
+    root: str     # the NVSHMEM install ("" for a plain build)
+    path: str     # the cubin
+    lock: str     # the file lock its builder holds
+    part: str | None = None  # the registered part of the module it holds (None: the whole source)
+
+    @property
+    def cached(self) -> bool:
+        return os.path.exists(self.path)
+
+
+def cubin_target(name: str, arch: str | None = None, nvshmem: bool | None = None,
+                 defines: tuple[str, ...] = (), part: str | None = None) -> CubinTarget:
+    """The cache entry of mgg/kernels/<name>.cu for `arch` (default: this GPU's, cuda_arch), keyed
+    by a hash of the source with its local headers, the architecture and the NVSHMEM device
+    library. `nvshmem` None: the module's registered flag (mgg.kernels.modules). `part`: one of
+    the module's registered parts (its -D macro is added to `defines`)."""
+    label, extra = name, len(defines)
+    if nvshmem is None or part is not None:
+        from .modules import kernel_module
+
+        if nvshmem is None:
+            nvshmem = kernel_module(name).nvshmem
+        if part is not None:
+            defines = tuple(defines) + kernel_module(name).part_defines(part)
+            label = f"{name}.{part}"
     if defines and nvshmem:
         raise ValueError(f"build_cubin({name!r}): defines are for plain (nvshmem=False) builds")
     arch = arch or cuda_arch()
@@ -155,9 +232,25 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
         root, libsig = "", "plain"
     key = hashlib.sha256(text + arch.encode() + libsig.encode()).hexdigest()[:20]
     d = cache_dir()
-    out = os.path.join(d, f"{name}{'-defs' if defines else ''}-{arch}-{key}.cubin")
+    out = os.path.join(d, f"{label}{'-defs' if extra else ''}-{arch}-{key}.cubin")
+    return CubinTarget(name, arch, bool(nvshmem), tuple(defines), src, root, out,
+                       os.path.join(d, f"{label}-{arch}-{key}.lock"), part)
+
+
+def build_cubin(name: str, arch: str | None = None, nvshmem: bool | None = None,
+                defines: tuple[str, ...] = (), part: str | None = None) -> KernelBuild:
+    """Compile mgg/kernels/<name>.cu for `arch` into a cached cubin; returns where it is.
+
+    `nvshmem=False` builds a source that calls no NVSHMEM device function as a plain cubin (no
+    NVSHMEM install needed); None: the module's registered flag. `defines`: preprocessor macros
+    (NAME or NAME=VALUE) for a variant of the source a tool needs (e.g. the benchmark's
+    MGG_CSR_GATHER_ONLY); plain builds only, cached apart from the plain build. Safe from several
+    threads and processes at once: one builds a given cubin, the others wait and load it.
+    `part`: one registered part of the module (mgg.kernels.modules), built alone."""
+    t = cubin_target(name, arch, nvshmem, defines, part)
+    src, out, root, arch, nvshmem, defines = t.src, t.path, t.root, t.arch, t.nvshmem, t.defines
     meta = out + ".json"
-    with open(os.path.join(d, f"{name}-{arch}-{key}.lock"), "w") as lk:
+    with open(t.lock, "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)  # one builder per node; the others wait, then hit the cache
         try:
             if os.path.exists(out):
@@ -172,37 +265,104 @@ def build_cubin(name: str, arch: str | None = None, nvshmem: bool = True,
                 raise ValueError(f"MGG_KERNEL_BUILD must be nvcc, nvrtc or auto, got {want!r}")
             errors = []
             t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory(dir=d) as tmp:
-                part = os.path.join(tmp, "k.cubin")
+            # in the system's temp folder: a build killed at exit leaves nothing in the cache
+            with tempfile.TemporaryDirectory(prefix="mgg-build-") as tmp:
+                staged = os.path.join(tmp, "k.cubin")
                 for fn in methods:
                     try:
-                        fn(src, part, arch, root, tmp, defines) if defines else fn(src, part, arch, root, tmp)
+                        fn(src, staged, arch, root, tmp, defines) if defines else fn(src, staged, arch, root, tmp)
                         method = fn.__name__.replace("_build_", "")
                         break
                     except Exception as e:  # noqa: BLE001 - recorded, next method tried
                         errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
                 else:
-                    raise RuntimeError(f"building {name}.cu for {arch} failed:\n" + "\n".join(errors))
+                    what = f"{name}.cu ({part})" if part else f"{name}.cu"
+                    raise RuntimeError(f"building {what} for {arch} failed:\n" + "\n".join(errors))
                 secs = time.perf_counter() - t0
                 with open(meta + ".tmp", "w") as f:
                     json.dump({"method": method, "seconds": secs, "arch": arch, "errors": errors}, f)
-                os.replace(part, out)
+                part_file = f"{out}.{os.getpid()}.part"
+                shutil.copyfile(staged, part_file)
+                os.replace(part_file, out)  # whole or absent: a reader never sees a partial cubin
                 os.replace(meta + ".tmp", meta)
             return KernelBuild(out, method, secs, False)
         finally:
             fcntl.flock(lk, fcntl.LOCK_UN)
 
 
-def load_module(name: str, nvshmem: bool = True, device: int | None = None):
+def loaded_modules() -> tuple[str, ...]:
+    """The modules this process has loaded (on any GPU) as build specs ("aggregate",
+    "local_csr:fp32" for a part), sorted."""
+    with _LOCK:
+        mods = list(_MODULES.items())
+    names = set()
+    for (name, _), mod in mods:
+        if isinstance(mod, PartedModule):
+            names.update(f"{name}:{p}" for p in list(mod.parts))
+        else:
+            names.add(name)
+    return tuple(sorted(names))
+
+
+class PartedModule:
+    """A module built as several cubins (mgg.kernels.modules: `parts`) on one GPU: `get_function`
+    loads, on first use, the part that holds the function (building it if the cache lacks it)."""
+
+    def __init__(self, name: str, device: int):
+        from .modules import kernel_module
+
+        self.name, self.device = name, int(device)
+        self.spec = kernel_module(name)
+        self.parts: dict[str, object] = {}  # part -> CuPy RawModule
+        self._lock = threading.Lock()
+
+    def part(self, part: str):
+        """The CuPy RawModule of `part` on this module's GPU."""
+        with self._lock:
+            mod = self.parts.get(part)
+            if mod is None:
+                import cupy
+
+                b = build_cubin(self.name, part=part)
+                with cupy.cuda.Device(self.device):
+                    mod = cupy.RawModule(path=b.path)
+                    mod.module  # noqa: B018 - loaded now, on this GPU (CuPy loads on first use)
+                self.parts[part] = mod
+                BUILDS[f"{self.name}:{part}"] = b
+            return mod
+
+    def get_function(self, function: str):
+        import cupy
+
+        mod = self.part(self.spec.part_of(function))
+        with cupy.cuda.Device(self.device):  # the function handle of this GPU's copy
+            return mod.get_function(function)
+
+
+def load_module(name: str, nvshmem: bool | None = None, device: int | None = None):
     """The CuPy RawModule of mgg/kernels/<name>.cu on GPU `device` (default: the current one),
-    built (cached) and NVSHMEM-initialised once per GPU (`nvshmem=False`: a plain module, see
-    build_cubin). A CUDA module belongs to one GPU's context: a kernel of it launched on another
-    GPU's stream reads that GPU's pointers through the wrong context (an illegal address), so
+    built (cached) and NVSHMEM-initialised once per GPU. `name` must be registered in
+    mgg.kernels.modules (the list the prebuild reads), and `nvshmem`, when given, must agree with
+    its registered flag (False: a plain module, see build_cubin). A module registered with parts
+    comes as a PartedModule (the same `get_function`). A CUDA module belongs to one GPU's
+    context: a kernel of it launched on another GPU's stream reads that GPU's pointers through
+    the wrong context (an illegal address), so
     modules are cached by (name, GPU) and loaded with that GPU current. Launch through
     mgg.kernels.launch, which does the same for function handles and streams."""
+    from .modules import kernel_module
+
+    registered = kernel_module(name).nvshmem  # ValueError for a module the registry does not list
+    if nvshmem is not None and bool(nvshmem) != registered:
+        raise ValueError(f"load_module({name!r}, nvshmem={nvshmem}): mgg.kernels.modules registers it with "
+                         f"nvshmem={registered}")
+    nvshmem = registered
+    if kernel_module(name).parts:
+        idx = _current_device() if device is None else int(device)
+        with _LOCK:
+            return _MODULES.setdefault((name, idx), PartedModule(name, idx))
     import cupy
 
-    idx = cupy.cuda.runtime.getDevice() if device is None else int(device)
+    idx = _current_device() if device is None else int(device)
     with _LOCK:
         mod = _MODULES.get((name, idx))
         if mod is not None:
@@ -210,6 +370,7 @@ def load_module(name: str, nvshmem: bool = True, device: int | None = None):
         b = build_cubin(name, nvshmem=nvshmem)
         with cupy.cuda.Device(idx):
             mod = cupy.RawModule(path=b.path)
+            mod.module  # noqa: B018 - loaded now, on this GPU (CuPy loads on first use)
             if nvshmem:
                 import nvshmem.bindings as nb
 
@@ -219,3 +380,9 @@ def load_module(name: str, nvshmem: bool = True, device: int | None = None):
         BUILDS[name] = b
         _MODULES[(name, idx)] = mod
         return mod
+
+
+def _current_device() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())

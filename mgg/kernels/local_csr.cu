@@ -78,6 +78,55 @@
 #define MGG_CSR_STORE_IF(v)
 #endif
 
+// MGG_CSR_STORAGE=S (0 float32, 1 bfloat16, 2 float16) and MGG_CSR_W=W (weight mode 0, 1, 2):
+// only the entry points of storage dtype S and weight mode W (those without a mode -- combine,
+// scale_rows (float32), table16 -- go with W = 0). The runtime builds the nine parts as separate
+// cubins, in parallel, and a run builds those of its dtypes only (mgg.kernels.modules); a macro
+// left undefined keeps every dtype, or every mode.
+#if defined(MGG_CSR_STORAGE) || defined(MGG_CSR_W)
+#pragma nv_diag_suppress 177  // helpers of the other dtypes and modes go unreferenced in a part
+#endif
+#ifdef MGG_CSR_STORAGE
+#define MGG_CSR_HAS(S) (MGG_CSR_STORAGE == (S))
+#else
+#define MGG_CSR_HAS(S) 1
+#endif
+#ifdef MGG_CSR_W
+#define MGG_CSR_HAS_W(W) (MGG_CSR_W == (W))
+#else
+#define MGG_CSR_HAS_W(W) 1
+#endif
+#if MGG_CSR_HAS_W(0)
+#define MGG_CSR_W0(def) def
+#else
+#define MGG_CSR_W0(def)
+#endif
+#if MGG_CSR_HAS_W(1)
+#define MGG_CSR_W1(def) def
+#else
+#define MGG_CSR_W1(def)
+#endif
+#if MGG_CSR_HAS_W(2)
+#define MGG_CSR_W2(def) def
+#else
+#define MGG_CSR_W2(def)
+#endif
+#if MGG_CSR_HAS(0)
+#define MGG_CSR_FP32(def) def
+#else
+#define MGG_CSR_FP32(def)
+#endif
+#if MGG_CSR_HAS(1)
+#define MGG_CSR_BF16(def) def
+#else
+#define MGG_CSR_BF16(def)
+#endif
+#if MGG_CSR_HAS(2)
+#define MGG_CSR_FP16(def) def
+#else
+#define MGG_CSR_FP16(def)
+#endif
+
 #define FULL 0xffffffffu
 
 namespace {
@@ -882,8 +931,9 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
     csr_rows_body<S, L, V, W>(n_long, long_tasks, n_items, items, runs, indptr, src, wt, cf, rf, diag, x, \
                               DV, out, partial, add);                                                   \
   }
-#define DEF_ROWS(L, V, W) DEF_ROWS_S(0, , L, V, W) DEF_ROWS_S(1, _bf16, L, V, W) DEF_ROWS_S(2, _fp16, L, V, W)
-#define DEF_ROWS_W(L, V) DEF_ROWS(L, V, 0) DEF_ROWS(L, V, 1) DEF_ROWS(L, V, 2)
+#define DEF_ROWS(L, V, W) MGG_CSR_FP32(DEF_ROWS_S(0, , L, V, W)) MGG_CSR_BF16(DEF_ROWS_S(1, _bf16, L, V, W)) \
+  MGG_CSR_FP16(DEF_ROWS_S(2, _fp16, L, V, W))
+#define DEF_ROWS_W(L, V) MGG_CSR_W0(DEF_ROWS(L, V, 0)) MGG_CSR_W1(DEF_ROWS(L, V, 1)) MGG_CSR_W2(DEF_ROWS(L, V, 2))
 DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
 DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
 
@@ -901,8 +951,10 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
   }
 // 16-bit storage: w = 1 (sum, mean, a producer-scaled gcn table) and per-edge weights (its column
 // kinds read the plan's weights: CsrRowsExecutor.column_by_weights), no cf[src] form
-#define DEF_SCAN_W(L) DEF_SCAN(0, , L, 0) DEF_SCAN(0, , L, 1) DEF_SCAN(0, , L, 2) DEF_SCAN(1, _bf16, L, 0) \
-  DEF_SCAN(1, _bf16, L, 1) DEF_SCAN(2, _fp16, L, 0) DEF_SCAN(2, _fp16, L, 1)
+#define DEF_SCAN_W(L)                                                                                     \
+  MGG_CSR_FP32(MGG_CSR_W0(DEF_SCAN(0, , L, 0)) MGG_CSR_W1(DEF_SCAN(0, , L, 1)) MGG_CSR_W2(DEF_SCAN(0, , L, 2))) \
+  MGG_CSR_BF16(MGG_CSR_W0(DEF_SCAN(1, _bf16, L, 0)) MGG_CSR_W1(DEF_SCAN(1, _bf16, L, 1)))                   \
+  MGG_CSR_FP16(MGG_CSR_W0(DEF_SCAN(2, _fp16, L, 0)) MGG_CSR_W1(DEF_SCAN(2, _fp16, L, 1)))
 DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
@@ -915,7 +967,7 @@ DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
                                                   float4* out, int add, long long dlo, long long dhi) { \
     csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add, dlo, dhi);                  \
   }
-DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
+MGG_CSR_W0(MGG_CSR_FP32(DEF_COMBINE(0, )) MGG_CSR_BF16(DEF_COMBINE(1, _bf16)) MGG_CSR_FP16(DEF_COMBINE(2, _fp16)))
 
 // The gcn pre-scale of float32 storage (mgg/kernels/csr_rows/, CsrRowsExecutor): out[i] =
 // cf[row] * x[i] for n rows of DV float4s. Block b covers float4s [b * 4 * blockDim, (b + 1) * 4 *
@@ -926,6 +978,7 @@ DEF_COMBINE(0, ) DEF_COMBINE(1, _bf16) DEF_COMBINE(2, _fp16)
 // 2026-11-26-h200x1-ac5feba, c3): 0.088 ms for [2.45M, 16] against 0.084 for a
 // copy, where a grid-stride loop took 0.093-0.097 and torch's broadcast multiply 0.128.
 #define SCALE_UNROLL 4
+#if MGG_CSR_HAS(0) && MGG_CSR_HAS_W(0)
 extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, const float* __restrict__ cf,
                                               const float4* __restrict__ x, float4* __restrict__ out) {
   const long long total = n * DV;
@@ -946,6 +999,7 @@ extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, co
     if (i < total) out[i] = make_float4(v[u].x * f[u], v[u].y * f[u], v[u].z * f[u], v[u].w * f[u]);
   }
 }
+#endif
 
 // The 16-bit table of a P = 1 call (mgg/kernels/csr_rows/, CsrRowsExecutor._table): out row r
 // = round16(s[r] * x[r]) (s = cf, the gcn factor's scaled forms; null: x as given), padded with
@@ -1012,4 +1066,4 @@ __device__ __forceinline__ void table16_body(long long n, int D, int DV, int vec
                                                   const float* x, uint4* out) {                        \
     table16_body<S>(n, D, DV, vec4, s, x, out);                                                        \
   }
-DEF_TABLE16(1, _bf16) DEF_TABLE16(2, _fp16)
+MGG_CSR_W0(MGG_CSR_BF16(DEF_TABLE16(1, _bf16)) MGG_CSR_FP16(DEF_TABLE16(2, _fp16)))

@@ -313,12 +313,33 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
 #define MGG_XB_K(KC) MGG_XB(KC, 2) MGG_XB(KC, 4) MGG_XB(KC, 6) MGG_XB(KC, 8)
 #define MGG_XB_K2(KC) MGG_XB_NAMED(_p2, KC, 2, 2) MGG_XB_NAMED(_p2, KC, 2, 4) MGG_XB_NAMED(_p2, KC, 2, 6) \
   MGG_XB_NAMED(_p2, KC, 2, 8)
+// MGG_TALL_GEMM_PART=P: only the entry points of part P (1-4: the one-pass xb kernels of KC = P,
+// 5: the tn kernels, 6 and 7: the two-pass xb kernels of KC = 3 and 4). The runtime builds the
+// seven parts as separate cubins, in parallel (mgg.kernels.modules); undefined: every entry point.
+#ifdef MGG_TALL_GEMM_PART
+#define MGG_TG_HAS(P) (MGG_TALL_GEMM_PART == (P))
+#pragma nv_diag_suppress 177  // helpers of the other parts go unreferenced in a part
+#else
+#define MGG_TG_HAS(P) 1
+#endif
+#if MGG_TG_HAS(1)
 MGG_XB_K(1)
+#endif
+#if MGG_TG_HAS(2)
 MGG_XB_K(2)
+#endif
+#if MGG_TG_HAS(3)
 MGG_XB_K(3)
+#endif
+#if MGG_TG_HAS(4)
 MGG_XB_K(4)
+#endif
+#if MGG_TG_HAS(6)
 MGG_XB_K2(3)
+#endif
+#if MGG_TG_HAS(7)
 MGG_XB_K2(4)
+#endif
 
 // ---- mgg_tall_gemm_tn_kNT8: P [block] = G^T X over the block's rows, G [n, N], X [n, K] ----
 // The weight gradient G^T x of a tall G and x (N, K multiples of 4 up to 64): a reduction over n.
@@ -508,6 +529,8 @@ __device__ __forceinline__ void tall_gemm_tn(const float* __restrict__ G, const 
   MGG_TN_NAMED(mgg_tall_gemm_tnp_k##NT8, NT8, true, false)     \
   MGG_TN_NAMED(mgg_tall_gemm_tnm_k##NT8, NT8, false, true)     \
   MGG_TN_NAMED(mgg_tall_gemm_tnpm_k##NT8, NT8, true, true)
+#if MGG_TG_HAS(5)
 MGG_TN(2)
 MGG_TN(4)
 MGG_TN(8)
+#endif

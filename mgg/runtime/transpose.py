@@ -17,7 +17,6 @@ argsort/searchsorted construction).
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 __all__ = ["transposed_rows", "transposed_rows_t", "transposed_rows_exchange", "plan_device", "sort_within_rows"]
@@ -141,6 +140,8 @@ def _counting(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int):
     k = len(cols)
     if k == 0 or n == 0:
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    import scipy.sparse as sp  # imported on first use: slow to import
+
     csr = sp.csr_matrix((np.zeros(k, dtype=np.int8), cols, sel_indptr), shape=(num_nodes, n), copy=False)
     csc = csr.tocsc()  # csr_tocsc: counting sort by column, row-major (stable) inside a column
     return csc.indptr.astype(np.int64, copy=False), csc.indices.astype(np.int64, copy=False)
@@ -254,6 +255,8 @@ def _exchange_pairs(fwd_indptr, fwd_indices, bounds: np.ndarray, rank: int, comm
     if k == 0 or n == 0:
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     # stable counting sort by source: a [k, n] CSR with one entry per row, transposed by scipy
+    import scipy.sparse as sp  # imported on first use: slow to import
+
     csr = sp.csr_matrix((np.zeros(k, dtype=np.int8), r_src - lo, np.arange(k + 1, dtype=np.int64)),
                         shape=(k, n), copy=False)
     csc = csr.tocsc()

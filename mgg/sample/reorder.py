@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 __all__ = ["overlap_matrix", "overlap_matrix_torch", "match_reorder", "fetch_cost", "ResidentCache", "MATCH_METRICS"]
@@ -54,6 +53,8 @@ def overlap_matrix(node_sets: Sequence, num_nodes: int | None = None) -> np.ndar
         num_nodes = int(cols.max()) + 1 if cols.size else 1
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(sizes, out=indptr[1:])
+    import scipy.sparse as sp  # imported on first use: slow to import
+
     inc = sp.csr_matrix((np.ones(len(cols), np.int64), cols, indptr), shape=(n, num_nodes))
     return np.asarray((inc @ inc.T).toarray(), dtype=np.int64)
 
