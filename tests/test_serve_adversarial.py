@@ -307,7 +307,7 @@ def maximal_request(fmt: str, rng) -> tuple[np.ndarray, np.ndarray, str, bytes]:
     return idx, off, "/v1/lookup/npy?table=a", npz_bytes(indices=idx, offsets=off)
 
 
-@pytest.mark.parametrize("fmt,bound", [("json", 20), ("npz", 4)])
+@pytest.mark.parametrize("fmt,bound", [("json", 10), ("npz", 4)])
 def test_maximal_request_is_split_and_bounded(svc, tables, fmt, bound):
     """The largest request the limits allow is answered correctly, looked up over several
     steps (--max-batch-ids) while small requests are answered beside it, and raises rank 0's

@@ -38,8 +38,8 @@ from aiohttp import web
 
 from .batcher import CONTROL_SNAPSHOT, ControlJob, LookupJob
 from .io import NAME_RE
-from .lookup_request import (JSON_FIELDS, NPZ_ARRAYS, BadRequest, decode_json, decode_npz, encode_json_reply,
-                             encode_npy_reply, parse_lookup, reply_bytes_bound)
+from .lookup_request import (JSON_FIELDS, NPZ_ARRAYS, SMALL_JSON_BYTES, BadRequest, decode_json, decode_lookup_json,
+                             decode_npz, encode_json_reply, encode_npy_reply, parse_lookup, reply_bytes_bound)
 
 __all__ = ["HttpFront", "is_loopback", "LARGE_REQUEST_BYTES", "LARGE_REQUESTS_AT_ONCE"]
 
@@ -292,7 +292,7 @@ class HttpFront:
         try:
             if request.path == "/v1/lookup":
                 fmt = "json"
-                doc = await self._offload(len(raw), decode_json, raw)
+                doc = await self._offload(len(raw), decode_lookup_json, raw)
                 unknown = set(doc) - JSON_FIELDS
                 if unknown:
                     raise BadRequest(400, f"unknown fields {sorted(unknown)}")
@@ -365,6 +365,8 @@ class HttpFront:
             return orjson.dumps(svc.metrics.snapshot()), js, False
         if path == "/v1/snapshot":
             raw = await self._body(request, bodiless_ok=True)
+            if len(raw) > SMALL_JSON_BYTES:
+                raise BadRequest(413, f"a snapshot body holds a name: at most {SMALL_JSON_BYTES} bytes")
             doc = decode_json(raw) if raw else {}
             name = doc.get("name") or time.strftime("snapshot-%Y%m%d-%H%M%S")
             if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
