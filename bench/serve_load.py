@@ -119,7 +119,7 @@ def adversary(host, port, folder, ready, stop, out) -> None:
             if kind == "big" and st == 200 and not np.allclose(np.load(io.BytesIO(data)), big_ref, rtol=1e-3, atol=1e-3):
                 stats["wrong"] += 1
             if kind == "big" and st != 200:
-                stats["errors"].append(f"adversary's well-formed lookup: {st}")
+                stats["errors"].append(f"adversary's well-formed lookup: {st} {data[:160]!r}")
     out.put(stats)
 
 
@@ -143,7 +143,7 @@ def run_config(host, port, pool, clients: int, seconds: float, adv_folder: str |
             dt = time.perf_counter() - t0
             if st != 200:
                 with lock:
-                    errors.append(st)
+                    errors.append(f"{st} {data[:160]!r}")
                 continue
             if not np.allclose(np.load(io.BytesIO(data)), ref, rtol=1e-4, atol=1e-4):
                 with lock:

@@ -47,6 +47,8 @@ LARGE_REQUEST_BYTES = 1 << 20
 LARGE_REQUESTS_AT_ONCE = 2
 #: bodies and replies up to this size are decoded / encoded on the event loop, larger ones in a thread
 INLINE_BYTES = 64 << 10
+#: replies are handed to the transport in slices of this size
+WRITE_SLICE_BYTES = 256 << 10
 FD_RESERVE = 128  # descriptors kept for table files, MPI and the rest
 
 ROUTES = {("GET", "/v1/health"), ("GET", "/v1/metrics"), ("POST", "/v1/lookup"), ("POST", "/v1/lookup/npy"),
@@ -222,23 +224,29 @@ class HttpFront:
         except ConnectionError:
             raise BadRequest(400, "the connection closed before the body arrived") from None
 
-    async def _send(self, request: web.BaseRequest, status: int, body: bytes, ctype: str,
+    async def _send(self, request: web.BaseRequest, status: int, body: bytes | list, ctype: str,
                     close: bool) -> web.StreamResponse:
+        """Answer with `body` (bytes, or a list of bytes-like pieces written in order)."""
+        parts = [memoryview(p).cast("B") for p in ([body] if isinstance(body, bytes) else body)]
         resp = web.StreamResponse(status=status, headers={"Content-Type": ctype, "Server": "mgg-serve/0.2"})
-        resp.content_length = len(body)
+        resp.content_length = sum(p.nbytes for p in parts)
         if close or not request.content.is_eof():
             resp.force_close()
         try:
-            await asyncio.wait_for(self._write(request, resp, body), self.cfg.io_timeout_s)
+            await asyncio.wait_for(self._write(request, resp, parts), self.cfg.io_timeout_s)
         except (asyncio.TimeoutError, ConnectionError):
             if request.transport is not None:
                 request.transport.abort()
         return resp
 
     @staticmethod
-    async def _write(request, resp, body) -> None:
+    async def _write(request, resp, parts: list[memoryview]) -> None:
+        """Write in slices of WRITE_SLICE_BYTES, each waiting for the socket to drain: a large
+        reply is copied into the transport a slice at a time between the other connections' work."""
         await resp.prepare(request)
-        await resp.write(body)
+        for p in parts:
+            for a in range(0, p.nbytes, WRITE_SLICE_BYTES):
+                await resp.write(p[a: a + WRITE_SLICE_BYTES])
         await resp.write_eof()
 
     # -- requests ----------------------------------------------------------------------------------

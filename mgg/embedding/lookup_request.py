@@ -33,6 +33,8 @@ NPZ_ARRAYS = frozenset({"indices", "offsets", "per_sample_weights"})
 #: ("-1.2345679e-38") and the separator
 JSON_FLOAT_BYTES = 16
 NPY_HEADER_BYTES = 128
+#: floats a JSON reply encodes at a time
+JSON_SLICE_FLOATS = 1 << 14
 
 
 class BadRequest(Exception):
@@ -137,18 +139,27 @@ def parse_lookup(tables: list, names: dict[str, int], table: Any, indices: Any, 
     return LookupRequest(t, table, cfg.embedding_dim, bag)
 
 
-def encode_json_reply(name: str, out: np.ndarray) -> bytes:
+def encode_json_reply(name: str, out: np.ndarray) -> list[bytes]:
     """`{"table", "shape", "embeddings"}` with each float32 written in its shortest form that
-    reads back to the same float32."""
+    reads back to the same float32, as pieces (the rows in slices of JSON_SLICE_FLOATS floats,
+    so no single encoding step holds the interpreter long)."""
     out = np.ascontiguousarray(out, dtype=np.float32)
-    return orjson.dumps({"table": name, "shape": list(out.shape), "embeddings": out},
-                        option=orjson.OPT_SERIALIZE_NUMPY)
+    pieces = [orjson.dumps({"table": name, "shape": list(out.shape)})[:-1] + b',"embeddings":[']
+    rows = max(1, JSON_SLICE_FLOATS // max(1, out.shape[1]))
+    for a in range(0, out.shape[0], rows):
+        if a:
+            pieces.append(b",")
+        pieces.append(orjson.dumps(out[a: a + rows], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    pieces.append(b"]}")
+    return pieces
 
 
-def encode_npy_reply(out: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(out, dtype=np.float32), allow_pickle=False)
-    return buf.getvalue()
+def encode_npy_reply(out: np.ndarray) -> list:
+    """An .npy file of `out` (float32) as pieces: its header and the array itself (no copy)."""
+    out = np.ascontiguousarray(out, dtype=np.float32)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(out))
+    return [head.getvalue(), out]
 
 
 def _ints(x: Any, what: str) -> np.ndarray:

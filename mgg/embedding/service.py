@@ -53,7 +53,7 @@ class ServiceConfig:
     max_reply_bytes: int = 16 << 20
     max_batch: int = 64
     max_wait_ms: float = 2.0
-    max_batch_ids: int = 4096
+    max_batch_ids: int = 2048
     request_timeout_s: float = 60.0
     max_connections: int = 4096
     idle_timeout_s: float = 15.0
