@@ -17,8 +17,10 @@ What a client can make it do is bounded:
   `max_body_bytes` (413 before a byte is read); a request with a body or a reply over
   LARGE_REQUEST_BYTES holds one of LARGE_REQUESTS_AT_ONCE slots while it is read, looked up and
   answered, so concurrent large requests cannot multiply rank 0's memory;
-* per request: `max_bags` bags and `max_reply_bytes` of reply (`lookup_request`), and the batcher
-  looks a large request up over several steps beside the others.
+* per request: `max_bags` bags and `max_reply_bytes` of reply (`lookup_request`); a large JSON
+  body's number lists are parsed by numpy (a few times the body, `json_body`); the batcher looks
+  a large request up in parts between the others' passes; replies go out in WRITE_SLICE_BYTES
+  slices, each waiting for the socket to drain.
 """
 from __future__ import annotations
 
