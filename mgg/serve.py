@@ -24,8 +24,8 @@ LIMIT_FLAGS = {
     "--max-reply-bytes": ("max_reply_bytes", int, "largest reply one request may ask for: bags x dim floats (413 above)"),
     "--max-batch": ("max_batch", int, "most requests in one batched lookup"),
     "--max-wait-ms": ("max_wait_ms", float, "batching window after the first request"),
-    "--max-batch-ids": ("max_batch_ids", int, "most ids + bags in one collective lookup step; a larger request "
-                                              "takes several steps beside the others"),
+    "--max-batch-ids": ("max_batch_ids", int, "most ids + bags in one lookup pass; a larger request is looked up in "
+                                              "parts of this size between the others' passes"),
     "--max-connections": ("max_connections", int, "most open connections; a new one closes the oldest idle one"),
     "--idle-timeout": ("idle_timeout_s", float, "seconds before a connection without a complete request is closed"),
     "--io-timeout": ("io_timeout_s", float, "seconds to receive a body or send an answer"),

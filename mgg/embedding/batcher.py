@@ -1,27 +1,35 @@
-"""The service's batcher: rank 0 turns queued lookups into bounded collective steps; the other
-ranks join every step.
+"""The service's batcher: rank 0 turns queued lookups into collective steps of bounded lookup
+passes; the other ranks join every step.
 
 Rank 0's main thread loops:
 
 * takes the queued jobs (after the first of an idle spell it waits `max_wait_ms` for more, up to
   `max_batch` requests);
-* plans one step of at most `max_batch_ids` work units (a unit is one id or one bag): first every
-  pending request that fits whole, in arrival order, then a chunk of the oldest request that does
-  not (at least half the budget, at least one bag), so a large request is looked up over several
-  steps while small ones ride along in each and are never held behind it;
-* runs the step: broadcasts the header (`Ibcast`), all ranks run one
-  `MultiTableEmbeddingBag.forward` (rank 0's share is the whole step, the others serve their
-  slices to its one-sided gets with an empty batch), then a barrier;
+* runs one collective step: broadcasts the header (`Ibcast`), looks up in passes while the other
+  ranks wait in the step's closing barrier (serving their slices to rank 0's one-sided gets), then
+  the barrier. A pass is
+  - one `MultiTableEmbeddingBag.forward` of the pending requests of at most `max_batch_ids` work
+    units (a unit is one id or one bag) that fit, whole, in `max_batch_ids` units together, in
+    arrival order; their answers go out right after it;
+  - then one forward of the next part of the oldest larger request: at most `max_batch_ids` ids
+    and as many bags (`LookupJob.next_part`; a bag larger than that is split and its pieces are
+    combined);
+  between passes the requests that arrived meanwhile join. The step ends when nothing is pending
+  or after `heartbeat_s`. So a small request waits for at most one pass of a large one, never for
+  its remaining work, and a large request's collective synchronisations are spread over many
+  passes;
 * when idle, a SYNC step (header + barrier) every `heartbeat_s`, so a dead or stopped rank shows
   within seconds even without traffic;
 * snapshots between steps: rank 0 reads every table through the store, one SYNC step per
   64K-row chunk, writing each table to a temp file then `os.replace`;
 * when `stop` is set (shutdown endpoint, SIGTERM/SIGINT), a STOP header: every rank leaves.
 
-Every step is armed on every rank with the communicator's watchdog (`Communicator.guard`), and the
-other ranks arm their wait for the next header too: a stuck or dead rank ends the job (MPI_Abort,
-message on stderr) after the watchdog timeout instead of hanging. `stalled_s()` (seconds since a
-step last completed) is what `/v1/health` reports.
+The other ranks wait for headers and barriers with nonblocking calls polled between 0.2 ms sleeps,
+so they do not spin a core while rank 0 works. Every step is armed on every rank with the
+communicator's watchdog (`Communicator.guard`), and the other ranks arm their wait for the next
+header too: a stuck or dead rank ends the job (MPI_Abort, message on stderr) after the watchdog
+timeout instead of hanging. `stalled_s()` (seconds since a step last completed) is what
+`/v1/health` reports.
 """
 from __future__ import annotations
 
@@ -38,7 +46,8 @@ import torch
 from ..runtime.comm import Communicator
 from .bag import MultiTableEmbeddingBag
 from .io import write_json_atomic, write_npy_atomic
-from .lookup_request import BadRequest, LookupRequest
+from .lookup_job import JobPart, LookupJob
+from .lookup_request import BadRequest
 from .service_metrics import ServiceMetrics
 
 __all__ = ["LookupJob", "ControlJob", "LookupBatcher", "OP_LOOKUP", "OP_SYNC", "OP_STOP", "CONTROL_SNAPSHOT"]
@@ -46,35 +55,7 @@ __all__ = ["LookupJob", "ControlJob", "LookupBatcher", "OP_LOOKUP", "OP_SYNC", "
 OP_LOOKUP, OP_SYNC, OP_STOP = 1, 2, 3  # step headers
 CONTROL_SNAPSHOT = "snapshot"
 SNAPSHOT_CHUNK_ROWS = 1 << 16
-
-
-class LookupJob:
-    """One lookup request in flight: its bags are looked up from `cursor` on, into `out`
-    [B, D] float32; `on_done(job)` is called (from the batcher thread) once with `out` or `error`."""
-
-    __slots__ = ("req", "cum", "cursor", "out", "error", "on_done", "cancelled")
-
-    def __init__(self, req: LookupRequest, on_done: Callable[["LookupJob"], None]):
-        self.req, self.on_done = req, on_done
-        # cum[k] - cum[c]: work units (ids + bags) of bags [c, k)
-        off = req.bag.offsets.numpy()
-        self.cum = off + np.arange(off.size, dtype=np.int64)
-        self.cursor = 0
-        self.out: np.ndarray | None = None
-        self.error: BadRequest | None = None
-        self.cancelled = False  # the client is gone: skipped at the next plan
-
-    @property
-    def num_bags(self) -> int:
-        return self.req.bag.num_bags
-
-    def remaining_units(self) -> int:
-        return int(self.cum[-1] - self.cum[self.cursor])
-
-    def bags_within(self, units: int) -> int:
-        """How many bags from `cursor` on fit in `units` (0 when not even one)."""
-        end = int(np.searchsorted(self.cum, self.cum[self.cursor] + units, side="right")) - 1
-        return max(0, min(end, self.num_bags) - self.cursor)
+POLL_S = 0.0002  # the other ranks' sleep between tests of a pending header or barrier
 
 
 class ControlJob:
@@ -114,12 +95,21 @@ class LookupBatcher:
             self.comm.comm.Ibcast(np.array([op, 0], dtype=np.int64), root=0).Wait()
 
     def _wait_header(self) -> int:
-        """Ranks > 0: the next step's op (Ibcast polled with short sleeps: idle ranks do not spin)."""
+        """Ranks > 0: the next step's op."""
         hdr = np.zeros(2, dtype=np.int64)
-        req = self.comm.comm.Ibcast(hdr, root=0)
-        while not req.Test():
-            time.sleep(0.0002)
+        self._poll(self.comm.comm.Ibcast(hdr, root=0))
         return int(hdr[0])
+
+    @staticmethod
+    def _poll(req) -> None:
+        """Ranks > 0: wait for a nonblocking collective with short sleeps (an idle rank does not spin)."""
+        while not req.Test():
+            time.sleep(POLL_S)
+
+    def _close_step(self) -> None:
+        """The barrier that ends a step (rank 0 arrives last: its wait is short)."""
+        if self.comm.size > 1:
+            self.comm.comm.Ibarrier().Wait()
 
     def _forward(self, idx, off, psw):
         with torch.no_grad():
@@ -132,25 +122,18 @@ class LookupBatcher:
             try:
                 return work() if work is not None else None
             finally:
-                self.comm.barrier()
+                self._close_step()
                 self.last_step_end = time.monotonic()
-                self.metrics.record_step(0, lookup=False)
+                self.metrics.record_step()
 
     def run_worker(self) -> None:
-        T = self.bag.num_tables
         while True:
             with self.comm.guard("serve: waiting for rank 0's next step"):
                 op = self._wait_header()
-            if op == OP_LOOKUP:
-                with self.comm.guard("serve: lookup step"):
-                    try:
-                        self._forward([None] * T, [None] * T, [None] * T)
-                    finally:
-                        self.comm.barrier()
-            elif op == OP_SYNC:
-                self.comm.barrier()
-            elif op == OP_STOP:
+            if op == OP_STOP:
                 return
+            with self.comm.guard("serve: lookup step" if op == OP_LOOKUP else "serve: sync step"):
+                self._poll(self.comm.comm.Ibarrier())
 
     # -- rank 0 ------------------------------------------------------------------------------------
     def run_root(self, stop: threading.Event) -> None:
@@ -161,7 +144,7 @@ class LookupBatcher:
             self._collect(controls)
             self.pending = [j for j in self.pending if not j.cancelled]
             if self.pending:
-                self._lookup_step(self._plan())
+                self._lookup_step(stop, controls)
             elif time.monotonic() - self.last_step_end >= self.heartbeat_s:
                 self.sync_step()
             while controls and not stop.is_set():
@@ -181,15 +164,15 @@ class LookupBatcher:
             j.error = BadRequest(503, "service is shutting down")
             j.on_done(j)
 
-    def _collect(self, controls: list[ControlJob]) -> None:
-        """Move queued jobs into `pending` / `controls`: with nothing pending, wait for the first
-        (up to the next heartbeat, 50 ms at most) and then `max_wait_ms` for more; else take what
-        is there."""
+    def _collect(self, controls: list[ControlJob], wait: bool = True) -> None:
+        """Move queued jobs into `pending` / `controls`: with nothing pending and `wait`, wait for
+        the first (up to the next heartbeat, 50 ms at most) and then `max_wait_ms` for more; else
+        take what is there."""
         taken = 0
-        if not self.pending:
-            wait = min(0.05, max(0.0, self.heartbeat_s - (time.monotonic() - self.last_step_end)))
+        if not self.pending and wait:
+            wait_s = min(0.05, max(0.0, self.heartbeat_s - (time.monotonic() - self.last_step_end)))
             try:
-                first = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
+                first = self.queue.get(timeout=wait_s) if wait_s > 0 else self.queue.get_nowait()
             except queue.Empty:
                 return
             if isinstance(first, ControlJob):
@@ -212,78 +195,81 @@ class LookupBatcher:
             self.pending.append(j)
             taken += 1
 
-    def _plan(self) -> list[tuple[LookupJob, int, int]]:
-        """(job, first bag, end bag) parts of the next step (see the module docstring)."""
-        budget = self.max_batch_ids
-        parts, whole = [], set()
-        for j in self.pending:
-            if len(parts) >= self.max_batch:
-                break
-            units = j.remaining_units()
-            if units <= budget:
-                parts.append((j, j.cursor, j.num_bags))
-                whole.add(id(j))
-                budget -= units
-        for j in self.pending:
-            if id(j) not in whole:
-                k = max(1, j.bags_within(max(budget, self.max_batch_ids // 2)))
-                parts.append((j, j.cursor, j.cursor + k))
-                break
-        return parts
+    def _lookup_step(self, stop: threading.Event, controls: list[ControlJob]) -> None:
+        """One collective step of lookup passes (see the module docstring)."""
+        t0 = time.monotonic()
+        with self.comm.guard("serve: lookup step"):
+            self._header(OP_LOOKUP)
+            try:
+                while self.pending and not stop.is_set():
+                    self._pass()
+                    if controls or time.monotonic() - t0 >= self.heartbeat_s:
+                        break
+                    self._collect(controls, wait=False)
+                    self.pending = [j for j in self.pending if not j.cancelled]
+            finally:
+                self._close_step()
+                self.last_step_end = time.monotonic()
+                self.metrics.record_step()
 
-    def _lookup_step(self, parts: list[tuple[LookupJob, int, int]]) -> None:
+    def _pass(self) -> None:
+        """The pending requests that fit whole, then the next part of the oldest larger one."""
+        whole, large, budget = [], None, self.max_batch_ids
+        for j in self.pending:
+            units = j.remaining_units()
+            if j.chunked or units > self.max_batch_ids:
+                large = large or j
+            elif len(whole) < self.max_batch and units <= budget:
+                whole.append(j)
+                budget -= units
+        if whole:
+            self._run([j.whole_part() for j in whole])
+        if large is not None and not large.cancelled:
+            self._run([large.next_part(self.max_batch_ids)])
+
+    def _run(self, parts: list[JobPart]) -> None:
+        """One forward of `parts` (grouped by table); finished jobs are answered right away."""
         T = self.bag.num_tables
         idx, off, psw = [None] * T, [None] * T, [None] * T
-        by_table: dict[int, list[tuple[LookupJob, int, int]]] = {}
+        by_table: dict[int, list[JobPart]] = {}
         for p in parts:
-            by_table.setdefault(p[0].req.table, []).append(p)
+            by_table.setdefault(p.job.req.table, []).append(p)
         for t, ps in by_table.items():
             pos, pieces, offs, weights = 0, [], [], []
-            for j, c0, c1 in ps:
-                o = j.req.bag.offsets
-                a, b = int(o[c0]), int(o[c1])
-                pieces.append(j.req.bag.indices[a:b])
-                offs.append(o[c0:c1] - a + pos)
-                w = j.req.bag.per_sample_weights
-                weights.append(None if w is None else w[a:b].float())
-                pos += b - a
+            for p in ps:
+                bag = p.job.req.bag
+                pieces.append(bag.indices[p.u: p.u1])
+                offs.append(torch.from_numpy(p.local_offsets() + pos))
+                w = bag.per_sample_weights
+                weights.append(None if w is None else w[p.u: p.u1].float())
+                pos += p.u1 - p.u
             idx[t] = torch.cat(pieces)
             off[t] = torch.cat(offs + [torch.tensor([pos], dtype=torch.int64)])
             if any(w is not None for w in weights):
                 psw[t] = torch.cat([torch.ones(int(p.numel())) if w is None else w for p, w in zip(pieces, weights)])
         error = None
-        with self.comm.guard("serve: lookup step"):
-            self._header(OP_LOOKUP)
-            try:
-                outs = self._forward(idx, off, psw)
-            except Exception as e:  # noqa: BLE001 - never lose the service over one step
-                error = BadRequest(500, f"lookup failed: {type(e).__name__}: {e}")
-                traceback.print_exc()
-            finally:
-                self.comm.barrier()
-                self.last_step_end = time.monotonic()
+        try:
+            outs = self._forward(idx, off, psw)
+        except Exception as e:  # noqa: BLE001 - never lose the service over one pass
+            error = BadRequest(500, f"lookup failed: {type(e).__name__}: {e}")
+            traceback.print_exc()
         done = []
         for t, ps in by_table.items():
             res = None if error else outs[t].cpu().numpy()
             b = 0
-            for j, c0, c1 in ps:
-                n = c1 - c0
+            for p in ps:
+                j, k = p.job, p.e - p.c
                 if error is not None:
                     j.error = error
-                    j.cursor = j.num_bags
-                elif c0 == 0 and c1 == j.num_bags:
-                    j.out = res[b: b + n]
+                    j.bag_cursor = j.num_bags
                 else:
-                    if j.out is None:
-                        j.out = np.empty((j.num_bags, res.shape[1]), dtype=res.dtype)
-                    j.out[c0:c1] = res[b: b + n]
-                b += n
-                j.cursor = c1
-                if j.cursor == j.num_bags:
+                    j.take(p, res[b: b + k], self.bag.tables[t].mode)
+                b += k
+                if j.done:
                     done.append(j)
         finished = {id(j) for j in done}
         self.pending = [j for j in self.pending if id(j) not in finished]
-        self.metrics.record_step(sum(j.error is None for j in done), lookup=True)
+        self.metrics.record_pass(sum(j.error is None for j in done), batch=all(p.whole for p in parts))
         for j in done:
             j.on_done(j)
 

@@ -17,8 +17,10 @@ What a client can make it do is bounded:
   `max_body_bytes` (413 before a byte is read); a request with a body or a reply over
   LARGE_REQUEST_BYTES holds one of LARGE_REQUESTS_AT_ONCE slots while it is read, looked up and
   answered, so concurrent large requests cannot multiply rank 0's memory;
-* per request: `max_bags` bags and `max_reply_bytes` of reply (`lookup_request`), and the batcher
-  looks a large request up over several steps beside the others.
+* per request: `max_bags` bags and `max_reply_bytes` of reply (`lookup_request`); a large JSON
+  body's number lists are parsed by numpy (a few times the body, `json_body`); the batcher looks
+  a large request up in parts between the others' passes; replies go out in WRITE_SLICE_BYTES
+  slices, each waiting for the socket to drain.
 """
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ from aiohttp import web
 
 from .batcher import CONTROL_SNAPSHOT, ControlJob, LookupJob
 from .io import NAME_RE
-from .lookup_request import (JSON_FIELDS, NPZ_ARRAYS, BadRequest, decode_json, decode_npz, encode_json_reply,
-                             encode_npy_reply, parse_lookup, reply_bytes_bound)
+from .lookup_request import (JSON_FIELDS, NPZ_ARRAYS, SMALL_JSON_BYTES, BadRequest, decode_json, decode_lookup_json,
+                             decode_npz, encode_json_reply, encode_npy_reply, parse_lookup, reply_bytes_bound)
 
 __all__ = ["HttpFront", "is_loopback", "LARGE_REQUEST_BYTES", "LARGE_REQUESTS_AT_ONCE"]
 
@@ -47,6 +49,8 @@ LARGE_REQUEST_BYTES = 1 << 20
 LARGE_REQUESTS_AT_ONCE = 2
 #: bodies and replies up to this size are decoded / encoded on the event loop, larger ones in a thread
 INLINE_BYTES = 64 << 10
+#: replies are handed to the transport in slices of this size
+WRITE_SLICE_BYTES = 256 << 10
 FD_RESERVE = 128  # descriptors kept for table files, MPI and the rest
 
 ROUTES = {("GET", "/v1/health"), ("GET", "/v1/metrics"), ("POST", "/v1/lookup"), ("POST", "/v1/lookup/npy"),
@@ -222,23 +226,29 @@ class HttpFront:
         except ConnectionError:
             raise BadRequest(400, "the connection closed before the body arrived") from None
 
-    async def _send(self, request: web.BaseRequest, status: int, body: bytes, ctype: str,
+    async def _send(self, request: web.BaseRequest, status: int, body: bytes | list, ctype: str,
                     close: bool) -> web.StreamResponse:
+        """Answer with `body` (bytes, or a list of bytes-like pieces written in order)."""
+        parts = [memoryview(p).cast("B") for p in ([body] if isinstance(body, bytes) else body)]
         resp = web.StreamResponse(status=status, headers={"Content-Type": ctype, "Server": "mgg-serve/0.2"})
-        resp.content_length = len(body)
+        resp.content_length = sum(p.nbytes for p in parts)
         if close or not request.content.is_eof():
             resp.force_close()
         try:
-            await asyncio.wait_for(self._write(request, resp, body), self.cfg.io_timeout_s)
+            await asyncio.wait_for(self._write(request, resp, parts), self.cfg.io_timeout_s)
         except (asyncio.TimeoutError, ConnectionError):
             if request.transport is not None:
                 request.transport.abort()
         return resp
 
     @staticmethod
-    async def _write(request, resp, body) -> None:
+    async def _write(request, resp, parts: list[memoryview]) -> None:
+        """Write in slices of WRITE_SLICE_BYTES, each waiting for the socket to drain: a large
+        reply is copied into the transport a slice at a time between the other connections' work."""
         await resp.prepare(request)
-        await resp.write(body)
+        for p in parts:
+            for a in range(0, p.nbytes, WRITE_SLICE_BYTES):
+                await resp.write(p[a: a + WRITE_SLICE_BYTES])
         await resp.write_eof()
 
     # -- requests ----------------------------------------------------------------------------------
@@ -292,7 +302,7 @@ class HttpFront:
         try:
             if request.path == "/v1/lookup":
                 fmt = "json"
-                doc = await self._offload(len(raw), decode_json, raw)
+                doc = await self._offload(len(raw), decode_lookup_json, raw)
                 unknown = set(doc) - JSON_FIELDS
                 if unknown:
                     raise BadRequest(400, f"unknown fields {sorted(unknown)}")
@@ -365,6 +375,8 @@ class HttpFront:
             return orjson.dumps(svc.metrics.snapshot()), js, False
         if path == "/v1/snapshot":
             raw = await self._body(request, bodiless_ok=True)
+            if len(raw) > SMALL_JSON_BYTES:
+                raise BadRequest(413, f"a snapshot body holds a name: at most {SMALL_JSON_BYTES} bytes")
             doc = decode_json(raw) if raw else {}
             name = doc.get("name") or time.strftime("snapshot-%Y%m%d-%H%M%S")
             if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):

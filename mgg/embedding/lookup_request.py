@@ -5,7 +5,8 @@ A request names a table and carries EmbeddingBag input (`indices`, `offsets`, op
 `BagInput` and refuses (`BadRequest`, an HTTP status and a one-line reason) anything malformed,
 out of range, or asking for more than the service's per-request bounds: `max_bags` bags, and a
 reply over `max_reply_bytes` (bags x embedding_dim floats, sized for the reply's format before any
-lookup runs).
+lookup runs). A large JSON body's number lists are parsed by numpy (`json_body`), so decoding
+costs a few times the body, not a Python object per number.
 """
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from . import json_body
+from .json_body import MAX_JSON_DEPTH, SMALL_JSON_BYTES, JSONBodyError
 from .validate import BagInput, check_bag_input
 
-__all__ = ["BadRequest", "RequestLimits", "LookupRequest", "decode_json", "decode_npz", "parse_lookup",
+__all__ = ["BadRequest", "RequestLimits", "LookupRequest", "decode_json", "decode_lookup_json", "decode_npz",
+           "parse_lookup", "MAX_JSON_DEPTH", "SMALL_JSON_BYTES", "NUMBER_FIELDS",
            "encode_json_reply", "encode_npy_reply", "reply_bytes_bound", "JSON_FIELDS", "NPZ_ARRAYS"]
 
 JSON_FIELDS = frozenset({"table", "indices", "offsets", "per_sample_weights"})
@@ -29,6 +33,8 @@ NPZ_ARRAYS = frozenset({"indices", "offsets", "per_sample_weights"})
 #: ("-1.2345679e-38") and the separator
 JSON_FLOAT_BYTES = 16
 NPY_HEADER_BYTES = 128
+#: floats a JSON reply encodes at a time
+JSON_SLICE_FLOATS = 1 << 14
 
 
 class BadRequest(Exception):
@@ -59,32 +65,27 @@ class LookupRequest:
     bag: BagInput
 
 
-#: deepest JSON nesting a request may have (a lookup needs 2: the object and its lists)
-MAX_JSON_DEPTH = 32
-
-
-def json_depth_bound(body: bytes) -> int:
-    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too)."""
-    opens = body.count(b"[") + body.count(b"{")
-    if opens <= MAX_JSON_DEPTH:
-        return opens
-    b = np.frombuffer(body, dtype=np.uint8)
-    step = ((b == ord("[")) | (b == ord("{"))).astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
-    return int(np.cumsum(step, dtype=np.int64).max())
+#: the JSON fields that are lists of numbers, and the kind each must hold
+NUMBER_FIELDS = {"indices": "int", "offsets": "int", "per_sample_weights": "float"}
 
 
 def decode_json(body: bytes) -> dict:
-    """The JSON object of a request body; 400 on malformed JSON (NaN/Infinity and invalid UTF-8
-    included), nesting deeper than MAX_JSON_DEPTH, or a non-object."""
-    if json_depth_bound(body) > MAX_JSON_DEPTH:
-        raise BadRequest(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels")
+    """The JSON object of a small body (orjson); 400 on malformed JSON (NaN/Infinity and invalid
+    UTF-8 included), nesting deeper than MAX_JSON_DEPTH, or a non-object."""
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise BadRequest(400, f"malformed JSON body: {e}") from None
-    if not isinstance(doc, dict):
-        raise BadRequest(400, "the JSON body must be an object")
-    return doc
+        return json_body.decode_json(body)
+    except JSONBodyError as e:
+        raise BadRequest(e.status, str(e)) from None
+
+
+def decode_lookup_json(body: bytes) -> dict:
+    """The JSON object of a lookup body; a large body's number lists come back as numpy arrays
+    parsed without a Python object per number (`json_body`), so its cost stays a few times its
+    size. 400 on anything `decode_json` refuses."""
+    try:
+        return json_body.decode_json_object(body, NUMBER_FIELDS)
+    except JSONBodyError as e:
+        raise BadRequest(e.status, str(e)) from None
 
 
 def decode_npz(body: bytes, max_body_bytes: int) -> dict[str, np.ndarray]:
@@ -138,18 +139,27 @@ def parse_lookup(tables: list, names: dict[str, int], table: Any, indices: Any, 
     return LookupRequest(t, table, cfg.embedding_dim, bag)
 
 
-def encode_json_reply(name: str, out: np.ndarray) -> bytes:
+def encode_json_reply(name: str, out: np.ndarray) -> list[bytes]:
     """`{"table", "shape", "embeddings"}` with each float32 written in its shortest form that
-    reads back to the same float32."""
+    reads back to the same float32, as pieces (the rows in slices of JSON_SLICE_FLOATS floats,
+    so no single encoding step holds the interpreter long)."""
     out = np.ascontiguousarray(out, dtype=np.float32)
-    return orjson.dumps({"table": name, "shape": list(out.shape), "embeddings": out},
-                        option=orjson.OPT_SERIALIZE_NUMPY)
+    pieces = [orjson.dumps({"table": name, "shape": list(out.shape)})[:-1] + b',"embeddings":[']
+    rows = max(1, JSON_SLICE_FLOATS // max(1, out.shape[1]))
+    for a in range(0, out.shape[0], rows):
+        if a:
+            pieces.append(b",")
+        pieces.append(orjson.dumps(out[a: a + rows], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    pieces.append(b"]}")
+    return pieces
 
 
-def encode_npy_reply(out: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(out, dtype=np.float32), allow_pickle=False)
-    return buf.getvalue()
+def encode_npy_reply(out: np.ndarray) -> list:
+    """An .npy file of `out` (float32) as pieces: its header and the array itself (no copy)."""
+    out = np.ascontiguousarray(out, dtype=np.float32)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(out))
+    return [head.getvalue(), out]
 
 
 def _ints(x: Any, what: str) -> np.ndarray:

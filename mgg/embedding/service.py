@@ -36,8 +36,9 @@ class ServiceConfig:
 
     Per request: `max_body_bytes` (413 above), `max_bags` and `max_reply_bytes` (413 above:
     `bags x embedding_dim` floats in the reply's format), `request_timeout_s` (504).
-    Batching: up to `max_batch` requests within `max_wait_ms` of the first, at most
-    `max_batch_ids` ids + bags per collective step (larger requests take several steps).
+    Batching: up to `max_batch` requests within `max_wait_ms` of the first; lookup passes of at
+    most `max_batch_ids` ids + bags (a larger request is looked up in parts of that size, between
+    the others' passes).
     Connections: `max_connections` open (the oldest idle one makes room), closed after
     `idle_timeout_s` without a complete request; `io_timeout_s` to read a body or write an answer.
     Ranks: `watchdog_timeout_s` a step may take before the job is aborted (0: no watchdog; health
@@ -52,7 +53,7 @@ class ServiceConfig:
     max_reply_bytes: int = 16 << 20
     max_batch: int = 64
     max_wait_ms: float = 2.0
-    max_batch_ids: int = 65536
+    max_batch_ids: int = 2048
     request_timeout_s: float = 60.0
     max_connections: int = 4096
     idle_timeout_s: float = 15.0

@@ -11,8 +11,9 @@ __all__ = ["ServiceMetrics"]
 
 
 class ServiceMetrics:
-    """Requests and errors by endpoint and status, lookup latencies (the last 20,000), batches,
-    and the HTTP front's connection counters."""
+    """Requests and errors by endpoint and status, lookup latencies (the last 20,000), collective
+    steps, lookup passes and batches (passes of whole requests), and the HTTP front's connection
+    counters."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -22,6 +23,7 @@ class ServiceMetrics:
         self.batches = 0
         self.batched_requests = 0
         self.steps = 0
+        self.passes = 0
         self.connections: Counter = Counter()  # opened, evicted (idle, at the limit), refused (all busy)
         self.open_connections = 0
         self.started = time.time()
@@ -34,11 +36,17 @@ class ServiceMetrics:
             if seconds is not None and status == 200:
                 self.lat.append(seconds)
 
-    def record_step(self, requests_done: int, lookup: bool) -> None:
-        """One collective step; `requests_done` lookups finished in it."""
+    def record_step(self) -> None:
+        """One collective step (of lookup passes, or a heartbeat / snapshot step)."""
         with self.lock:
             self.steps += 1
-            if lookup:
+
+    def record_pass(self, requests_done: int, batch: bool) -> None:
+        """One lookup pass; `requests_done` lookups finished in it; `batch`: a pass of whole
+        requests (else a part of a large one)."""
+        with self.lock:
+            self.passes += 1
+            if batch:
                 self.batches += 1
                 self.batched_requests += requests_done
 
@@ -57,5 +65,5 @@ class ServiceMetrics:
                     "lookup_latency_ms": {**pct, "count": int(lat.size)},
                     "batches": self.batches, "batched_requests": self.batched_requests,
                     "mean_batch_size": self.batched_requests / self.batches if self.batches else None,
-                    "collective_steps": self.steps,
+                    "collective_steps": self.steps, "lookup_passes": self.passes,
                     "connections": {"open": self.open_connections, **dict(self.connections)}}

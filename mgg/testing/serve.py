@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-__all__ = ["bag_reference", "npz_bytes", "ServiceProcess", "rank_pids", "peak_rss_bytes"]
+__all__ = ["bag_reference", "npz_bytes", "ServiceProcess", "rank_pids", "peak_rss_bytes", "reset_peak_rss"]
 
 
 def bag_reference(W: np.ndarray, idx, off, mode: str, psw=None) -> np.ndarray:
@@ -125,3 +125,9 @@ def peak_rss_bytes(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Linux: VmHWM of `pid` restarts from its current resident set."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
