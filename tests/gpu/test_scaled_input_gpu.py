@@ -172,7 +172,8 @@ def _fold_runs(monkeypatch, storage: str, probe) -> list:
     comm = _one_rank()
     state = {"fold": False}
     real_takes = DistGraph.takes_scaled_input
-    monkeypatch.setattr(DistGraph, "takes_scaled_input", lambda self, kind: state["fold"] and real_takes(self, kind))
+    monkeypatch.setattr(DistGraph, "takes_scaled_input",
+                        lambda self, kind, rows=None: state["fold"] and real_takes(self, kind, rows))
     indptr, indices = power_law_csr(3000, seed=5, hubs=3, hub_deg=2000)
     runs = []
     with DistGraph(indptr, indices, comm, RuntimeConfig(backend="gpu", storage_dtype=storage)) as dg:

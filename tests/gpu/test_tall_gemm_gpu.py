@@ -268,10 +268,13 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
             assert "xb" in used and ("weight_grad" in used or "relu_weight_grad" in used)
             used.clear()
     assert used == []
-    # float32 rounding, grown through three layers (batch norm divides by small deviations)
+    # float32 rounding, grown through three layers (batch norm divides by small deviations); a
+    # bias right before a batch norm has a gradient of 0 up to rounding, so each gradient is
+    # measured against the largest one
     assert rel(outs[0][0], outs[1][0].double().cpu()) < 1e-4
+    scale = max(float(b.norm()) for b in outs[1][1])
     for a, b in zip(outs[0][1], outs[1][1]):
-        assert rel(a, b.double().cpu()) < 1e-3
+        assert float((a.double() - b.double()).norm()) < 1e-3 * max(float(b.norm()), 1e-2 * scale)
 
 
 @pytest.mark.parametrize("n,k,m", [(1, 4, 4), (33, 64, 64), (100_003, 64, 64), (5000, 12, 20), (70_001, 64, 48),
