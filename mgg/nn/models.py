@@ -278,14 +278,22 @@ class GAT(GNN):
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.6,
                  heads: int = 8, out_heads: int = 1, att_dropout: float = 0.0):
-        if layers < 1:
-            raise ValueError(f"layers must be >= 1, got {layers}")
-        convs, width = [], in_dim
-        for _ in range(layers - 1):
-            convs.append(GATConv(width, hidden, heads=heads, dropout=att_dropout))
-            width = heads * hidden
-        convs.append(GATConv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
-        super().__init__(convs, dropout)
+        super().__init__(gat_stack(GATConv, in_dim, hidden, out_dim, layers, heads, out_heads, att_dropout), dropout)
+
+
+def gat_stack(conv, in_dim: int, hidden: int, out_dim: int, layers: int, heads: int, out_heads: int,
+              att_dropout: float) -> list:
+    """GAT's layers of class `conv` (GATConv, or a block twin with its signature): `layers - 1`
+    hidden layers of `heads` heads of `hidden` channels, concatenated, then `out_heads` heads of
+    `out_dim`, averaged."""
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    convs, width = [], in_dim
+    for _ in range(layers - 1):
+        convs.append(conv(width, hidden, heads=heads, dropout=att_dropout))
+        width = heads * hidden
+    convs.append(conv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
+    return convs
 
 
 # -- the registry (mgg.nn.registry): one call per model -----------------------------------------

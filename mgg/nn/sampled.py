@@ -23,7 +23,7 @@ from torch import nn
 from .conv.gat_block import GATBlockConv
 from .conv.gcn_block import GCNBlockConv
 from .conv.sage_block import SAGEBlockConv
-from .models import GAT, GCN, SAGE, _dims
+from .models import GAT, GCN, SAGE, _dims, gat_stack
 from .registry import RegistryView, register_sampled_model
 
 __all__ = ["SampledGNN", "SampledSAGE", "SampledGCN", "SampledGAT", "SAMPLED_MODELS", "dropout"]
@@ -114,13 +114,7 @@ class SampledGAT(SampledGNN):
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2, dropout: float = 0.6,
                  heads: int = 8, out_heads: int = 1, att_dropout: float = 0.0):
-        if layers < 1:
-            raise ValueError(f"layers must be >= 1, got {layers}")
-        convs, width = [], in_dim
-        for _ in range(layers - 1):
-            convs.append(GATBlockConv(width, hidden, heads=heads, dropout=att_dropout))
-            width = heads * hidden
-        convs.append(GATBlockConv(width, out_dim, heads=out_heads, concat=False, dropout=att_dropout))
+        convs = gat_stack(GATBlockConv, in_dim, hidden, out_dim, layers, heads, out_heads, att_dropout)
         super().__init__(convs, dropout, (in_dim, hidden, out_dim, layers, dropout, heads, out_heads, att_dropout))
 
 
