@@ -316,17 +316,22 @@ def test_dropout_kernel_compiles(kernel_cache_dir, monkeypatch):
 
 def test_gin_defaults_train_sbm_as_well_as_gcn():
     # sbm at 2,000 nodes, 50 epochs: with the old defaults (no norm) GIN reached val 0.15 here
-    # (0.29 on the 10,000-node CLI default) while GCN reaches 0.95
+    # (0.29 on the 10,000-node CLI default) while GCN reaches 0.95. One seed's GIN varies by
+    # about 0.1 (0.85-0.95), so the means over four seeds are compared.
     from mgg.data import load_dataset
     from mgg.train import TrainConfig, train
 
     g = load_dataset("sbm", scale=0.2, seed=0)
     val = {}
     for model in ("gcn", "gin"):
-        cfg = TrainConfig(dataset="sbm", model=model, backend="cpu", epochs=50, eval_every=50, progress=False)
-        val[model] = train(cfg, Communicator(comm=None), g).epochs[-1]["val_acc"]
+        accs = []
+        for seed in range(4):
+            cfg = TrainConfig(dataset="sbm", model=model, backend="cpu", epochs=50, eval_every=50, progress=False,
+                              seed=seed)
+            accs.append(train(cfg, Communicator(comm=None), g).epochs[-1]["val_acc"])
+        val[model] = float(np.mean(accs))
     assert val["gcn"] > 0.9, val
-    assert val["gin"] >= val["gcn"] - 0.03, val
+    assert val["gin"] >= val["gcn"] - 0.06, val
 
 
 def test_device_seeds_counter_state_and_mix():

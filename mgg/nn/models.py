@@ -231,9 +231,10 @@ class GIN(GNN):
     order that Adam amplifies where a gradient element is near 0, so it depends on chance; in
     float64 the gap is 2e-12.)
 
-    The weights are PyG's GIN's up to names and the first Linear's bias (mgg.export maps them):
-    a Linear right before batch norm has no bias here, since the norm removes it (its gradient is
-    0 up to rounding, which Adam would turn into +-lr steps that differ between P ranks and 1).
+    The weights are PyG's GIN's up to names and the biases of Linears right before a batch norm
+    (mgg.export maps them): with batch norm, the MLP's first Linear and, in every layer but the
+    last, its second have no bias here, since the norm removes it (its gradient is 0 up to
+    rounding, which Adam would turn into +-lr steps that differ between P ranks and 1).
 
     Args:
         norm: normalisation in every MLP and after every hidden convolution: "batch"
@@ -250,9 +251,12 @@ class GIN(GNN):
         dims = _dims(in_dim, hidden, out_dim, layers)
         convs = []
         for i, (a, b) in enumerate(dims):
-            stages = [nn.Linear(a, b, bias=norm != "batch"), make_norm(norm, b), nn.ReLU(), nn.Linear(b, b)]
-            mlp = nn.Sequential(*[m for m in stages if m is not None])
             after = make_norm(norm, b) if (post_norm and i < len(dims) - 1) else None
+            # a Linear right before batch norm has no bias (the norm removes it; see above)
+            last_bias = not (norm == "batch" and after is not None)
+            stages = [nn.Linear(a, b, bias=norm != "batch"), make_norm(norm, b), nn.ReLU(),
+                      nn.Linear(b, b, bias=last_bias)]
+            mlp = nn.Sequential(*[m for m in stages if m is not None])
             convs.append(GINConv(mlp, eps=eps, train_eps=train_eps, norm=after))
         super().__init__(convs, dropout)
         self.norm = norm

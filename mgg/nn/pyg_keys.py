@@ -15,7 +15,8 @@ convolution here (``convs.<l>.norm``) and in the model there (``norms.<l>``):
     convs.l.norm.<bn>                  norms.l.module.<bn>
     convs.l.eps                        convs.l.eps
 
-mgg's first Linear before batch norm has no bias (the norm removes it); exported, it gets bias
+mgg's Linears right before a batch norm (the MLP's first; in every layer but the last, its second,
+before the norm after the convolution) have no bias (the norm removes it); exported, each gets bias
 0 and the same running mean. Imported, a bias b folds into the running mean (running_mean - b):
 in evaluation ``bn(W x + b)`` with running mean m is ``bn(W x)`` with m - b, so both directions
 give the same outputs. ``norm="layer"`` maps LayerNorm's weight and bias likewise (PyG's
@@ -62,8 +63,9 @@ def to_pyg(model: str, state_dict: dict, norm: str | None = None) -> dict:
         w0 = mlp[f"{lin0}.weight"]
         out[p + "nn.lins.0.weight"] = w0
         out[p + "nn.lins.0.bias"] = mlp.get(f"{lin0}.bias", torch.zeros(w0.shape[0], dtype=w0.dtype))
-        out[p + "nn.lins.1.weight"] = mlp[f"{lin1}.weight"]
-        out[p + "nn.lins.1.bias"] = mlp[f"{lin1}.bias"]
+        w1 = mlp[f"{lin1}.weight"]
+        out[p + "nn.lins.1.weight"] = w1
+        out[p + "nn.lins.1.bias"] = mlp.get(f"{lin1}.bias", torch.zeros(w1.shape[0], dtype=w1.dtype))
         if norm != "none":
             for k, v in mlp.items():
                 if k.startswith(f"{lin0 + 1}."):
@@ -76,8 +78,8 @@ def to_pyg(model: str, state_dict: dict, norm: str | None = None) -> dict:
 
 def from_pyg(model: str, state_dict: dict, norm: str | None = None, first_bias: bool | None = None) -> dict:
     """The inverse of `to_pyg`: PyG's state dict -> mgg's names. `first_bias`: whether mgg's GIN
-    keeps the bias of its MLP's first Linear (None: only without batch norm, as mgg builds it);
-    a bias dropped before batch norm is folded into that norm's running mean."""
+    keeps the biases of the Linears before its batch norms (None: as mgg builds it -- only without
+    batch norm); a bias dropped before batch norm is folded into that norm's running mean."""
     if model != "gin":
         return dict(state_dict)
     norm = norm or "batch"
@@ -94,7 +96,13 @@ def from_pyg(model: str, state_dict: dict, norm: str | None = None, first_bias: 
         if keep_bias:
             out[p + "nn.0.bias"] = bias
         out[p + f"nn.{lin1}.weight"] = state_dict[p + "nn.lins.1.weight"]
-        out[p + f"nn.{lin1}.bias"] = state_dict[p + "nn.lins.1.bias"]
+        bias1 = state_dict[p + "nn.lins.1.bias"]
+        post = f"norms.{layer}.{wrap}"
+        # the second Linear feeds the norm after the convolution (all layers but the last)
+        keep_bias1 = not (norm == "batch" and any(k.startswith(post) for k in state_dict)) \
+            if first_bias is None else first_bias
+        if keep_bias1:
+            out[p + f"nn.{lin1}.bias"] = bias1
         if norm_at is None:
             continue
         src = p + f"nn.norms.0.{wrap}"
@@ -104,8 +112,10 @@ def from_pyg(model: str, state_dict: dict, norm: str | None = None, first_bias: 
                 if name == "running_mean" and not keep_bias:
                     v = v - bias  # bn(Wx + b) with mean m == bn(Wx) with mean m - b
                 out[p + f"nn.{norm_at}.{name}"] = v
-        post = f"norms.{layer}.{wrap}"
         for k, v in state_dict.items():
             if k.startswith(post):
-                out[p + "norm." + k[len(post):]] = v
+                name = k[len(post):]
+                if name == "running_mean" and not keep_bias1:
+                    v = v - bias1  # as for the first Linear's bias
+                out[p + "norm." + name] = v
     return out
