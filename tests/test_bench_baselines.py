@@ -69,7 +69,7 @@ def test_plain_torch_last_layer_on_rows_equals_the_full_model(mname, norm):
     assert part.shape == (5, full.shape[1])
     torch.testing.assert_close(part, full[idx], rtol=1e-5, atol=1e-6)
     for p, w in zip(model.parameters(), want):
-        torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-5)  # a bias before batch norm: 0 up to rounding
 
 
 def test_plain_gin0_and_dropout_options():

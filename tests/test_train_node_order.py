@@ -44,8 +44,11 @@ def test_a_relabelled_file_trains_the_input_orders_model(tmp_path, native, model
     want = _losses(tmp_path, native, "--model", model, "--reorder-nodes", "none")
     got = _losses(tmp_path, out, "--model", model)  # default flags: the file's order is kept
     in_memory = _losses(tmp_path, native, "--model", model, "--reorder-nodes", method)
-    np.testing.assert_allclose(got, want, rtol=2e-5)
-    np.testing.assert_allclose(in_memory, want, rtol=2e-5)
+    # float32 rounding of another summation order; GIN's two batch norms a layer and Adam grow it
+    # (up to 1.2e-3 relative here; a wrong aggregation moves the loss by 1e-1)
+    rtol = 2e-5 if model == "gcn" else 5e-3
+    np.testing.assert_allclose(got, want, rtol=rtol)
+    np.testing.assert_allclose(in_memory, want, rtol=rtol)
 
 
 def test_a_relabelled_file_relabelled_again_still_trains_the_same_model(tmp_path, native):
