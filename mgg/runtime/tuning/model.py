@@ -73,7 +73,7 @@ class TuneConfig:
 
 @dataclass(frozen=True)
 class DeviceLimits:
-    """The hardware constraints of Eq. 1-3 (c1, c2 of the paper) for one device.
+    """The hardware constraints of Eq. 1-3 (the paper's constraints 1 and 2) for one device.
 
     Attributes:
         num_sms: streaming multiprocessors (CPU: cores).
