@@ -38,7 +38,8 @@ from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.data.generators import preset  # noqa: E402
 from mgg.kernels.adaptive import fused_aggregation  # noqa: E402
 from mgg.nn import GAT, allreduce_gradients, broadcast_parameters  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, resolve_backend, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig, resolve_backend  # noqa: E402
 
 
 def _rss_mb() -> float:

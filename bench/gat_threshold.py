@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.kernels.adaptive import degree_stats, fused_aggregation  # noqa: E402
 from mgg.nn.conv.gat_conv import attention_aggregate  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 
 
 def uniform_csr(n: int, d: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

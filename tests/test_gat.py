@@ -21,7 +21,8 @@ from mgg.kernels.gat_cpu import FusedCPUExecutor
 from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GATConv, SAGEConv, aggregate, build_model
 from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.halo import gather_halo, scatter_halo_add
 from tests.graphs import random_csr
 

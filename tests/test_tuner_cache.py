@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from mgg import tune as tune_cli
-from mgg.runtime.tuner import (AggregationTuner, DeviceLimits, SearchSpace, TuneConfig, TuneKey,
+from mgg.tuning import (AggregationTuner, DeviceLimits, SearchSpace, TuneConfig, TuneKey,
                                TuningCache, atomic_write_json, kernel_version, read_log)
-from mgg.runtime.tuning import cache as cache_mod
+from mgg.tuning import cache as cache_mod
 
 from tests.conftest import PROCESS_TIMEOUT_S
 

@@ -31,7 +31,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from ...atomic import atomic_write_json
+from ..atomic import atomic_write_json
 from .model import TuneConfig
 
 __all__ = ["TuneKey", "CacheEntry", "TuningCache", "atomic_write_json", "kernel_version",
@@ -47,7 +47,7 @@ VERSION = 1
 def kernel_version() -> str:
     """mgg's version plus a digest of the CUDA sources in mgg/kernels: a kernel change
     invalidates the cache entries tuned for the old kernels."""
-    from ...version import version
+    from ..version import version
 
     h = hashlib.blake2b(digest_size=6)
     kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
