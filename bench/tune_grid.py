@@ -61,8 +61,8 @@ def main(argv=None) -> int:
     from mgg.runtime import world
     from mgg.graph import DistGraph, RuntimeConfig
     from mgg.tuning import (AggregationTuner, DeviceLimits, DistGraphApplier, PlanCache,
-                                   SearchSpace, TuneKey, atomic_write_json, distgraph_workload,
-                                   feasible, kernel_version)
+                            SearchSpace, TuneKey, atomic_write_json, distgraph_workload,
+                            feasible, kernel_version)
 
     comm = world()
     graph = preset(args.graph, args.scale, seed=0)

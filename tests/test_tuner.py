@@ -12,8 +12,8 @@ import torch
 from mgg.runtime import Communicator, PlanParams, build_plan
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.tuning import (AggregationTimer, AggregationTuner, CrossIterationSearch,
-                               DeviceLimits, DistGraphApplier, PlanCache, PruneRules, SearchSpace,
-                               TuneConfig, Workload, estimate, feasible, padded_dim, smem_bytes_for)
+                        DeviceLimits, DistGraphApplier, PlanCache, PruneRules, SearchSpace,
+                        TuneConfig, Workload, estimate, feasible, padded_dim, smem_bytes_for)
 from mgg.tuning import model as model_mod
 
 from .graphs import random_csr

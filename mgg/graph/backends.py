@@ -2,7 +2,7 @@
 
 This module sits above the kernels (it hands the NVSHMEM store its row-gather kernel), so the
 stores themselves (mgg.runtime.store, mgg.runtime.nvshmem_store) import no kernel and no other
-store backend. The executors of a backend come from mgg.kernels.factory.
+store backend. The executors of a backend come from mgg.graph.factory.
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ executors of the last few configurations stay built (on the GPU: their plans sta
 switching back to a configuration costs neither a re-cut nor an upload. `release_unused` frees
 both once the tuner has settled.
 
-Layering: this module sits above mgg.kernels (its executors come from mgg.kernels.factory) and
-below mgg.nn, in the graph layer (mgg.graph).
+Layering: this module sits in the graph layer (mgg.graph), above mgg.kernels (its executors come
+from mgg.graph.factory) and below mgg.tuning and mgg.nn.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels.factory import plan_executor
+from .factory import plan_executor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
 from ..runtime.comm import Communicator

@@ -50,8 +50,7 @@ def kernel_version() -> str:
     from ..version import version
 
     h = hashlib.blake2b(digest_size=6)
-    kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "kernels")
+    kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
     for p in sorted(glob.glob(os.path.join(kdir, "*.cu")) + glob.glob(os.path.join(kdir, "*.cuh"))):
         h.update(os.path.basename(p).encode())
         with open(p, "rb") as fh:

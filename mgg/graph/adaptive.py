@@ -125,8 +125,8 @@ class FusedAggregation:
     `forward(feat [n, heads, C], src_score [n, heads] | None, dst, dropout, generator)` returns
     (out [n, heads, C], saved); `backward(grad_out, out, saved, feat, src_score, dst)` returns
     local gradients (feat, src_score, dst) with the remote rows' gradients already summed at
-    their owners. Both collective. The executor comes from mgg.kernels.factory.fused_executor:
-    CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.kernels.gat_gpu
+    their owners. Both collective. The executor comes from mgg.graph.factory.fused_executor:
+    CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.graph.gat_gpu
     (tests/gpu/test_gat_gpu.py).
     """
 
