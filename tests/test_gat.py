@@ -1,5 +1,5 @@
 """GAT and the fused aggregation path on one process (mgg.nn.conv.gat_conv, mgg.kernels.gat_cpu,
-mgg.graph.adaptive, mgg.runtime.halo).
+mgg.graph.adaptive, mgg.graph.halo).
 
 Ground truth: a dense float64 masked softmax over each target's in-edges (multiplicity matrix:
 duplicate edges count, the graph's self loops are replaced by exactly one when add_self_loops),
@@ -23,7 +23,7 @@ from mgg.nn import GATConv, SAGEConv, aggregate, build_model
 from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
-from mgg.runtime.halo import gather_halo, scatter_halo_add
+from mgg.graph.halo import gather_halo, scatter_halo_add
 from tests.graphs import random_csr
 
 

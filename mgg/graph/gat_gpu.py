@@ -16,7 +16,7 @@ gradients, both collective. Forward: publish [Wh | a_src.Wh] into dg.symmetric(W
 release. Backward: c = (g * out).sum(-1) in torch, then gat_bwd_node (re-publishes the table: the
 symmetric buffer may have been reused by other layers since the forward) or gat_bwd_edge (uses
 the saved halo), source gradients of remote rows into a [H_halo, W] buffer summed at the owners by
-mgg.runtime.halo.scatter_halo_add.
+mgg.graph.halo.scatter_halo_add.
 """
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ class GATGPUExecutor:
         return out.view(n, H, C).to(feat.dtype), (m, l, halo, seed, dropout)
 
     def backward(self, grad_out, out, saved, feat, src_score, dst):
-        from ..runtime.halo import scatter_halo_add
+        from .halo import scatter_halo_add
 
         m, l, halo, seed, dropout = saved
         n, H, C = feat.shape

@@ -18,7 +18,7 @@
 //   dWh_j += dz_ij Wh_i / sqrt(C), dWh_i += dz_ij Wh_j / sqrt(C)              (dot)
 // Source-side gradients are atomicAdds into grad_local [n, W] (local sources) or grad_halo
 // [H_halo, W] (remote sources, by halo slot); the launcher then sums grad_halo at the owners
-// (mgg.runtime.halo.scatter_halo_add).
+// (mgg.graph.halo.scatter_halo_add).
 //
 // Two abstractions (fuseGNN; chosen by mgg.graph.adaptive from the plan's degrees):
 //   node-centric (gat_fwd_node / gat_bwd_node): one warp per target, lanes over the H*C columns;

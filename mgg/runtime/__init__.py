@@ -1,4 +1,4 @@
-"""The runtime core: comm -> partition -> plan -> store, halo exchange and transposes.
+"""The runtime core: comm -> partition -> plan -> store, row sets and transposes.
 
 Nothing here imports mgg.kernels: `DistGraph`, `RuntimeConfig`, `resolve_backend` and `make_store`
 live one layer up in mgg.graph. docs/architecture.md draws the layers; tests/test_layers.py checks them.
