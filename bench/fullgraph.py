@@ -51,7 +51,8 @@ def run(args) -> None:
     import torch
 
     from mgg.apps.loop import ROW_SET_MAX_SHARE
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
 
     comm = world()
     torch.cuda.set_device(comm.local_rank % torch.cuda.device_count())

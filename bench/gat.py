@@ -9,7 +9,7 @@ training epochs (forward, cross-entropy on the train mask, backward, Adam step).
 products-like and reddit-like (mgg.data.generators presets) scaled by --scale-products /
 --scale-reddit (average degree kept: 25 and 492). For every graph and strategy (adaptive, or
 --strategy node/edge/both to measure both kernels: the input for
-mgg.kernels.adaptive.NODE_CENTRIC_MIN_AVG_DEGREE) it reports the median epoch time (max over
+mgg.graph.adaptive.NODE_CENTRIC_MIN_AVG_DEGREE) it reports the median epoch time (max over
 ranks) and the peak memory: torch.cuda.max_memory_allocated on the GPU, the peak RSS growth of the
 process on CPU (a coarse number; PyG's and ours are measured in the same way). With PyG, the
 peak-memory ratio PyG / mgg is printed (PyG materialises E x heads x C messages; mgg does not).
@@ -36,9 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.data.generators import preset  # noqa: E402
-from mgg.kernels.adaptive import fused_aggregation  # noqa: E402
+from mgg.graph.adaptive import fused_aggregation  # noqa: E402
 from mgg.nn import GAT, allreduce_gradients, broadcast_parameters  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, resolve_backend, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig, resolve_backend  # noqa: E402
 
 
 def _rss_mb() -> float:

@@ -8,7 +8,7 @@ For each average degree d in --degrees, a uniform random graph with about --edge
 runs forward + backward with strategy "node" and with "edge", median of --reps after --warmup.
 The table gives both times, the ratio edge / node and the winner; the crossover is the smallest d
 from which node-centric wins at every larger measured degree -- the measured value of
-mgg.kernels.adaptive.NODE_CENTRIC_MIN_AVG_DEGREE. A skewed (power-law) graph of the same size
+mgg.graph.adaptive.NODE_CENTRIC_MIN_AVG_DEGREE. A skewed (power-law) graph of the same size
 checks the MAX_DEGREE_SKEW guard. Results: bench/results/gat-threshold-<backend>-P<P>-<date>.json.
 """
 from __future__ import annotations
@@ -26,9 +26,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.atomic import atomic_write_json  # noqa: E402
-from mgg.kernels.adaptive import degree_stats, fused_aggregation  # noqa: E402
+from mgg.graph.adaptive import degree_stats, fused_aggregation  # noqa: E402
 from mgg.nn.conv.gat_conv import attention_aggregate  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 
 
 def uniform_csr(n: int, d: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

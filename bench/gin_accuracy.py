@@ -49,7 +49,7 @@ def _train(forward, params, y, train, val, epochs: int, seed_model) -> dict:
 
 def run_mgg(g, args, **gin_options) -> dict:
     from mgg.nn import build_model
-    from mgg.runtime import DistGraph, RuntimeConfig
+    from mgg.graph import DistGraph, RuntimeConfig
     from mgg.runtime.comm import Communicator
 
     torch.manual_seed(args.seed)

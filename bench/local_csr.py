@@ -181,7 +181,8 @@ def bench_dataset(g, dims, kinds, args, hbm) -> list[dict]:
 
     from mgg.kernels.csr_rows import (DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_WPB,
                                       CsrRowsExecutor)
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
     from mgg.runtime.weights import diag_weights, pair_weights
 
     rows = []

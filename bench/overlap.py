@@ -120,7 +120,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
 
     comm = world()
     torch.cuda.set_device(comm.local_rank % torch.cuda.device_count())

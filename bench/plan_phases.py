@@ -5,9 +5,10 @@
 import sys, time
 import torch
 import mgg.runtime.plan as planmod
-import mgg.runtime.graph as graphmod
+import mgg.graph.dist_graph as graphmod
 from mgg.data.npz import load_npz
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 
 path = sys.argv[1]
 T = {}

@@ -87,7 +87,8 @@ def cpu_aggregation_ms(g, dim: int, reps: int) -> float:
     """Median ms of one `gcn` aggregation at width `dim` on one rank, CPU executor."""
     import torch
 
-    from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+    from mgg.runtime import Communicator
+    from mgg.graph import DistGraph, RuntimeConfig
 
     with DistGraph.build(g, Communicator(), RuntimeConfig(backend="cpu")) as dg:
         x = torch.randn(dg.n_local, dim, generator=torch.Generator().manual_seed(0))
@@ -109,7 +110,8 @@ def gpu_aggregation_ms(g, dims: tuple[int, ...], reps: int) -> dict:
         return {}
     if not torch.cuda.is_available():
         return {}
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
 
     out = {}
     with DistGraph.build(g, world(), RuntimeConfig(backend="gpu")) as dg:

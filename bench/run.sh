@@ -125,7 +125,7 @@ stage_build() {
   local rc=0
   run_cmd 180 1 build.log "kernel build|Error" python3 -c \
     "from mgg.kernels.build import build_cubin; print('kernel build:', build_cubin('aggregate'))" || rc=1
-  run_cmd 120 1 build-gat.log "build|Error" python3 -c "from mgg.kernels.gat_gpu import build; print('gat build:', build())" || rc=1
+  run_cmd 120 1 build-gat.log "build|Error" python3 -c "from mgg.graph.gat_gpu import build; print('gat build:', build())" || rc=1
   return $rc
 }
 stage_nvrtc-probe() {

@@ -37,7 +37,8 @@ from mgg.atomic import atomic_write_json  # noqa: E402
 from mgg.data.generators import preset  # noqa: E402
 from mgg.nn import allreduce_mean_gradients, broadcast_parameters  # noqa: E402
 from mgg.nn.sampled import SampledSAGE  # noqa: E402
-from mgg.runtime import make_store, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import make_store  # noqa: E402
 from mgg.runtime.partition import partition_ranges  # noqa: E402
 from mgg.sample import NeighborLoader, fused_map, make_feature_source, unique_map  # noqa: E402
 

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.data import generators  # noqa: E402
 from mgg.data.npz import load_npz, save_npz  # noqa: E402
-from mgg.runtime.graph import DistGraph, RuntimeConfig, _host_tensor  # noqa: E402
+from mgg.graph.dist_graph import DistGraph, RuntimeConfig, _host_tensor  # noqa: E402
 from mgg.runtime.partition import partition_ranges  # noqa: E402
 
 EXTRA_KINDS = ("sum", "mean")

@@ -83,7 +83,8 @@ def main() -> None:
     from bench.harness.workloads import build_bench_model, epoch_fn, load_graph, model_spec, parse_dataset
     from mgg.apps.loop import ROW_SET_MAX_SHARE
     from mgg.nn.optim import Adam
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
 
     comm = world()
     device = torch.device("cuda", 0)

@@ -58,10 +58,11 @@ def main(argv=None) -> int:
     import torch
 
     from mgg.data.generators import preset
-    from mgg.runtime import DistGraph, RuntimeConfig, world
-    from mgg.runtime.tuner import (AggregationTuner, DeviceLimits, DistGraphApplier, PlanCache,
-                                   SearchSpace, TuneKey, atomic_write_json, distgraph_workload,
-                                   feasible, kernel_version)
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
+    from mgg.tuning import (AggregationTuner, DeviceLimits, DistGraphApplier, PlanCache,
+                            SearchSpace, TuneKey, atomic_write_json, distgraph_workload,
+                            feasible, kernel_version)
 
     comm = world()
     graph = preset(args.graph, args.scale, seed=0)

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mgg.runtime.tuner import CrossIterationSearch, DeviceLimits, SearchSpace  # noqa: E402
+from mgg.tuning import CrossIterationSearch, DeviceLimits, SearchSpace  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.embedding import MultiTableEmbeddingBag, RowWiseAdagrad, TableConfig  # noqa: E402
 from mgg.runtime import world  # noqa: E402
-from mgg.runtime import make_store  # noqa: E402
+from mgg.graph import make_store  # noqa: E402
 
 CRITEO_KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
                  5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]

@@ -64,7 +64,7 @@ def predict(dataset: str, weights: str, comm, embeddings: bool = False, undirect
 
     from .apps.weights_file import read_weights
     from .data import load_dataset
-    from .runtime import DistGraph, RuntimeConfig
+    from .graph import DistGraph, RuntimeConfig
     from .runtime.transfer import host_to_device
 
     sd, desc = read_weights(weights)

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from .embedding.io import load_tables_json
     from .embedding.service import EmbeddingService, ServiceConfig
     from .runtime.comm import RankError, world
-    from .runtime.backends import make_store
+    from .graph.backends import make_store
 
     try:
         specs = load_tables_json(args.tables)  # every rank parses the same file: the same answer

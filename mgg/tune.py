@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .runtime.tuning.cache import TuningCache, read_log
+    from .tuning.cache import TuningCache, read_log
 
     if args.cache:
         if not os.path.exists(args.cache):

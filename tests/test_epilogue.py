@@ -9,7 +9,8 @@ import torch
 from mgg.nn import build_model, global_dropout
 from mgg.nn.epilogue import Epilogue, apply_epilogue
 from mgg.nn.functional import hash_uniform_host
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
 from tests.graphs import random_csr
 

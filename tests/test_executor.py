@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from mgg.testing.reference import aggregate_reference
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 
 

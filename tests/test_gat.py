@@ -1,5 +1,5 @@
 """GAT and the fused aggregation path on one process (mgg.nn.conv.gat_conv, mgg.kernels.gat_cpu,
-mgg.kernels.adaptive, mgg.runtime.halo).
+mgg.graph.adaptive, mgg.graph.halo).
 
 Ground truth: a dense float64 masked softmax over each target's in-edges (multiplicity matrix:
 duplicate edges count, the graph's self loops are replaced by exactly one when add_self_loops),
@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.kernels.adaptive import (NODE_CENTRIC_MIN_AVG_DEGREE, DegreeStats, choose_strategy,
-                                  degree_stats, fused_aggregation)
+from mgg.graph.adaptive import (NODE_CENTRIC_MIN_AVG_DEGREE, DegreeStats, choose_strategy,
+                                degree_stats, fused_aggregation)
 from mgg.kernels.gat_cpu import FusedCPUExecutor
 from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GATConv, SAGEConv, aggregate, build_model
 from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
-from mgg.runtime.halo import gather_halo, scatter_halo_add
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
+from mgg.graph.halo import gather_halo, scatter_halo_add
 from tests.graphs import random_csr
 
 
@@ -273,7 +274,7 @@ def test_empty_graph():
 
 def test_edge_kernel_split_slots_match_a_simulation():
     """gat_gpu.split_slots must name exactly the partial slots gat_fwd_edge writes (simulated)."""
-    from mgg.kernels.gat_gpu import split_slots
+    from mgg.graph.gat_gpu import split_slots
 
     rng = np.random.default_rng(0)
     for epw in (1, 3, 32):
@@ -304,7 +305,7 @@ def test_edge_kernel_split_slots_match_a_simulation():
 
 @pytest.mark.skipif(not os.environ.get("MGG_TEST_NVCC"), reason="set MGG_TEST_NVCC=1 (and NVSHMEM_HOME) to compile-check")
 def test_gat_kernels_compile(tmp_path):
-    from mgg.kernels.gat_gpu import build
+    from mgg.graph.gat_gpu import build
 
     os.environ["MGG_KERNEL_CACHE"] = str(tmp_path)
     path = build("sm_90")

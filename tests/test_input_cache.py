@@ -7,7 +7,8 @@ import torch
 
 from mgg.nn import build_model
 from mgg.nn.input_cache import InputAggregationCache
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
 from tests.graphs import random_csr
 

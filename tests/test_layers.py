@@ -6,8 +6,8 @@ Every import counts, at module level or inside a function. The test fails on
   * a cycle between modules,
   * a module whose import would, through a parent package's `__init__`, run code of a higher
     layer (importing `a.b.c` first runs `a/__init__.py` and `a/b/__init__.py`; their module-level
-    imports must stay at or below the importer's layer -- `mgg.runtime` exports `DistGraph`
-    lazily for this reason),
+    imports must stay at or below the importer's layer),
+  * a layer entry that is not a folder or top-level module of mgg/, or a folder-level import cycle,
 and names the offending edge.
 """
 from __future__ import annotations
@@ -20,21 +20,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "mgg"
 
-#: lowest first; a module belongs to the layer of its longest matching prefix
+#: lowest first, declared once, one entry per folder of mgg/ (plus the top-level modules of the base
+#: and apps layers): a module belongs to the layer of the folder (or top-level module) it lives in.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("mgg", "mgg.atomic", "mgg.version")),
     ("data", ("mgg.data",)),
-    ("runtime core", ("mgg.runtime.comm", "mgg.runtime.launch_env", "mgg.runtime.watchdog", "mgg.runtime.partition",
-                      "mgg.runtime.plan", "mgg.runtime.weights", "mgg.runtime.layout",
-                      "mgg.runtime.stream_ref", "mgg.runtime.store", "mgg.runtime.nvshmem_store",
-                      "mgg.runtime.halo", "mgg.runtime.plancache", "mgg.runtime.transfer",
-                      "mgg.runtime.gpu_assignment")),
+    ("runtime", ("mgg.runtime",)),
     ("kernels", ("mgg.kernels",)),
-    ("executor", ("mgg.runtime", "mgg.runtime.graph", "mgg.runtime.backends")),
-    ("tuner", ("mgg.runtime.tuning", "mgg.runtime.tuner")),
+    ("graph", ("mgg.graph",)),
+    ("tuning", ("mgg.tuning",)),
     ("nn", ("mgg.nn",)),
     ("sample, embedding", ("mgg.sample", "mgg.embedding")),
-    ("apps", ("mgg.apps", "mgg.train", "mgg.prepare", "mgg.train_sampled", "mgg.serve", "mgg.tune", "mgg.doctor",
+    ("apps", ("mgg.apps", "mgg.train", "mgg.prepare", "mgg.serve", "mgg.tune", "mgg.doctor",
               "mgg.build", "mgg.checkpoint", "mgg.testing", "mgg.export", "mgg.predict")),
 ]
 
@@ -55,13 +52,17 @@ def module_files() -> dict[str, Path]:
     return mods
 
 
+def folder_of(mod: str) -> str:
+    """The folder (or top-level module) of mgg a module lives in: mgg.graph.dist_graph -> mgg.graph."""
+    return ".".join(mod.split(".")[:2])
+
+
 def layer_of(mod: str) -> int | None:
-    best, best_len = None, -1
+    folder = folder_of(mod)
     for i, (_, prefixes) in enumerate(LAYERS):
-        for pre in prefixes:
-            if (mod == pre or (mod.startswith(pre + ".") and pre != "mgg")) and len(pre) > best_len:
-                best, best_len = i, len(pre)
-    return best
+        if folder in prefixes:
+            return i
+    return None
 
 
 def _target(name: str, mods: dict[str, Path]) -> str | None:
@@ -116,6 +117,44 @@ def test_every_module_has_a_layer():
     mods = module_files()
     missing = sorted(m for m in mods if layer_of(m) is None)
     assert not missing, f"modules without a layer (add them to LAYERS in tests/test_layers.py): {missing}"
+
+
+def test_layers_name_folders_once():
+    """Each entry is a folder or top-level module of mgg/ (never a module inside a folder), named once."""
+    entries = [pre for _, prefixes in LAYERS for pre in prefixes]
+    assert len(entries) == len(set(entries)), f"a folder is named by two layers: {entries}"
+    mods = module_files()
+    bad = [pre for pre in entries if pre not in mods or folder_of(pre) != pre]
+    assert not bad, f"layer entries that are not a folder or top-level module of mgg/: {bad}"
+
+
+def test_no_folder_level_cycle():
+    """Folders import each other one way only (within a layer too): the folder graph is acyclic."""
+    _, graph = import_graph()
+    folders: dict[str, set[str]] = {}
+    for mod, edges in graph.items():
+        src = folder_of(mod)
+        folders.setdefault(src, set()).update(folder_of(t) for t, _, _ in edges if folder_of(t) != src)
+    state: dict[str, int] = {}
+
+    def visit(f: str, path: list[str]) -> list[str] | None:
+        state[f] = 1
+        for t in sorted(folders.get(f, ())):
+            if t == "mgg":
+                continue  # the package root (mgg/__init__.py) is the base every module starts from
+            if state.get(t) == 1:
+                return path[path.index(t):] + [f, t] if t in path else path + [f, t]
+            if t not in state:
+                cyc = visit(t, path + [f])
+                if cyc:
+                    return cyc
+        state[f] = 2
+        return None
+
+    for f in sorted(folders):
+        if f not in state:
+            cyc = visit(f, [])
+            assert cyc is None, "folder-level import cycle: " + " -> ".join(cyc)
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
@@ -207,8 +246,8 @@ def test_parent_package_inits_run_nothing_higher():
 
 
 @pytest.mark.parametrize("src,expect", [
-    ("from ..kernels.gpu import GPUExecutor\n", "mgg.runtime.store (runtime core) -> mgg.kernels.gpu (kernels)"),
-    ("def f():\n    from ..nn import GCN\n", "mgg.runtime.store (runtime core) -> mgg.nn (nn)"),
+    ("from ..kernels.gpu import GPUExecutor\n", "mgg.runtime.store (runtime) -> mgg.kernels.gpu (kernels)"),
+    ("def f():\n    from ..nn import GCN\n", "mgg.runtime.store (runtime) -> mgg.nn (nn)"),
 ])
 def test_the_checker_catches_a_back_arrow(tmp_path, monkeypatch, src, expect):
     """The checker itself: a function-level or module-level import upward is reported by name."""

@@ -10,7 +10,7 @@ import torch
 
 from mgg.kernels.csr_rows import CsrRowsExecutor, factor_weights, lanes_for_width, row_schedule
 from mgg.testing.reference import aggregation_matrix
-from mgg.runtime import DistGraph, RuntimeConfig
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.comm import Communicator
 from mgg.runtime.partition import partition_ranges
 from mgg.runtime.plan import build_plan

@@ -5,7 +5,8 @@ import torch
 
 from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GCNConv, GINConv, SAGEConv, aggregate, build_model, global_dropout, model_names
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.runtime import DistGraph, RuntimeConfig
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.partition import partition_ranges
 from mgg.runtime.plan import PlanParams, build_plan, cut_partitions, cut_remote, warp_worklist
 from mgg.runtime.weights import diag_weights, pair_weights, pair_weights_by_row

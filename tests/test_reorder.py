@@ -12,7 +12,8 @@ from mgg.data import Graph, load_dataset
 from mgg.data.reorder import (METHODS, inverse_permutation, permute_graph, reorder_nodes,
                               to_new_order, to_old_order)
 from mgg.testing.reference import aggregate_reference
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 
 from .graphs import random_csr
 

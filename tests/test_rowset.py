@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from mgg.nn import build_model
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
 from tests.graphs import random_csr
 

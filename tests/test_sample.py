@@ -11,7 +11,8 @@ from scipy.stats import chi2
 
 from mgg.testing.reference import aggregation_matrix
 from mgg.nn import SAGE, SAGEBlockConv, SampledSAGE
-from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig, partition_ranges
+from mgg.runtime import Communicator, LocalStore, partition_ranges
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.sample import (KEYS_FACTOR, Block, HostTierFeatures, NeighborLoader, ResidentCache, StoreFeatures,
                         TensorFeatures, build_id_map, check_fanouts, choose_feature_source, fetch_cost,
                         fused_map, make_feature_source, match_reorder, overlap_matrix, overlap_matrix_torch,

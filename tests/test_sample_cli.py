@@ -129,7 +129,7 @@ def test_sampled_step_is_adam_on_the_batch_mean_loss():
     import torch.nn.functional as F
 
     from mgg.nn import SampledSAGE
-    from mgg.runtime import DistGraph, RuntimeConfig
+    from mgg.graph import DistGraph, RuntimeConfig
     from mgg.sample import BatchPlan, epoch_order
 
     g = cached_dataset("sbm")

@@ -9,7 +9,8 @@ import scipy.sparse as sp
 import torch
 
 from mgg.nn import GAT, GCN, GATBlockConv, GCNBlockConv, SampledGAT, SampledGCN
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig
+from mgg.runtime import Communicator
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.sample import sample_blocks
 from tests.graphs import random_csr
 

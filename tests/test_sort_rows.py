@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import mgg.runtime.transpose as transpose
-from mgg.runtime import DistGraph, RuntimeConfig
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.transpose import sort_within_rows
 
 

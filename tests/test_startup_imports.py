@@ -18,8 +18,8 @@ SLOW_OR_OPTIONAL = ("scipy", "networkx", "aiohttp", "matplotlib", "torch_geometr
 
 #: the modules `python -m mgg.train` imports before its dataset loads, and the layers a run uses
 RUN_MODULES = ("mgg.train", "mgg.apps.cli", "mgg.apps.full", "mgg.apps.sampled", "mgg.apps.loop",
-               "mgg.apps.kernel_prebuild", "mgg.apps.memory_check", "mgg.runtime.graph", "mgg.nn", "mgg.data.registry",
-               "mgg.data.prepare", "mgg.kernels.factory", "mgg.kernels.prebuild")
+               "mgg.apps.kernel_prebuild", "mgg.apps.memory_check", "mgg.graph.dist_graph", "mgg.nn", "mgg.data.registry",
+               "mgg.data.prepare", "mgg.graph.factory", "mgg.kernels.prebuild")
 
 
 def _imported_after(code: str) -> set[str]:

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from mgg.nn import aggregate
-from mgg.runtime import Communicator, DistGraph, LocalStore, RuntimeConfig
+from mgg.runtime import Communicator, LocalStore
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.store import STORAGE_DTYPES, storage_torch_dtype
 from mgg.testing.reference import aggregate_reference
 from tests.conftest import PROCESS_TIMEOUT_S, ROOT

@@ -14,7 +14,8 @@ import torch
 
 from mgg.checkpoint import LAST, read_checkpoint
 from mgg.data import load_dataset
-from mgg.runtime import Communicator, DistGraph, PlanParams, RuntimeConfig
+from mgg.runtime import Communicator, PlanParams
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.train import VARIANTS, TrainConfig, UserError, parse_args, train
 
 from tests.graphs import random_csr

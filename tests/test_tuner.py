@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.runtime import Communicator, DistGraph, PlanParams, RuntimeConfig, build_plan
-from mgg.runtime.tuner import (AggregationTimer, AggregationTuner, CrossIterationSearch,
-                               DeviceLimits, DistGraphApplier, PlanCache, PruneRules, SearchSpace,
-                               TuneConfig, Workload, estimate, feasible, padded_dim, smem_bytes_for)
-from mgg.runtime.tuning import model as model_mod
+from mgg.runtime import Communicator, PlanParams, build_plan
+from mgg.graph import DistGraph, RuntimeConfig
+from mgg.tuning import (AggregationTimer, AggregationTuner, CrossIterationSearch,
+                        DeviceLimits, DistGraphApplier, PlanCache, PruneRules, SearchSpace,
+                        TuneConfig, Workload, estimate, feasible, padded_dim, smem_bytes_for)
+from mgg.tuning import model as model_mod
 
 from .graphs import random_csr
 
@@ -414,7 +415,7 @@ def test_driver_reduces_latency_over_ranks(tmp_path):
 
 
 def model_key():
-    from mgg.runtime.tuner import TuneKey
+    from mgg.tuning import TuneKey
 
     return TuneKey("fp", 2, 128, GPU.name, "k1")
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from mgg import tune as tune_cli
-from mgg.runtime.tuner import (AggregationTuner, DeviceLimits, SearchSpace, TuneConfig, TuneKey,
-                               TuningCache, atomic_write_json, kernel_version, read_log)
-from mgg.runtime.tuning import cache as cache_mod
+from mgg.tuning import (AggregationTuner, DeviceLimits, SearchSpace, TuneConfig, TuneKey,
+                        TuningCache, atomic_write_json, kernel_version, read_log)
+from mgg.tuning import cache as cache_mod
 
 from tests.conftest import PROCESS_TIMEOUT_S
 
@@ -172,3 +172,24 @@ def test_report_cli_subprocess(tmp_path):
                        capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "measurements" in r.stdout and "best:" in r.stdout
+
+
+def test_kernel_version_digests_the_cuda_sources(tmp_path, monkeypatch):
+    """kernel_version reads mgg/kernels/*.cu and *.cuh: the digest is that of those files (hashed
+    here independently) and differs from the digest of no sources at all."""
+    import glob
+    import hashlib
+
+    import mgg.kernels
+
+    kdir = os.path.dirname(os.path.abspath(mgg.kernels.__file__))
+    sources = sorted(glob.glob(os.path.join(kdir, "*.cu")) + glob.glob(os.path.join(kdir, "*.cuh")))
+    assert sources, f"no CUDA sources under {kdir}"
+    h, empty = hashlib.blake2b(digest_size=6), hashlib.blake2b(digest_size=6)
+    for p in sources:
+        h.update(os.path.basename(p).encode())
+        with open(p, "rb") as fh:
+            h.update(fh.read())
+    digest = kernel_version().rpartition("+")[2]
+    assert digest == h.hexdigest()
+    assert digest != empty.hexdigest()

@@ -15,7 +15,7 @@ from mgg.kernels.variants import (DEFAULT_VARIANT, get_variant, plan_variant_nam
 from mgg.runtime import partition_ranges
 from mgg.runtime.layout import padded_dim
 from mgg.runtime.plan import PlanParams, build_plan
-from mgg.runtime.tuning.model import DeviceLimits, TuneConfig, estimate, feasible
+from mgg.tuning.model import DeviceLimits, TuneConfig, estimate, feasible
 
 from .graphs import random_csr
 
@@ -100,7 +100,7 @@ def test_registry_lists():
 def test_one_padded_dim():
     assert [padded_dim(d) for d in (0, 1, 4, 5, 130)] == [4, 4, 4, 8, 132]
     from mgg.runtime import nvshmem_store
-    from mgg.runtime.tuning import model
+    from mgg.tuning import model
 
     assert nvshmem_store.padded_dim is padded_dim and model.padded_dim is padded_dim
     root = Path(__file__).resolve().parents[1] / "mgg"

@@ -10,7 +10,7 @@ import torch
 from mgg.apps.weights_file import WeightsError, read_weights, write_weights
 from mgg.data import load_dataset
 from mgg.nn import build_model
-from mgg.runtime import DistGraph, RuntimeConfig
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.comm import Communicator
 
 HAVE_PYG = importlib.util.find_spec("torch_geometric") is not None

@@ -38,7 +38,7 @@ def load(cfg: TrainConfig, comm, clock=None) -> tuple[Any, Any]:
         from ..data import load_dataset
         from ..data.prepare import prepare_graph
 
-        from ..runtime.backends import resolve_backend
+        from ..graph.backends import resolve_backend
         from .node_order import AUTO_MIN_NODES
         from .phases import PhaseClock
 
@@ -168,7 +168,7 @@ def check_backend(backend: str, comm=None) -> None:
     every rank's findings are gathered, so all ranks fail together with the same message."""
     if backend != "gpu":
         return
-    from ..runtime.backends import gpu_unavailable_reason
+    from ..graph.backends import gpu_unavailable_reason
     from ..runtime.gpu_assignment import check_gpu_assignment
 
     why = gpu_unavailable_reason()
@@ -188,7 +188,7 @@ def check_storage_variant(cfg: TrainConfig) -> None:
     if cfg.storage_dtype == "fp32" or cfg.variant == "auto":
         return
     from ..kernels.variants import storage_dtype_problem
-    from ..runtime.backends import resolve_backend
+    from ..graph.backends import resolve_backend
 
     problem = storage_dtype_problem(cfg.variant, cfg.storage_dtype)
     if problem and resolve_backend(cfg.backend) == "gpu":
@@ -202,7 +202,7 @@ def check_fits(cfg: TrainConfig, comm, classes: int = 0, graph: Any = None) -> N
     be read from its name or file); skipped with --force. Every rank computes the same answer."""
     if cfg.force:
         return
-    from ..runtime.backends import resolve_backend
+    from ..graph.backends import resolve_backend
     from .memory_check import GraphSize, check_memory
 
     r = cfg.resolved()

@@ -42,7 +42,7 @@ def resume_state(cfg: TrainConfig, comm, graph: Any):
 
 def _search_space(cfg: TrainConfig, backend: str):
     """(SearchSpace, variants, cache key extra) of a --tune run: pinned knobs are not searched."""
-    from ..runtime.tuner import SearchSpace
+    from ..tuning import SearchSpace
 
     variants = tune_variants(cfg, backend)
     pins = cfg.pinned()
@@ -60,7 +60,7 @@ def start_tuner(cfg: TrainConfig, dg, comm, graph: Any, width: int, state: dict 
     from ..checkpoint import graph_fingerprint
     from ..nn.registry import model_entry
     from ..runtime import RankError
-    from ..runtime.tuner import AggregationTimer, AggregationTuner
+    from ..tuning import AggregationTimer, AggregationTuner
 
     space, variants, extra = _search_space(cfg, dg.backend)
     cache = os.path.expanduser(cfg.tune_cache or DEFAULT_TUNE_CACHE)

@@ -136,7 +136,7 @@ def start_kernel_prebuild(cfg: TrainConfig, comm) -> None:
     (every rank; ranks of one node share the cache and build each module once), for the
     architecture of this rank's GPU. Progress lines on rank 0 when `cfg.progress`. Nothing on
     the CPU backend."""
-    from ..runtime.backends import resolve_backend
+    from ..graph.backends import resolve_backend
 
     _ACTIVE.pop(id(comm), None)
     if resolve_backend(cfg.backend) == "gpu":
@@ -221,7 +221,7 @@ def kernel_summary(cfg: TrainConfig, comm) -> dict:
     wave), and the modules any rank loaded -- a module loaded but not prebuilt compiled on first
     use. Collective."""
     from ..kernels.build import loaded_modules
-    from ..runtime.backends import resolve_backend
+    from ..graph.backends import resolve_backend
 
     if resolve_backend(cfg.backend) != "gpu":
         return {}

@@ -68,7 +68,7 @@ def build_distgraph(cfg: TrainConfig, comm, graph: Any):
     applies to this build only (node-aware plans see the simulated nodes)."""
     import torch
 
-    from ..runtime import DistGraph, RuntimeConfig
+    from ..graph import DistGraph, RuntimeConfig
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)

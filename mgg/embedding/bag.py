@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..runtime.backends import make_store
+from ..graph.backends import make_store
 from ..runtime.comm import Communicator, world
 from ..runtime.store import SymmetricStore
 from .init import INITS, init_rows

@@ -25,7 +25,7 @@ dropout is on, the [E, heads] keep mask; every per-edge tensor is built for one 
 scores and alpha from the saved (m, den) instead of storing E x heads probabilities. With
 c_i = g_i . out_i (per head), the softmax backward is dE_ij = alpha_ij (keep_ij g_i.Wh_j - c_i).
 
-Two strategies run the same math (mgg.kernels.adaptive picks one from the plan's degrees):
+Two strategies run the same math (mgg.graph.adaptive picks one from the plan's degrees):
 
 * ``edge`` (edge-centric, fuseGNN's GAS): COO chunks of edges in plan order, every reduction is a
   scatter (`scatter_reduce_` amax / `index_add_`) into per-target rows (the atomics of the GPU);

@@ -18,9 +18,9 @@
 //   dWh_j += dz_ij Wh_i / sqrt(C), dWh_i += dz_ij Wh_j / sqrt(C)              (dot)
 // Source-side gradients are atomicAdds into grad_local [n, W] (local sources) or grad_halo
 // [H_halo, W] (remote sources, by halo slot); the launcher then sums grad_halo at the owners
-// (mgg.runtime.halo.scatter_halo_add).
+// (mgg.graph.halo.scatter_halo_add).
 //
-// Two abstractions (fuseGNN; chosen by mgg.kernels.adaptive from the plan's degrees):
+// Two abstractions (fuseGNN; chosen by mgg.graph.adaptive from the plan's degrees):
 //   node-centric (gat_fwd_node / gat_bwd_node): one warp per target, lanes over the H*C columns;
 //     the target's remote neighbors are read partition by partition (<= ps rows) with
 //     nvshmemx_float_get_nbi_warp into the warp's shared-memory buffer; the gets of the first
@@ -33,7 +33,7 @@
 //     merged by gat_merge_partials (O(#split targets) work).
 // Attention dropout: keep = (hash(seed, edge id, h) >= p) / (1 - p), recomputed in the backward.
 //
-// Build (mgg/kernels/gat_gpu.py does this, cached by source hash):
+// Build (mgg/graph/gat_gpu.py does this, cached by source hash):
 //   nvcc -arch=sm_90 -rdc=true -std=c++17 -I$NVSHMEM/include -c gat_fused.cu -o k.o
 //   nvcc -arch=sm_90 -dlink -cubin k.o $NVSHMEM/lib/libnvshmem_device.a -o k.cubin
 #include <nvshmem.h>

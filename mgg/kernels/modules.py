@@ -12,7 +12,7 @@ Features:
                       gathers of the halo variants (mgg_halo_gather[_rows] of aggregate.cu)
     plan_variants     the partition kernels of GPUExecutor (mgg/kernels/gpu.py)
     csr_variants      the degree-aware CSR kernels (csr_rows, halo_csr: mgg/kernels/local_csr.py)
-    attention         fused attention / mean aggregation (GAT: mgg/kernels/gat_gpu.py)
+    attention         fused attention / mean aggregation (GAT: mgg/graph/gat_gpu.py)
     dense             the ReLU-mask + bias-gradient pass, the bias-ReLU-dropout epilogue
     tall_rows         the GEMMs of tall float32 matrices (a rank with TALL_GEMM_ROWS rows or more)
     dropout           dropout masks from the counter hash, fused dropout + input projection

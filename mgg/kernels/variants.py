@@ -2,7 +2,7 @@
 
 Each `KernelVariant` says which kernels of mgg/kernels/aggregate.cu it launches, how much dynamic
 shared memory a block asks for (`smem_bytes`, the ONE formula: `GPUExecutor` passes it to the
-launch and the runtime tuner's feasibility check in mgg.runtime.tuning.model calls the same
+launch and the runtime tuner's feasibility check in mgg.tuning.model calls the same
 function, so the tuner never proposes what the launcher refuses), which device buffers it needs
 beyond the plan's arrays, and whether the tuner compares it (`tunable`) and bench/fullgraph.py
 times it (`benched`).

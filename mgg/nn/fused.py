@@ -1,4 +1,4 @@
-"""Fused mean aggregation (degree-adaptive executor of mgg.kernels.adaptive, mode "mean").
+"""Fused mean aggregation (degree-adaptive executor of mgg.graph.adaptive, mode "mean").
 
 Shared by SAGEConv (`fused=True`) and re-exported by GATConv's module, whose attention path runs
 on the same fused executors: one halo exchange forward, scatter_halo_add backward.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.adaptive import fused_aggregation
+from ..graph.adaptive import fused_aggregation
 
 __all__ = ["FusedMean", "fused_mean"]
 

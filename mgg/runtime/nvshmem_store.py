@@ -10,7 +10,7 @@ NVSHMEM barriers on the current CUDA stream, so they order the kernels before an
 without a host synchronisation.
 
 Reading other PEs' rows (`get_halo` / `get_rows`) runs a gather kernel, which the store does not
-own: it is handed in as `gather_rows` by the factory one layer up (`mgg.runtime.backends.make_store`,
+own: it is handed in as `gather_rows` by the factory one layer up (`mgg.graph.backends.make_store`,
 which passes mgg.kernels.gpu.halo_gather), so the store never imports the kernels.
 """
 from __future__ import annotations

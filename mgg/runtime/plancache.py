@@ -2,7 +2,7 @@
 on dist, and wpb on nothing in the plan. `PlanCache` keeps the cuts of the last few ps values
 (LRU) so that switching back to a ps the tuner already visited costs no re-cut, and frees the
 cuts of ps values it has not used for a while. `DistGraph` owns one (`dg.plan_cache`); the
-runtime tuner's `DistGraphApplier` (mgg.runtime.tuning.plancache) switches it.
+runtime tuner's `DistGraphApplier` (mgg.tuning.plancache) switches it.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ with the full graph's weights (the degrees stay global), in the full plan's entr
 rows in S are bit for bit those of the full aggregation. Rows outside S are not meaningful
 (their self term only); the transposed form is W_S^T g only for g that is zero outside S, which
 is what the backward of `out[S]` passes. Both forms are built from this rank's forward and
-transposed rows when the first plan of each direction is (mgg.runtime.graph), on the plan device.
+transposed rows when the first plan of each direction is (mgg.graph.dist_graph), on the plan device.
 
 Layers before the last need only the rows the next layer reads: its set and the sources of the
 edges into it (`with_in_neighbours`; `DistGraph.register_layer_rows` chains them). An inner

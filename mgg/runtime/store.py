@@ -3,7 +3,7 @@
 `SymmetricStore` is the interface; `MPIStore` implements it with MPI-3 RMA windows
 (`Win.Allocate`, passive target `Lock_all` / `Get` / `Flush`), `LocalStore` for a single process
 without MPI. The NVSHMEM backend (GPU) lives in `mgg.runtime.nvshmem_store` and implements the
-same interface over `nvshmem.core` symmetric memory. `mgg.runtime.backends.make_store` (also
+same interface over `nvshmem.core` symmetric memory. `mgg.graph.backends.make_store` (also
 `mgg.runtime.make_store`) builds the store of a backend.
 
 Protocol of one exchange (what `DistGraph.aggregate` does):

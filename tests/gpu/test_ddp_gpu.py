@@ -15,7 +15,8 @@ if not torch.cuda.is_available():
 pytest.importorskip("nvshmem.core")
 
 from mgg.nn import allreduce_gradients, allreduce_mean_gradients  # noqa: E402
-from mgg.runtime import make_store, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import make_store  # noqa: E402
 
 
 def _grads(rank: int, shapes) -> list[np.ndarray]:

@@ -71,7 +71,8 @@ def test_unsupported_shapes_are_refused():
 @pytest.mark.parametrize("model", ["gcn", "gin"])
 def test_models_with_the_fused_input_layer_match(model, monkeypatch):
     from mgg.nn import build_model, dense
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
     from tests.graphs import random_csr
 
     indptr, indices = random_csr(2000, 30000, seed=3)
@@ -108,7 +109,8 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
     from mgg.nn import allreduce_gradients, build_model
     from mgg.nn.functional import DeviceSeeds
     from mgg.nn.optim import Adam
-    from mgg.runtime import DistGraph, RuntimeConfig, world
+    from mgg.runtime import world
+    from mgg.graph import DistGraph, RuntimeConfig
     from tests.graphs import random_csr
 
     comm = world()

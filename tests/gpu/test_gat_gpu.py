@@ -14,11 +14,12 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 pytest.importorskip("nvshmem.core")
 
-from mgg.kernels.adaptive import fused_aggregation  # noqa: E402
+from mgg.graph.adaptive import fused_aggregation  # noqa: E402
 from mgg.nn import GATConv, allreduce_gradients  # noqa: E402
 from mgg.nn.conv.gat_conv import fused_mean  # noqa: E402
 from mgg.nn.functional import aggregate  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from tests import test_gat as ref  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
 

@@ -16,7 +16,8 @@ pytest.importorskip("nvshmem.core")
 
 from mgg.kernels.variants import get_variant, variant_names  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
 
 
@@ -97,7 +98,7 @@ def test_gpu_matches_cpu_executor_and_autograd():
 
 
 def test_symmetric_store_get_rows():
-    from mgg.runtime import make_store
+    from mgg.graph import make_store
 
     comm = world()
     store = make_store(comm, "gpu")

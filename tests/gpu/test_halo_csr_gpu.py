@@ -18,7 +18,8 @@ pytest.importorskip("nvshmem.core")
 
 from mgg.kernels.halo_csr import HaloCsrExecutor  # noqa: E402
 from mgg.testing.reference import aggregate_reference, aggregation_matrix  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its power-law graph with hubs)
 
 

@@ -19,7 +19,8 @@ pytest.importorskip("cupy")
 from mgg.kernels.csr_rows import (BUNDLE_LANES, SCAN_DEFAULT_LANES, SCAN_LANES, CsrRowsExecutor,  # noqa: E402
                                  bundles_pay, default_long_threshold, entries_per_batch, lanes_for_width)
 from mgg.testing.reference import aggregate_reference  # noqa: E402
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig  # noqa: E402
+from mgg.runtime import Communicator  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 
 DIMS = (1, 3, 4, 8, 16, 20, 32, 33, 64, 128, 512)

@@ -31,7 +31,7 @@ def dist():
     store = None
     if comm.size > 1:
         pytest.importorskip("nvshmem.core")
-        from mgg.runtime import make_store
+        from mgg.graph import make_store
 
         store = make_store(comm, "gpu")
     return comm, store

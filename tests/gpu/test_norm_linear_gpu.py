@@ -144,7 +144,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
     store = None
     if comm.size > 1:
         pytest.importorskip("nvshmem.core")
-        from mgg.runtime import make_store
+        from mgg.graph import make_store
 
         store = make_store(comm, "gpu")
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # every rank's share counts as tall

@@ -12,7 +12,8 @@ pytest.importorskip("cupy")
 pytest.importorskip("nvshmem.core")
 
 from mgg.kernels.variants import get_variant, variant_names  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
 

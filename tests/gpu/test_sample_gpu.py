@@ -146,7 +146,8 @@ def test_loader_on_gpu_blocks_valid():
 def test_store_features_nvshmem_gather():
     """Rows of every rank fetched with NVSHMEM gets equal the global rows (P = 1 or 2)."""
     pytest.importorskip("nvshmem.core")
-    from mgg.runtime import make_store, world
+    from mgg.runtime import world
+    from mgg.graph import make_store
     from mgg.runtime.partition import partition_ranges
     from mgg.sample import StoreFeatures
 
@@ -182,7 +183,8 @@ def _batches(loader):
 @pytest.mark.parametrize("reorder", [False, True])
 def test_prefetch_yields_the_same_batches(tier, reorder):
     """Side-stream prefetch (the CUDA default) changes when a batch is made, not what it holds."""
-    from mgg.runtime import make_store, world
+    from mgg.runtime import world
+    from mgg.graph import make_store
     from mgg.runtime.partition import partition_ranges
     from mgg.sample import StoreFeatures
 

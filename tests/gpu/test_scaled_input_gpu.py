@@ -13,7 +13,8 @@ pytest.importorskip("cupy")
 
 from mgg.kernels.dropout_gpu import dropout_hash_cuda  # noqa: E402
 from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig, world  # noqa: E402
+from mgg.runtime import world  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 

@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cupy")
 
 from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
-from mgg.runtime import DistGraph, RuntimeConfig  # noqa: E402
+from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.runtime.store import storage_torch_dtype  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from tests.graphs import random_csr  # noqa: E402
@@ -164,7 +164,7 @@ def test_fp32_only_variants_refuse_16_bit_storage(variant):
 
 
 def test_16_bit_store_rows_round_trip():
-    from mgg.runtime import make_store
+    from mgg.graph import make_store
 
     comm = _world()
     store = make_store(comm, "gpu")

@@ -10,8 +10,9 @@ import torch
 from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GATConv, SAGEConv, allreduce_gradients
 from mgg.nn.conv.gat_conv import fused_mean
-from mgg.runtime import DistGraph, RuntimeConfig, world
-from mgg.runtime.halo import gather_halo, scatter_halo_add
+from mgg.runtime import world
+from mgg.graph import DistGraph, RuntimeConfig
+from mgg.graph.halo import gather_halo, scatter_halo_add
 from tests import test_gat as ref
 from tests.graphs import random_csr
 

@@ -8,7 +8,8 @@ import pytest
 
 from mgg.data import Graph, save_npz
 from mgg.data.npz import load_npz
-from mgg.runtime import DistGraph, RuntimeConfig, world
+from mgg.runtime import world
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.transpose import transposed_rows
 from tests.graphs import random_csr
 

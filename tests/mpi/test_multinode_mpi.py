@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from mgg.checkpoint import LAST, read_checkpoint
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig, world
+from mgg.runtime import Communicator, world
+from mgg.graph import DistGraph, RuntimeConfig
 from tests.graphs import cached_dataset
 from mgg.train import TrainConfig, UserError, train
 

@@ -11,7 +11,8 @@ import torch
 
 from mgg.nn import GIN, allreduce_gradients
 from mgg.nn.norm import DistBatchNorm
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig, world
+from mgg.runtime import Communicator, world
+from mgg.graph import DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from mgg.testing.reference import aggregate_reference
-from mgg.runtime import DistGraph, MPIStore, RuntimeConfig, world
+from mgg.runtime import MPIStore, world
+from mgg.graph import DistGraph, RuntimeConfig
 from tests.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.runtime import Communicator, DistGraph, RuntimeConfig, world
+from mgg.runtime import Communicator, world
+from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.store import MPIStore, storage_torch_dtype
 from mgg.testing.reference import aggregate_reference
 from tests.graphs import cached_dataset, random_csr

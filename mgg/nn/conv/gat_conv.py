@@ -8,7 +8,7 @@ Per head h with W_h x_i = Wh_i [C] and attention vectors a_src, a_dst [C]:
 
 (``attention="dot"``: e_ij = Wh_i . Wh_j / sqrt(C).) Each rank computes Wh and a_src.Wh for its
 own nodes, fetches [Wh_j, a_src.Wh_j] of its remote neighbors in one halo exchange, and runs
-scores, softmax and aggregation of its targets in one fused executor (mgg.kernels.adaptive:
+scores, softmax and aggregation of its targets in one fused executor (mgg.graph.adaptive:
 node- or edge-centric by degree). The backward is fused too: it recomputes alpha from the saved
 per-target max and sum, and returns remote rows' gradients to their owners (scatter_halo_add).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...kernels.adaptive import fused_aggregation
+from ...graph.adaptive import fused_aggregation
 from ..fused import FusedMean, fused_mean  # noqa: F401 (re-exported: shared with SAGEConv)
 
 __all__ = ["GATConv", "FusedAttention", "FusedMean", "attention_aggregate", "fused_mean"]

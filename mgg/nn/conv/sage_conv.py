@@ -21,7 +21,7 @@ class SAGEConv(nn.Module):
     mean(x) W^T + b == mean(x W^T) + b (also for isolated nodes, where both give b).
 
     `fused=True` runs the mean through the fused, degree-adaptive executor of GATConv
-    (mgg.kernels.adaptive, mode "mean": one halo exchange forward, scatter_halo_add backward)
+    (mgg.graph.adaptive, mode "mean": one halo exchange forward, scatter_halo_add backward)
     instead of the plan aggregation with the transposed plan; the result is the same.
 
     As a hidden layer it takes an `Epilogue` (mgg.nn.epilogue): the root term is added by its

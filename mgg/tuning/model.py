@@ -23,9 +23,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ...kernels.variants import DEFAULT_VARIANT, get_variant, shared_memory_problem
-from ..layout import padded_dim
-from ..plan import PlanParams
+from ..kernels.variants import DEFAULT_VARIANT, get_variant, shared_memory_problem
+from ..runtime.layout import padded_dim
+from ..runtime.plan import PlanParams
 
 __all__ = ["TuneConfig", "DeviceLimits", "Workload", "Estimate", "PruneRules", "padded_dim",
            "smem_bytes_for", "estimate", "feasible", "check"]

@@ -4,7 +4,7 @@ Built by mgg.kernels.build (nvcc -rdc, device link against libnvshmem_device.a, 
 source hash + arch), loaded per GPU and registered with NVSHMEM before the first launch
 (mgg.kernels.launch).
 
-`GATGPUExecutor` has the interface of mgg.kernels.adaptive.FusedAggregation's CPU branch:
+`GATGPUExecutor` has the interface of mgg.graph.adaptive.FusedAggregation's CPU branch:
 forward(feat, src_score, dst, dropout, generator) -> (out, saved) and backward(...) -> local
 gradients, both collective. Forward: publish [Wh | a_src.Wh] into dg.symmetric(W), then
 
@@ -16,7 +16,7 @@ gradients, both collective. Forward: publish [Wh | a_src.Wh] into dg.symmetric(W
 release. Backward: c = (g * out).sum(-1) in torch, then gat_bwd_node (re-publishes the table: the
 symmetric buffer may have been reused by other layers since the forward) or gat_bwd_edge (uses
 the saved halo), source gradients of remote rows into a [H_halo, W] buffer summed at the owners by
-mgg.runtime.halo.scatter_halo_add.
+mgg.graph.halo.scatter_halo_add.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import torch
 
 from ..runtime.layout import padded_dim
 from ..runtime.plan import AggregationPlan
-from .launch import blocks_for, kernel, launch
+from ..kernels.launch import blocks_for, kernel, launch
 
 __all__ = ["build", "GATGPUExecutor", "KMAX_COLUMNS", "MAX_HEADS", "EDGES_PER_WARP"]
 
@@ -40,7 +40,7 @@ _MODES = {"additive": 0, "dot": 1, "mean": 2}
 
 def build(arch: str | None = None) -> str:
     """Compile gat_fused.cu to a cubin (cached by mgg.kernels.build); returns its path."""
-    from .build import build_cubin
+    from ..kernels.build import build_cubin
 
     return build_cubin("gat_fused", arch).path
 
@@ -75,7 +75,7 @@ class GATGPUExecutor:
     """Fused attention / mean aggregation of one plan with the CUDA kernels."""
     def __init__(self, dg, plan: AggregationPlan, mode: str, add_self_loops: bool, strategy: str,
                  negative_slope: float, edges_per_warp: int = EDGES_PER_WARP):
-        from .gat_cpu import FusedEdges
+        from ..kernels.gat_cpu import FusedEdges
 
         self.dg, self.plan, self.mode, self.strategy = dg, plan, mode, strategy
         self.add_self_loops = bool(add_self_loops) and mode != "mean"
@@ -185,7 +185,7 @@ class GATGPUExecutor:
         return out.view(n, H, C).to(feat.dtype), (m, l, halo, seed, dropout)
 
     def backward(self, grad_out, out, saved, feat, src_score, dst):
-        from ..runtime.halo import scatter_halo_add
+        from .halo import scatter_halo_add
 
         m, l, halo, seed, dropout = saved
         n, H, C = feat.shape

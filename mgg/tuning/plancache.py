@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plan import PlanParams
-from ..plancache import PlanCache
+from ..runtime.plan import PlanParams
+from ..runtime.plancache import PlanCache
 
 __all__ = ["PlanCache", "DistGraphApplier"]
 

@@ -9,8 +9,8 @@ executors of the last few configurations stay built (on the GPU: their plans sta
 switching back to a configuration costs neither a re-cut nor an upload. `release_unused` frees
 both once the tuner has settled.
 
-Layering: this module sits above mgg.kernels (its executors come from mgg.kernels.factory) and
-below mgg.nn; `from mgg.runtime import DistGraph` reaches it through the package's lazy exports.
+Layering: this module sits in the graph layer (mgg.graph), above mgg.kernels (its executors come
+from mgg.graph.factory) and below mgg.tuning and mgg.nn.
 """
 from __future__ import annotations
 
@@ -24,18 +24,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels.factory import plan_executor
+from .factory import plan_executor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
-from .comm import Communicator
-from .gpu_assignment import device_index
-from .partition import partition_ranges
-from .plan import AggregationPlan, PlanParams, build_plan
-from .plancache import PlanCache
-from .rowset import RowSet, global_row_mask, keep_entries, keep_rows, with_in_neighbours
-from .store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
-from .transpose import sort_within_rows, transposed_rows_exchange, transposed_rows_t
-from .weights import check_kind, diag_weights, pair_weights_by_row
+from ..runtime.comm import Communicator
+from ..runtime.gpu_assignment import device_index
+from ..runtime.partition import partition_ranges
+from ..runtime.plan import AggregationPlan, PlanParams, build_plan
+from ..runtime.plancache import PlanCache
+from ..runtime.rowset import RowSet, global_row_mask, keep_entries, keep_rows, with_in_neighbours
+from ..runtime.store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
+from ..runtime.transpose import sort_within_rows, transposed_rows_exchange, transposed_rows_t
+from ..runtime.weights import check_kind, diag_weights, pair_weights_by_row
 
 __all__ = ["RuntimeConfig", "DistGraph", "resolve_backend"]
 
@@ -455,7 +455,7 @@ class DistGraph:
         once (from the gcn plan's self weights: mgg.runtime.weights.dinv_from_self_weight)."""
         f = self._gcn_factor
         if f is None:
-            from .weights import dinv_from_self_weight
+            from ..runtime.weights import dinv_from_self_weight
 
             f = self._gcn_factor = torch.from_numpy(dinv_from_self_weight(self.plan("gcn").self_weight)).to(self.device)
         return f

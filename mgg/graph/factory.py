@@ -1,7 +1,7 @@
 """The one executor factory: which executor runs a plan, or a fused aggregation, on a backend.
 
 `DistGraph.executor` (the plan path: out = W x + diag * x) and `FusedAggregation` (the fused
-GAT / mean path, mgg.kernels.adaptive) both ask here, so a backend's executors are chosen in
+GAT / mean path, mgg.graph.adaptive) both ask here, so a backend's executors are chosen in
 one place. GPU modules are imported only when the GPU backend is asked for.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str 
     executor will be called with; on the GPU a variant without 16-bit kernels refuses it
     (ValueError, one line, naming the variants that have them). Call it as `ex(x, sym)`."""
     if backend == "gpu":
-        from .gpu import GPUExecutor, choose_variant
-        from .variants import check_storage_dtype, get_variant
+        from ..kernels.gpu import GPUExecutor, choose_variant
+        from ..kernels.variants import check_storage_dtype, get_variant
 
         from ..runtime.store import storage_torch_dtype
 
@@ -32,15 +32,15 @@ def plan_executor(backend: str, plan: AggregationPlan, store: Any, variant: str 
         check_storage_dtype(variant, storage_dtype)
         st = storage_torch_dtype(storage_dtype)
         if get_variant(variant).executor == "csr":
-            from .csr_rows import CsrRowsExecutor
+            from ..kernels.csr_rows import CsrRowsExecutor
 
             return CsrRowsExecutor(plan, store, kind, storage_dtype=st)
         if get_variant(variant).executor == "halo_csr":
-            from .halo_csr import HaloCsrExecutor
+            from ..kernels.halo_csr import HaloCsrExecutor
 
             return HaloCsrExecutor(plan, store, kind, storage_dtype=st)
         return GPUExecutor(plan, store, variant=variant, storage_dtype=st)
-    from .cpu import CPUExecutor
+    from ..kernels.cpu import CPUExecutor
 
     return CPUExecutor(plan)
 
@@ -53,7 +53,7 @@ def fused_executor(backend: str, dg: Any, plan: AggregationPlan, mode: str, add_
         from .gat_gpu import GATGPUExecutor
 
         return GATGPUExecutor(dg, plan, mode, add_self_loops, strategy, negative_slope)
-    from .gat_cpu import DEFAULT_CHUNK_EDGES, FusedCPUExecutor
+    from ..kernels.gat_cpu import DEFAULT_CHUNK_EDGES, FusedCPUExecutor
 
     return FusedCPUExecutor(plan, mode, add_self_loops, strategy, negative_slope,
                             chunk_edges or DEFAULT_CHUNK_EDGES)

@@ -31,7 +31,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from ...atomic import atomic_write_json
+from ..atomic import atomic_write_json
 from .model import TuneConfig
 
 __all__ = ["TuneKey", "CacheEntry", "TuningCache", "atomic_write_json", "kernel_version",
@@ -47,11 +47,10 @@ VERSION = 1
 def kernel_version() -> str:
     """mgg's version plus a digest of the CUDA sources in mgg/kernels: a kernel change
     invalidates the cache entries tuned for the old kernels."""
-    from ...version import version
+    from ..version import version
 
     h = hashlib.blake2b(digest_size=6)
-    kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "kernels")
+    kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
     for p in sorted(glob.glob(os.path.join(kdir, "*.cu")) + glob.glob(os.path.join(kdir, "*.cuh"))):
         h.update(os.path.basename(p).encode())
         with open(p, "rb") as fh:

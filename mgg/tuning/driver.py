@@ -249,7 +249,7 @@ class AggregationTuner:
 
     # -- records -------------------------------------------------------------------------------
     def log_dict(self) -> dict:
-        """The tuning log (see mgg.runtime.tuning.cache for the format)."""
+        """The tuning log (see mgg.tuning.cache for the format)."""
         trials = [] if self.search is None else [t.to_dict() for t in self.search.trials]
         best = self.best
         lat = None

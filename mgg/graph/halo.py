@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .plan import AggregationPlan
+from ..runtime.plan import AggregationPlan
 
 __all__ = ["halo_plan", "gather_halo", "scatter_halo_add"]
 

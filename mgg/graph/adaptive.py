@@ -125,14 +125,14 @@ class FusedAggregation:
     `forward(feat [n, heads, C], src_score [n, heads] | None, dst, dropout, generator)` returns
     (out [n, heads, C], saved); `backward(grad_out, out, saved, feat, src_score, dst)` returns
     local gradients (feat, src_score, dst) with the remote rows' gradients already summed at
-    their owners. Both collective. The executor comes from mgg.kernels.factory.fused_executor:
-    CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.kernels.gat_gpu
+    their owners. Both collective. The executor comes from mgg.graph.factory.fused_executor:
+    CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.graph.gat_gpu
     (tests/gpu/test_gat_gpu.py).
     """
 
     def __init__(self, dg, mode: str, add_self_loops: bool, negative_slope: float, strategy: str | None,
                  chunk_edges: int | None = None):
-        from ..runtime.halo import halo_plan
+        from .halo import halo_plan
         from .factory import fused_executor
 
         self.dg, self.mode = dg, mode
@@ -151,7 +151,7 @@ class FusedAggregation:
     def forward(self, feat, src_score, dst, dropout=0.0, generator=None):
         if self.dg.backend == "gpu":
             return self.impl.forward(feat, src_score, dst, dropout, generator)
-        from ..runtime.halo import gather_halo
+        from .halo import gather_halo
 
         n, heads, C = feat.shape
         halo = gather_halo(self.dg, self._table(feat, src_score))  # one exchange: [Wh, a_src.Wh]
@@ -164,7 +164,7 @@ class FusedAggregation:
     def backward(self, grad_out, out, saved, feat, src_score, dst):
         if self.dg.backend == "gpu":
             return self.impl.backward(grad_out, out, saved, feat, src_score, dst)
-        from ..runtime.halo import scatter_halo_add
+        from .halo import scatter_halo_add
 
         m, den, keep, halo = saved
         n, heads, C = feat.shape

@@ -2,12 +2,12 @@
 
 This module sits above the kernels (it hands the NVSHMEM store its row-gather kernel), so the
 stores themselves (mgg.runtime.store, mgg.runtime.nvshmem_store) import no kernel and no other
-store backend. The executors of a backend come from mgg.kernels.factory.
+store backend. The executors of a backend come from mgg.graph.factory.
 """
 from __future__ import annotations
 
-from .comm import Communicator
-from .store import SymmetricStore, cpu_store
+from ..runtime.comm import Communicator
+from ..runtime.store import SymmetricStore, cpu_store
 
 __all__ = ["BACKENDS", "resolve_backend", "make_store", "gpu_unavailable_reason", "GPU_INSTALL_HINT"]
 
@@ -58,7 +58,7 @@ def make_store(comm: Communicator, backend: str = "cpu") -> SymmetricStore:
     PEs' rows with the mgg_halo_gather kernel)."""
     if backend == "gpu":
         from ..kernels.gpu import halo_gather
-        from .nvshmem_store import NvshmemStore
+        from ..runtime.nvshmem_store import NvshmemStore
 
         return NvshmemStore(comm, gather_rows=halo_gather)
     if backend != "cpu":
