@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mgg.data import generators  # noqa: E402
 from mgg.data.npz import load_npz, save_npz  # noqa: E402
-from mgg.graph.dist_graph import DistGraph, RuntimeConfig, _host_tensor  # noqa: E402
+from mgg.graph.dist_graph import DistGraph, RuntimeConfig  # noqa: E402
+from mgg.graph.rank_rows import host_tensor  # noqa: E402
 from mgg.runtime.partition import partition_ranges  # noqa: E402
 
 EXTRA_KINDS = ("sum", "mean")
@@ -106,7 +107,7 @@ def measure(name: str, scale: float, parts: int, device: str, npz_dir: str, seed
         dg = _rank_graph(indptr, bounds, r, device)
         with _Clock(device) as c:
             if dg.plan_device.type != "cpu":
-                ip_d, ind_d = (_host_tensor(a).to(dg.plan_device) for a in (indptr, indices))
+                ip_d, ind_d = (host_tensor(a).to(dg.plan_device) for a in (indptr, indices))
             else:
                 ip_d, ind_d = indptr, indices
         acc["upload"] += c.s

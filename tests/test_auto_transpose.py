@@ -1,4 +1,4 @@
-"""DistGraph's transpose="auto" (mgg.graph.dist_graph.auto_transpose): the host exchange for a
+"""DistGraph's transpose="auto" (mgg.graph.rank_rows.auto_transpose): the host exchange for a
 memory-mapped graph at P > 1 unless each rank's GPU has room to scan the whole CSR."""
 import types
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.graph import dist_graph as graph_mod
-from mgg.graph.dist_graph import auto_transpose
+from mgg.graph import rank_rows as graph_mod
+from mgg.graph.rank_rows import auto_transpose
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from .factory import plan_executor
+from .rank_rows import RankRows, auto_transpose, host_tensor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
 from ..runtime.comm import Communicator
@@ -68,54 +68,6 @@ class RuntimeConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass
-class _RankRows:
-    """This rank's rows of a global CSR (forward: targets in range; transposed: sources in range),
-    as tensors on the plan device; row k is global node lo + k."""
-
-    indptr: torch.Tensor   # int64 [n + 1]
-    indices: torch.Tensor  # int64 [E_r] global ids of the other endpoint
-    lo: int = 0
-
-    @property
-    def row_ids(self) -> torch.Tensor:
-        """int64 [E_r] global id of the row node of each entry."""
-        counts = self.indptr[1:] - self.indptr[:-1]
-        return self.lo + torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device),
-                                                 counts, output_size=self.indices.numel())
-
-
-def _host_tensor(a: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing memory with `a` (read-only arrays, e.g. memory maps, too: only read)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-
-
-#: the largest global CSR (int64 indices + indptr) that "auto" scans on each rank's GPU: a fraction
-#: of the GPU's memory, at most SCAN_MAX_BYTES (larger graphs use the exchange)
-SCAN_GPU_FRACTION = 0.125
-SCAN_MAX_BYTES = 8 << 30
-
-
-def auto_transpose(indptr: np.ndarray, indices: np.ndarray, world_size: int, backend: str,
-                   local_rank: int = 0) -> str:
-    """How DistGraph's "auto" builds the transposed rows. "scan" (every rank reads the global
-    CSR) unless `indices` is a memory map at P > 1 and the scan would not run on a GPU with room
-    for the whole CSR: then "exchange" (each rank reads its own rows; one all-to-all on the host).
-    On the GPU the scan is a radix sort of every edge, far cheaper than the host exchange: the
-    exchange took 2.2-3.4 s of the CLI's partition phase for reddit-like at P = 2 and 4 on 4x H200
-    against 0.3 s for the scan at P = 1 (bench/results/2026-11-26-h200x4-f14d292/c4)."""
-    if not isinstance(indices, np.memmap) or world_size <= 1:
-        return "scan"
-    if backend != "gpu" or not torch.cuda.is_available():
-        return "exchange"
-    csr_bytes = 8 * (int(indices.shape[0]) + int(indptr.shape[0]))
-    dev = device_index(local_rank, torch.cuda.device_count())
-    room = min(SCAN_MAX_BYTES, SCAN_GPU_FRACTION * torch.cuda.get_device_properties(dev).total_memory)
-    return "scan" if csr_bytes <= room else "exchange"
 
 
 class DistGraph:
@@ -165,15 +117,15 @@ class DistGraph:
             a, b = int(indptr[self.lo]), int(indptr[self.hi])
             rip = torch.from_numpy(indptr[self.lo: self.hi + 1] - a).to(self.plan_device)
             rows = torch.from_numpy(read_rows(mapped_indices if mapped_indices is not None else indices, a, b))
-            self._fwd = _RankRows(rip, sort_within_rows(rip, rows.to(self.plan_device)), self.lo)
+            self._fwd = RankRows(rip, sort_within_rows(rip, rows.to(self.plan_device)), self.lo)
             self._bwd = self._exchanged_rows()
         elif self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
-            indptr_d, indices_d = (_host_tensor(a).to(self.plan_device) for a in (indptr, indices))
+            indptr_d, indices_d = (host_tensor(a).to(self.plan_device) for a in (indptr, indices))
         else:
             indptr_d, indices_d = indptr, indices
         if transpose == "scan":
-            self._fwd: _RankRows | None = self._forward_rows(indptr_d, indices_d)
-            self._bwd: _RankRows | None = self._transposed_rows(indptr_d, indices_d)
+            self._fwd: RankRows | None = self._forward_rows(indptr_d, indices_d)
+            self._bwd: RankRows | None = self._transposed_rows(indptr_d, indices_d)
             del indptr_d, indices_d
         self.params = self.config.params
         # (kind, transposed, row set name or None) -> plan, for self.params
@@ -202,34 +154,34 @@ class DistGraph:
         return cls(graph.indptr, graph.indices, comm, config, store, transpose)
 
     # -- rows of this rank --------------------------------------------------------------------
-    def _forward_rows(self, indptr: np.ndarray, indices: np.ndarray) -> _RankRows:
+    def _forward_rows(self, indptr: np.ndarray, indices: np.ndarray) -> RankRows:
         dev = getattr(self, "plan_device", torch.device("cpu"))
         if not isinstance(indptr, torch.Tensor):
-            indptr, indices = _host_tensor(indptr), _host_tensor(indices)
+            indptr, indices = host_tensor(indptr), host_tensor(indices)
         a, b = int(indptr[self.lo]), int(indptr[self.hi])
         rip = (indptr[self.lo: self.hi + 1] - a).to(dev)
         idx = indices[a:b]
         if idx.device.type != "cpu" and idx.numel() != indices.numel():
             idx = idx.clone()  # a device slice would keep the whole global array alive
-        return _RankRows(rip, sort_within_rows(rip, idx.to(dev)), self.lo)
+        return RankRows(rip, sort_within_rows(rip, idx.to(dev)), self.lo)
 
-    def _exchanged_rows(self) -> _RankRows:
+    def _exchanged_rows(self) -> RankRows:
         """This rank's transposed rows from every rank's forward rows (one all-to-all; collective)."""
         fwd = self._fwd
         with self.comm.guard("transposed rows (exchange)"):
             ip, tgt = transposed_rows_exchange(fwd.indptr.cpu().numpy(), fwd.indices.cpu().numpy(),
                                                self.bounds, self.rank, self.comm)
         dev = self.plan_device
-        return _RankRows(torch.from_numpy(ip).to(dev), torch.from_numpy(tgt).to(dev), self.lo)
+        return RankRows(torch.from_numpy(ip).to(dev), torch.from_numpy(tgt).to(dev), self.lo)
 
     def _transposed_rows(self, indptr: np.ndarray, indices: np.ndarray,
-                         device: str | torch.device | None = None) -> _RankRows:
+                         device: str | torch.device | None = None) -> RankRows:
         """Rows of W^T owned here: every edge j -> i whose source j lies in [lo, hi), sorted by
         source then CSR position (a counting sort on the CPU, a radix sort on `device` "cuda")."""
         if device is None:
             device = getattr(self, "plan_device", None)
         ip, tgt = transposed_rows_t(indptr, indices, self.lo, self.hi, device=device)
-        return _RankRows(ip, tgt, self.lo)
+        return RankRows(ip, tgt, self.lo)
 
     # -- plans and executors -------------------------------------------------------------------
     @property
