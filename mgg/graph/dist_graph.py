@@ -148,9 +148,8 @@ class DistGraph:
     def build(cls, graph: Any, comm: Communicator, config: RuntimeConfig | None = None,
               store: SymmetricStore | None = None, transpose: str = "auto") -> "DistGraph":
         """From an mgg.data.Graph (anything with int64 `indptr` and `indices`). Collective.
-        A memory-mapped graph (``graph.mapped``) is read only at this rank's rows."""
-        if transpose == "auto" and getattr(graph, "mapped", False) and comm.size > 1:
-            transpose = "exchange"
+        A memory-mapped graph (``graph.mapped``) is scanned whole where the GPU has room, else
+        read only at this rank's rows (`auto_transpose`)."""
         return cls(graph.indptr, graph.indices, comm, config, store, transpose)
 
     # -- rows of this rank --------------------------------------------------------------------

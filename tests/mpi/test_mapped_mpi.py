@@ -101,3 +101,17 @@ def test_packed_and_pair_exchanges_equal_the_scan(n, e, seed):
         np.testing.assert_array_equal(got_ip, want_ip, err_msg=fn.__name__)
         np.testing.assert_array_equal(got_t, want_t, err_msg=fn.__name__)
     np.testing.assert_array_equal(rows, indices[indptr[lo]: indptr[hi]])  # the caller's rows untouched
+
+
+def test_build_of_a_mapped_graph_takes_the_auto_rule(tmp_path, monkeypatch):
+    """DistGraph.build leaves "auto" to auto_transpose: ranks whose GPUs can hold the CSR scan it."""
+    import mgg.graph.dist_graph as dist_graph_mod
+
+    comm = world()
+    indptr, indices, mapped = _saved(tmp_path, 120, 900, 4)
+    asked = []
+    monkeypatch.setattr(dist_graph_mod, "auto_transpose", lambda ip, idx, p, backend, lr=0: asked.append(p) or "scan")
+    with DistGraph.build(mapped, comm, RuntimeConfig(backend="cpu")) as dg:
+        assert asked == [comm.size] and dg.transpose_method == "scan"
+        ip, tgt, _ = transposed_rows(indptr, indices, dg.lo, dg.hi)
+        assert np.array_equal(dg._bwd.indptr.numpy(), ip) and np.array_equal(dg._bwd.indices.numpy(), tgt)
