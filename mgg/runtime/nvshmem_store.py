@@ -16,7 +16,10 @@ which passes mgg.kernels.gpu.halo_gather), so the store never imports the kernel
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import os
+import sys
 import threading
 from typing import Callable
 
@@ -163,7 +166,15 @@ class NvshmemStore(SymmetricStore):
         os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
         os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", "8G")
         mpi_comm = comm.comm if comm.comm is not None else MPI.COMM_SELF
-        nvshmem.init(device=dev, mpi_comm=mpi_comm, initializer_method="mpi")
+        # nvshmem4py prints its MPI detection ("Importing MPI", "MPI4Py enabled: True") on every
+        # rank: kept out of the user's log unless the initialisation fails
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                nvshmem.init(device=dev, mpi_comm=mpi_comm, initializer_method="mpi")
+        except BaseException:
+            sys.stderr.write(said.getvalue())
+            raise
         self._live = 0
         self._closed = False
         self._reduce_bufs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
