@@ -424,7 +424,11 @@ extern "C" __global__ void mgg_halo_gather(long long nrows, const int* __restric
 // buffer, halo[h] = scale[h] * x_{hpe[h]}[hrow[h]] (scale null: a copy; scale is float32 rows
 // only). Narrow rows do not idle a warp: G = 32 / L rows per warp at once, L = pow2ceil(D4)
 // lanes per row (at most 32), each lane a float4 column c, c + L, ... of its row.
-// Geometry: blockDim.x = 32 * wpb, grid-stride over groups of G rows.
+// Latency, not the thread count, bounds an NVLink copy: each lane group keeps GATHER_ILP rows'
+// loads in flight (rows h, h + S, ..., S = the grid's lane groups), so a grid of a few blocks an
+// SM saturates NVLink and leaves the other warp slots to the local pass running beside it.
+// Geometry: blockDim.x = 32 * wpb, grid-stride over GATHER_ILP * S rows.
+#define GATHER_ILP 8
 extern "C" __global__ void mgg_halo_gather_rows(long long nrows, const int* __restrict__ hpe,
                                                 const int* __restrict__ hrow, const float* sym, int D4,
                                                 const float* __restrict__ scale, float4* __restrict__ halo) {
@@ -432,22 +436,35 @@ extern "C" __global__ void mgg_halo_gather_rows(long long nrows, const int* __re
   load_bases(sym, bases);
   Lanes l = lanes_for(D4);
   const int wpb = blockDim.x >> 5;
-  const long long groups = (long long)gridDim.x * wpb * l.G;
-  for (long long h = ((long long)blockIdx.x * wpb + (threadIdx.x >> 5)) * l.G + l.g; h < nrows; h += groups) {
-    const int pe = hpe[h];
-    const float4* b = bases[pe];
-    const long long r = hrow[h];
-    const float f = scale ? scale[h] : 1.f;
+  const long long S = (long long)gridDim.x * wpb * l.G;
+  const long long mine = ((long long)blockIdx.x * wpb + (threadIdx.x >> 5)) * l.G + l.g;
+  for (long long base = mine; base < nrows; base += GATHER_ILP * S) {
+    int pe[GATHER_ILP];
+    long long r[GATHER_ILP];
+    float f[GATHER_ILP];
+#pragma unroll
+    for (int u = 0; u < GATHER_ILP; ++u) {
+      const long long h = base + u * S;
+      pe[u] = h < nrows ? hpe[h] : -1;
+      r[u] = h < nrows ? (long long)hrow[h] : 0;
+      f[u] = (scale && h < nrows) ? scale[h] : 1.f;
+    }
     for (int c = l.c; c < D4; c += l.L) {
-      float4 v;
-      if (b != nullptr) {
-        v = b[r * D4 + c];
-      } else {  // no load path to that PE: a thread-level get of the vector
-        nvshmem_getmem(&halo[h * D4 + c], sym + (r * D4 + c) * 4, sizeof(float4), pe);
-        v = halo[h * D4 + c];
+      float4 v[GATHER_ILP];
+#pragma unroll
+      for (int u = 0; u < GATHER_ILP; ++u)  // every load issued before any is used
+        if (pe[u] >= 0 && bases[pe[u]] != nullptr) v[u] = bases[pe[u]][r[u] * D4 + c];
+#pragma unroll
+      for (int u = 0; u < GATHER_ILP; ++u) {
+        if (pe[u] < 0) continue;
+        const long long h = base + u * S;
+        if (bases[pe[u]] == nullptr) {  // no load path to that PE: a thread-level get of the vector
+          nvshmem_getmem(&halo[h * D4 + c], sym + (r[u] * D4 + c) * 4, sizeof(float4), pe[u]);
+          v[u] = halo[h * D4 + c];
+        }
+        if (scale) { v[u].x *= f[u]; v[u].y *= f[u]; v[u].z *= f[u]; v[u].w *= f[u]; }
+        halo[h * D4 + c] = v[u];
       }
-      if (scale) { v.x *= f; v.y *= f; v.z *= f; v.w *= f; }
-      halo[h * D4 + c] = v;
     }
   }
 }

@@ -45,6 +45,13 @@ __all__ = ["HaloCsrExecutor", "remote_factors"]
 
 #: rows per block of the gather: 8 warps
 _GATHER_WPB = 8
+#: rows in flight per lane group of the gather (GATHER_ILP in aggregate.cu)
+_GATHER_ILP = 8
+#: the gather's default grid: blocks an SM (the hardware keeps 8 of its 256-thread blocks resident).
+#: Fewer blocks leave warp slots to the local pass beside it, but the two share L2 and the
+#: owners' memory, and a smaller gather is a slower one: products-like GCN at P = 4 (4x H200,
+#: bench/results/2026-11-28-h200x4-c7): 2.69 / 2.66 / 2.54 / 2.51 ms an epoch at 1 / 2 / 4 / 16.
+GATHER_BLOCKS_PER_SM = 16
 
 
 def _dev(a: np.ndarray, dtype, device) -> torch.Tensor:
@@ -116,10 +123,8 @@ class HaloCsrExecutor:
             the local pass; False runs barrier, gather, local pass and remote pass one after the
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
             at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
-            (bench/results/2026-11-28-h200x2-47c293c). Capping the gather's grid (`gather_blocks`)
-            leaves more SMs to the local pass: 33 blocks gave reddit-like 2.59 but products-like,
-            whose gather moves 20x more rows, 5.47.
-        gather_blocks: the gather's grid cap (None: 16 blocks an SM).
+            (bench/results/2026-11-28-h200x2-47c293c); products-like at P = 4, 2.78 -> 2.63.
+        gather_blocks: the gather's grid cap (None: GATHER_BLOCKS_PER_SM blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
 
@@ -205,8 +210,8 @@ class HaloCsrExecutor:
         h = self.plan.halo_size
         if not h:
             return
-        rows_per_block = _GATHER_WPB * (32 // lanes)
-        blocks = max(1, min(-(-h // rows_per_block), self.gather_blocks or self.num_sms * 16))
+        rows_per_block = _GATHER_WPB * (32 // lanes) * _GATHER_ILP
+        blocks = max(1, min(-(-h // rows_per_block), self.gather_blocks or self.num_sms * GATHER_BLOCKS_PER_SM))
         cache = self.local.launch_cache
         fn = cache.function(self.gather_module, "mgg_halo_gather_rows")
         with cache.stream():
