@@ -11,7 +11,7 @@
 #              `mgg.train --tune` on the GPU
 #   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
 #   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
-#   one-gpu    issue 16's P = 1 table: GCN, GIN (batch norm; also with batch norm and ReLU as two
+#   one-gpu    the P = 1 table: GCN, GIN (batch norm; also with batch norm and ReLU as two
 #              steps, gin+unfused) and GIN without a norm on reddit-like, products-like and
 #              products-like in the cluster order, with csr_rows, eager and with the step in a CUDA
 #              graph, against plain torch with the same model, with and without the first layer's
@@ -297,7 +297,7 @@ stage_one-gpu-kernels() {
   return $rc
 }
 
-stage_one-gpu-gat() {  # issue 16 item 8: GAT 2 layers against PyG GATConv where PyG fits
+stage_one-gpu-gat() {  # GAT 2 layers against PyG GATConv where PyG fits
   run_cmd 200 1 one-gpu-gat.log "mgg|pyg|generated|Error" python3 bench/gat.py --graphs products-like \
     --scale-products 0.5 --epochs 5 --out "$RUN/one-gpu"
 }

@@ -19,11 +19,12 @@ ALLOWED: set[tuple[str, str]] = set()
 
 
 def scanned_files() -> list[Path]:
-    """README.md, docs/, mgg/, tests/ and the bench scripts (bench/*.py)."""
+    """README.md, docs/, mgg/, tests/, launch/, examples/, .ci/ and bench/ without its dated results."""
     files = [ROOT / "README.md"]
-    for folder in ("docs", "mgg", "tests"):
-        files += [p for p in sorted((ROOT / folder).rglob("*")) if p.is_file() and p.suffix in SUFFIXES]
-    files += sorted((ROOT / "bench").glob("*.py"))
+    for folder in ("docs", "mgg", "tests", "launch", "examples", ".ci", "bench"):
+        files += [p for p in sorted((ROOT / folder).rglob("*")) if p.is_file() and p.suffix in SUFFIXES
+                  and "results" not in p.relative_to(ROOT).parts[:2]]
+    files += [p for p in (ROOT / ".ci").glob("*") if p.is_file() and not p.suffix]  # .ci/run
     return [p for p in files if p != Path(__file__).resolve()]
 
 
