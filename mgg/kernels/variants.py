@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["KernelVariant", "VARIANTS", "get_variant", "variant_names", "tuned_variant_names",
-           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED",
-           "CSR_ROWS_MAX_DIM_PADDED", "MAX_DIM_16", "MAX_VPL_16", "PLAN_MAX_VPL", "CSR_ROWS_MAX_VPL", "shared_memory_problem",
+           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES",
+           "MAX_DIM_PADDED", "CSR_ROWS_MAX_DIM_PADDED", "MAX_DIM_16", "MAX_VPL_16", "PLAN_MAX_VPL", "CSR_ROWS_MAX_VPL",
+           "shared_memory_problem",
            "storage_dtype_problem", "check_storage_dtype", "variants_for_storage"]
 
 INT_BYTES = 4
