@@ -96,7 +96,6 @@ else
   : > "$RUN/stages.tsv"
   : > "$RUN/summary.txt"
 fi
-export MGG_BENCH_RUN="$RUN"
 
 # run_cmd LIMIT P LOG PATTERN CMD...: CMD at P ranks (P > 1: under mpirun), time-boxed, output in
 # $RUN/LOG; the lines matching PATTERN go to the summary. Dry run: print the command only.

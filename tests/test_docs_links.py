@@ -100,4 +100,4 @@ def test_runs_named_in_code_are_kept_or_recorded():
 
 def test_results_stay_small():
     files = [p for p in RESULTS.rglob("*") if p.is_file()]
-    assert len(files) <= 120, f"bench/results holds {len(files)} files; keep only the cited runs"
+    assert len(files) <= 100, f"bench/results holds {len(files)} files; keep only the cited runs"

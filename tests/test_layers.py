@@ -23,7 +23,7 @@ PKG = ROOT / "mgg"
 #: lowest first, declared once, one entry per folder of mgg/ (plus the top-level modules of the base
 #: and apps layers): a module belongs to the layer of the folder (or top-level module) it lives in.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("mgg", "mgg.atomic", "mgg.version")),
+    ("base", ("mgg", "mgg.atomic", "mgg.version", "mgg.knobs", "mgg.env_vars")),
     ("data", ("mgg.data",)),
     ("runtime", ("mgg.runtime",)),
     ("kernels", ("mgg.kernels",)),

@@ -14,11 +14,10 @@ import argparse
 import json
 from typing import Callable, Sequence
 
+from .config import PER_RUN_KEYS
+
 __all__ = ["config_tokens", "with_config_file", "PER_RUN_KEYS"]
 
-#: TrainConfig fields a config file does not carry over: each run's own files and presentation
-PER_RUN_KEYS = frozenset({"metrics_json", "log_jsonl", "tensorboard", "save_weights", "tune_log", "checkpoint_dir",
-                          "checkpoint_every", "resume", "config_file", "verbosity", "progress"})
 
 
 class _Refused(Exception):

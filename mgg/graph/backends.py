@@ -6,6 +6,7 @@ store backend. The executors of a backend come from mgg.graph.factory.
 """
 from __future__ import annotations
 
+from ..knobs import BACKENDS
 from ..runtime.comm import Communicator
 from ..runtime.store import SymmetricStore, cpu_store
 
@@ -34,7 +35,6 @@ def gpu_unavailable_reason() -> str:
             return f"{package} cannot be loaded ({type(e).__name__}: {e})"
     return ""
 
-BACKENDS = ("auto", "cpu", "gpu")
 
 
 def resolve_backend(backend: str) -> str:

@@ -27,6 +27,7 @@ from .factory import plan_executor
 from .rank_rows import RankRows, auto_transpose, host_tensor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
+from ..knobs import KNOB_DEFAULTS
 from ..runtime.comm import Communicator
 from ..runtime.gpu_assignment import device_index
 from ..runtime.partition import partition_ranges
@@ -46,9 +47,9 @@ class RuntimeConfig:
     `storage_dtype` ("fp32" | "bf16" | "fp16") is what `aggregate` holds embeddings in inside the
     symmetric store and halo buffers (sums in float32, docs/storage-dtype.md)."""
 
-    ps: int = 16
-    dist: int = 4
-    wpb: int = 4
+    ps: int = KNOB_DEFAULTS["ps"]
+    dist: int = KNOB_DEFAULTS["dist"]
+    wpb: int = KNOB_DEFAULTS["wpb"]
     backend: str = "auto"
     variant: str = "auto"
     ps_inter: int | None = None  # ps of remote partitions on other nodes (None: same as ps)

@@ -14,7 +14,8 @@ import torch
 from ..runtime.plan import AggregationPlan
 from ..runtime.transfer import host_to_device
 from .launch import kernel, on_device
-from .variants import check_storage_dtype, get_variant, lane_layout, plan_variant_names, shared_memory_problem
+from .variants import (MAX_DIM_16, MAX_VPL_16, PLAN_MAX_VPL, check_storage_dtype, get_variant, lane_layout, plan_variant_names,
+                       shared_memory_problem)
 
 __all__ = ["GPUExecutor", "VARIANTS", "choose_variant", "HALO_MIN_REUSE", "halo_gather", "launch_smem_bytes",
            "check_shared_memory", "vectors_per_lane"]
@@ -42,16 +43,13 @@ def choose_variant(plan: AggregationPlan, storage_dtype: str = "fp32") -> str:
     return "halo_csr" if reuse >= HALO_MIN_REUSE else "ptr"
 
 
-_VPL = (1, 2, 4, 8)
 #: storage dtype -> its --storage-dtype name and the suffix of its 16-bit kernels
 _STORAGE_NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-#: widest row of the 16-bit kernels (32 lanes x 4 vectors x 8 elements)
-MAX_DIM_16 = 32 * 4 * 8
 
 
 def vectors_per_lane(dim_padded: int) -> int:
     """float4 columns per lane for rows of dim_padded floats (template parameter of the kernels)."""
-    return lane_layout(dim_padded, max_vpl=_VPL[-1])[1]
+    return lane_layout(dim_padded, max_vpl=PLAN_MAX_VPL)[1]
 
 
 def launch_smem_bytes(plan: AggregationPlan, variant: str, dim_padded: int) -> int:
@@ -208,7 +206,7 @@ class GPUExecutor:
         if dim > MAX_DIM_16:
             raise ValueError(f"GPUExecutor: embedding width {dim} is above the 16-bit kernels' limit of {MAX_DIM_16}")
         dv = sym.vecs
-        v = lane_layout(4 * dv, max_vpl=4)[1]
+        v = lane_layout(4 * dv, max_vpl=MAX_VPL_16)[1]
         name = f"mgg_local_{_STORAGE_NAME[self.storage_dtype]}_v{v}"
         L, R, h = len(p.local_parts), len(p.remote_parts), p.halo_size
         symp = np.uint64(sym.data_ptr)

@@ -19,13 +19,27 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["KernelVariant", "VARIANTS", "get_variant", "variant_names", "tuned_variant_names",
-           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES", "MAX_DIM_PADDED", "shared_memory_problem",
+           "benched_variant_names", "plan_variant_names", "lane_layout", "DEFAULT_VARIANT", "INT_BYTES", "FLOAT_BYTES",
+           "MAX_DIM_PADDED", "CSR_ROWS_MAX_DIM_PADDED", "MAX_DIM_16", "MAX_VPL_16", "PLAN_MAX_VPL", "CSR_ROWS_MAX_VPL",
+           "shared_memory_problem",
            "storage_dtype_problem", "check_storage_dtype", "variants_for_storage"]
 
 INT_BYTES = 4
 FLOAT_BYTES = 4
-#: widest padded row the kernels take: 32 lanes x 8 float4 (mgg.kernels.gpu.vectors_per_lane)
-MAX_DIM_PADDED = 32 * 4 * 8
+# Row widths the kernels take, the one place each limit is defined. A warp's 32 lanes each hold up
+# to V 16-byte vectors of a row (lane_layout): 4 floats, or 8 elements of a 16-bit storage dtype.
+#: float4 vectors per lane of the plan kernels (aggregate.cu; mgg.kernels.gpu.vectors_per_lane)
+PLAN_MAX_VPL = 8
+#: float4 vectors per lane of the csr_rows kernels (local_csr.cu; mgg.kernels.csr_rows)
+CSR_ROWS_MAX_VPL = 4
+#: widest padded float32 row of the plan kernels: 32 lanes x 8 float4 = 1024 floats
+MAX_DIM_PADDED = 32 * 4 * PLAN_MAX_VPL
+#: widest padded float32 row of the csr_rows kernels: 32 lanes x 4 float4 = 512 floats
+CSR_ROWS_MAX_DIM_PADDED = 32 * 4 * CSR_ROWS_MAX_VPL
+#: 16-byte vectors per lane of the 16-bit kernels (both families)
+MAX_VPL_16 = 4
+#: widest row of the 16-bit kernels: 32 lanes x 4 vectors x 8 elements = 1024
+MAX_DIM_16 = 32 * MAX_VPL_16 * 8
 
 SmemFn = Callable[[int, int, int, int], int]
 

@@ -31,33 +31,29 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write
+from ..knobs import KNOB_DEFAULTS, KNOB_RANGES, check_knob
 from .partition import owner_of
 from .transfer import device_to_host
 
 __all__ = ["AggregationPlan", "build_plan", "cut_partitions", "cut_segments", "cut_remote",
            "warp_worklist",
-           "PlanParams", "INT_BYTES", "FLOAT_BYTES"]
-
-INT_BYTES = 4
-FLOAT_BYTES = 4
-
+           "PlanParams"]
 
 @dataclass(frozen=True)
 class PlanParams:
-    """The three knobs of MGG: neighbor-partition size, interleave distance, warps per block."""
+    """The three knobs of MGG: neighbor-partition size, interleave distance, warps per block
+    (defaults and ranges: mgg.knobs)."""
 
-    ps: int = 16
-    dist: int = 4
-    wpb: int = 4
+    ps: int = KNOB_DEFAULTS["ps"]
+    dist: int = KNOB_DEFAULTS["dist"]
+    wpb: int = KNOB_DEFAULTS["wpb"]
     ps_inter: int | None = None  # partition size for other-node remote neighbors (None: ps)
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("ps", 1, 1024), ("dist", 1, 64), ("wpb", 1, 32), ("ps_inter", 1, 1024)):
-            v = getattr(self, name)
-            if name == "ps_inter" and v is None:
+        for name in KNOB_RANGES:
+            if name == "ps_inter" and self.ps_inter is None:
                 continue
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not lo <= int(v) <= hi:
-                raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+            check_knob(name, getattr(self, name))
 
     @property
     def inter_ps(self) -> int:

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..knobs import STORAGE_DTYPE_NAMES
 from .comm import Communicator
 
 __all__ = ["SymmetricStore", "SymmetricArray", "MPIStore", "LocalStore", "cpu_store", "STORAGE_DTYPES",
            "storage_torch_dtype", "SIXTEEN_BIT"]
 
-#: `--storage-dtype` names -> the torch dtype embeddings are held in inside symmetric arrays
-STORAGE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: `--storage-dtype` names (mgg.knobs) -> the torch dtype embeddings are held in inside symmetric arrays
+STORAGE_DTYPES = dict(zip(STORAGE_DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16)))
 #: the 2-byte storage dtypes (rows are rounded to them on `write`, summed in float32 by readers)
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 

@@ -40,6 +40,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Generator, Sequence
 
+from ..knobs import KNOB_RANGES
 from .model import DeviceLimits, Estimate, PruneRules, TuneConfig, Workload, estimate
 
 __all__ = ["SearchSpace", "Trial", "CrossIterationSearch"]
@@ -67,8 +68,9 @@ class SearchSpace:
     def __post_init__(self) -> None:
         for name in ("ps_values", "dist_values", "wpb_values"):
             v = tuple(int(x) for x in getattr(self, name))
-            if not v or list(v) != sorted(set(v)) or v[0] < 1:
-                raise ValueError(f"SearchSpace.{name} must be increasing positive integers, got {v}")
+            lo, hi = KNOB_RANGES[name[:-len("_values")]]
+            if not v or list(v) != sorted(set(v)) or v[0] < lo or v[-1] > hi:
+                raise ValueError(f"SearchSpace.{name} must be increasing integers in [{lo}, {hi}], got {v}")
             object.__setattr__(self, name, v)
         if not self.variants:
             raise ValueError("SearchSpace.variants must name at least one kernel variant")

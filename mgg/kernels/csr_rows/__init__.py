@@ -31,7 +31,8 @@ Modules, by job:
                 the choice of kernel, weight form and passes per call
 """
 from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor
-from .launchers import (ALL_ROWS, DEFAULT_WPB, MAX_DIM_16, MAX_DIM_PADDED, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
+from ..variants import MAX_DIM_16
+from .launchers import (ALL_ROWS, DEFAULT_WPB, MAX_DIM_PADDED, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
                         launch_csr_scan, lanes_for_width, pack_row_ends)
 from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_SCAN_RUN,
                        ROW_MAPPINGS, SCAN_DEFAULT_LANES, SCAN_LANES, SCAN_LONG_THRESHOLD, RowSchedule, bundle_rows,

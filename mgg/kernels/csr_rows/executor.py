@@ -18,8 +18,8 @@ from ..source_segments import (AUTO_MIN_TABLE_L2_SCAN_16, MAX_AUTO_SEGMENTS, MAX
                                MAX_AUTO_SEGMENTS_SCAN_16, SourceSegment, auto_source_segments, source_segment_order,
                                split_by_source)
 from ..streams import LaunchCache
-from ..variants import lane_layout
-from .launchers import (_VPL, DEFAULT_WPB, MAX_DIM_16, STORAGE_SUFFIX, launch_csr_rows, launch_csr_scan,
+from ..variants import MAX_DIM_16, MAX_VPL_16, lane_layout
+from .launchers import (DEFAULT_WPB, STORAGE_SUFFIX, launch_csr_rows, launch_csr_scan,
                         launch_scale_rows, launch_table16, lanes_for_width, pack_row_ends)
 from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_SCAN_RUN,
                        SCAN_DEFAULT_LANES, SCAN_LANES, SCAN_LONG_THRESHOLD, RowSchedule, bundles_pay,
@@ -342,7 +342,7 @@ class CsrRowsExecutor:
         if dim > MAX_DIM_16:
             raise ValueError(f"csr_rows: embedding width {dim} is above the 16-bit kernels' limit of {MAX_DIM_16}")
         dv = max(1, -(-dim // 8))
-        lanes, vpl = lane_layout(4 * dv, max_vpl=_VPL[-1])  # the same lane layout over 16-byte vectors
+        lanes, vpl = lane_layout(4 * dv, max_vpl=MAX_VPL_16)  # the same lane layout over 16-byte vectors
         return dv, 8 * dv, lanes, vpl
 
     def _table(self, x: torch.Tensor, sym, dim: int, dp: int, scale: torch.Tensor | None = None) -> torch.Tensor:

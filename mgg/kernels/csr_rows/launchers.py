@@ -12,13 +12,12 @@ import numpy as np
 import torch
 
 from ..streams import LaunchCache
-from ..variants import lane_layout
+from ..variants import CSR_ROWS_MAX_DIM_PADDED, CSR_ROWS_MAX_VPL, lane_layout
 from .schedule import SCAN_LANES, RowSchedule
 from .weights import WEIGHT_MODES
 
-_VPL = (1, 2, 4)
-MAX_DIM_PADDED = 32 * 4 * _VPL[-1]  # 512 floats
-MAX_DIM_16 = 32 * 8 * _VPL[-1]      # 1024 elements of a 16-bit storage dtype (8 per 16-byte vector)
+#: the widest float32 row of these kernels under the name mgg/kernels/halo_csr.py imports
+MAX_DIM_PADDED = CSR_ROWS_MAX_DIM_PADDED
 #: kernel name suffix of each storage dtype (mgg_csr_rows{suffix}_l.., mgg_csr_combine{suffix})
 STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 #: warps per block of mgg_csr_scan (SCAN_WPB in local_csr.cu: its shared memory is static)
@@ -37,7 +36,7 @@ def lanes_for_width(dim_padded: int) -> tuple[int, int]:
     """(L lanes per group, V float4 columns per lane) of the kernel for rows of dim_padded floats."""
     if dim_padded < 4 or dim_padded % 4:
         raise ValueError(f"padded width must be a positive multiple of 4, got {dim_padded}")
-    return lane_layout(dim_padded, max_vpl=_VPL[-1], who="the csr_rows kernels'")
+    return lane_layout(dim_padded, max_vpl=CSR_ROWS_MAX_VPL, who="the csr_rows kernels'")
 
 
 def _p(t: torch.Tensor | None) -> np.uint64:
