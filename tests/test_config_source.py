@@ -125,7 +125,7 @@ def test_each_constant_is_defined_once():
 
 def test_row_width_limits_are_the_launchers_limits():
     """The limits in mgg.kernels.variants are what the lane layouts accept."""
-    from mgg.kernels.csr_rows import MAX_DIM_PADDED as CSR_MAX, lanes_for_width
+    from mgg.kernels.csr_rows import CSR_ROWS_MAX_DIM_PADDED as CSR_MAX, lanes_for_width
     from mgg.kernels.variants import CSR_ROWS_MAX_DIM_PADDED, MAX_DIM_PADDED, lane_layout
 
     assert CSR_MAX == CSR_ROWS_MAX_DIM_PADDED == 512 and MAX_DIM_PADDED == 1024

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..runtime.plan import AggregationPlan
-from .csr_rows import (DEFAULT_CHUNK, MAX_DIM_PADDED, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
+from .csr_rows import (CSR_ROWS_MAX_DIM_PADDED, DEFAULT_CHUNK, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
 
 __all__ = ["HaloCsrExecutor", "remote_factors"]
@@ -250,7 +250,7 @@ class HaloCsrExecutor:
             raise ValueError("halo_csr: needs the symmetric array (other ranks read x from it)")
         p = self.plan
         dim = int(x.shape[1])
-        if self.storage_dtype == torch.float32 and dim > MAX_DIM_PADDED:  # rows wider than the row kernels take
+        if self.storage_dtype == torch.float32 and dim > CSR_ROWS_MAX_DIM_PADDED:  # rows wider than the row kernels take
             if not factored:
                 return self._wide_executor()(x, sym, only)
             cf, rf = self.local.cf.unsqueeze(1), self.local.rf.unsqueeze(1)  # the partition kernels' weights

@@ -31,8 +31,8 @@ Modules, by job:
                 the choice of kernel, weight form and passes per call
 """
 from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor
-from ..variants import MAX_DIM_16
-from .launchers import (ALL_ROWS, DEFAULT_WPB, MAX_DIM_PADDED, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
+from ..variants import CSR_ROWS_MAX_DIM_PADDED, MAX_DIM_16
+from .launchers import (ALL_ROWS, DEFAULT_WPB, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
                         launch_csr_scan, lanes_for_width, pack_row_ends)
 from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_SCAN_RUN,
                        ROW_MAPPINGS, SCAN_DEFAULT_LANES, SCAN_LANES, SCAN_LONG_THRESHOLD, RowSchedule, bundle_rows,
@@ -42,7 +42,7 @@ from .weights import WEIGHT_MODES, WeightFactors, factor_weights
 
 __all__ = ["CsrRowsExecutor", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES",
            "launch_csr_rows", "launch_csr_scan", "pack_row_ends", "lanes_for_width", "ALL_ROWS", "DEFAULT_WPB",
-           "MAX_DIM_PADDED", "MAX_DIM_16", "SCAN_WPB", "STORAGE_SUFFIX",
+           "CSR_ROWS_MAX_DIM_PADDED", "MAX_DIM_16", "SCAN_WPB", "STORAGE_SUFFIX",
            "RowSchedule", "row_schedule", "bundle_rows", "bundles_pay", "visit_order", "entries_per_batch",
            "default_long_threshold", "check_row_knobs", "BUNDLE_LANES", "ROW_MAPPINGS", "SCAN_LANES",
            "SCAN_DEFAULT_LANES", "DEFAULT_SCAN_RUN", "SCAN_LONG_THRESHOLD", "DEFAULT_BUNDLE_BATCHES",

@@ -16,8 +16,6 @@ from ..variants import CSR_ROWS_MAX_DIM_PADDED, CSR_ROWS_MAX_VPL, lane_layout
 from .schedule import SCAN_LANES, RowSchedule
 from .weights import WEIGHT_MODES
 
-#: the widest float32 row of these kernels under the name mgg/kernels/halo_csr.py imports
-MAX_DIM_PADDED = CSR_ROWS_MAX_DIM_PADDED
 #: kernel name suffix of each storage dtype (mgg_csr_rows{suffix}_l.., mgg_csr_combine{suffix})
 STORAGE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 #: warps per block of mgg_csr_scan (SCAN_WPB in local_csr.cu: its shared memory is static)
