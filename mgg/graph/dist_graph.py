@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .factory import plan_executor
+from .gcn_factors import WHOLE, GcnFactors, run_factored
 from .rank_rows import RankRows, auto_transpose, host_tensor
 from .backends import BACKENDS, make_store, resolve_backend
 from ..data.rows import read_rows
@@ -413,11 +414,12 @@ class DistGraph:
         return f
 
     def takes_scaled_input(self, kind: str, rows: RowSet | str | None = None) -> bool:
-        """Whether `aggregate(x, kind, scaled_input=True)` (over row set `rows`) skips a pass (the
-        executors of kind and of its transpose apply the factors natively on every rank: csr_rows
-        and halo_csr, in float32 or bf16 storage); otherwise such calls still work, unscaling x
-        first. The same answer on every rank; at P > 1 its first call for a configuration (GPU
-        variant, plan knobs) is collective (an allreduce): every rank must ask alike."""
+        """Whether `aggregate(x, kind, factors=...)` with partial GcnFactors (over row set `rows`)
+        runs natively, with no extra pass (the executors of kind and of its transpose take a
+        scaled table on every rank: csr_rows and halo_csr, in float32 or bf16 storage); otherwise
+        such calls still work, dividing by the factor around the plain call. The same answer on
+        every rank; at P > 1 its first call for a configuration (GPU variant, plan knobs) is
+        collective (an allreduce): every rank must ask alike."""
         if kind != "gcn":
             return False
         name = rows.name if isinstance(rows, RowSet) else rows
@@ -435,24 +437,24 @@ class DistGraph:
         return agreed
 
     def aggregate(self, x: torch.Tensor, kind: str, transposed: bool = False,
-                  rows: RowSet | str | None = None, scaled_input: bool = False,
-                  row_factor: bool = True) -> torch.Tensor:
+                  rows: RowSet | str | None = None, factors: GcnFactors = WHOLE) -> torch.Tensor:
         """out = W x (+ diag * x), or W^T x with `transposed`. Collective; no autograd.
         With `rows` (a registered RowSet or its name) W_S (or W_S^T): only the rows of the set
         are meaningful in the output (mgg.runtime.rowset).
 
-        The gcn kind factors as W + diag = diag(f) (A + I) diag(f), f = `gcn_factor()` (both
-        directions). `scaled_input=True`: x already holds f * x (the op that produced x folded
-        the column factor in), out = diag(f) (A + I) x; `row_factor=False`: the output without
-        the row factor, (A + I) diag(f) x -- the backward of a call on a scaled input. Both
-        only for "gcn"; natively (no extra pass) where `takes_scaled_input(kind)`, else by
-        dividing by f around the plain call.
+        factors: the part of the gcn product W = diag(f) (A + I) diag(f), f = `gcn_factor()`,
+        this call applies (mgg.graph.gcn_factors; both directions): `WHOLE` (default) the
+        plain call of any kind; `SCALED_INPUT` x already holds f * x (the op that produced x
+        folded the column factor in), out = diag(f) (A + I) x; `GcnFactors(row=False)` the
+        output without the row factor, (A + I) diag(f) x -- the backward of a call on a scaled
+        input. Partial factors need the gcn kind; they run natively (no extra pass) where
+        `takes_scaled_input(kind)`, else by dividing by f around the plain call.
 
         With a 16-bit `config.storage_dtype`, x is rounded to it once, in the store, and every
         row the aggregation reads (local, remote, self term) is that rounded value; the sums
         are float32. The backward's transposed aggregation of gradient rows does the same.
-        Where `takes_scaled_input(kind)`, the rounded value of a factored call is that of the
-        scaled row: f * x (scaled_input: x as given; row_factor=False: f * x, rounded once).
+        Where `takes_scaled_input(kind)`, the rounded value of a partial call is that of the
+        scaled row: f * x (no column factor: x as given; else f * x, rounded once).
 
         Args:
             x: float32 [n_local, D] on `self.device`, the rows of this rank's nodes.
@@ -462,21 +464,16 @@ class DistGraph:
         if x.dim() != 2 or x.shape[0] != self.n_local:
             raise ValueError(f"aggregate: expected x of shape [{self.n_local}, D] on rank {self.rank}, "
                              f"got {tuple(x.shape)}")
+        if not factors.whole and kind != "gcn":
+            raise ValueError(f"aggregate: the factors {factors} are a part of the gcn kind's product "
+                             f"diag(f) (A + I) diag(f), got kind {kind!r}")
         name = rows.name if isinstance(rows, RowSet) else rows
         ex = self.executor(kind, transposed, name)
         sym = self.symmetric(int(x.shape[1]), self.storage_dtype or x.dtype)
-        factored = scaled_input or not row_factor
-        if factored and kind != "gcn":
-            raise ValueError(f"aggregate: scaled_input / row_factor=False need the gcn kind (W = diag(f) "
-                             f"(A + I) diag(f)), got {kind!r}")
         with self.comm.guard(f"aggregate {kind}{' (transposed)' if transposed else ''}{f' rows {name}' if name else ''}"):
-            if not factored:
+            if factors.whole:
                 return ex(x, sym)
-            if self._takes_scaled(kind, transposed, name):  # csr_rows / halo_csr on every rank
-                return ex(x, sym, scaled_input=scaled_input, row_factor=row_factor)
-            f = self.gcn_factor().to(x.dtype).unsqueeze(1)
-            out = ex(x / f if scaled_input else x, sym)
-            return out if row_factor else out / f
+            return run_factored(ex, x, sym, factors, self._takes_scaled(kind, transposed, name), self.gcn_factor)
 
     def close(self) -> None:
         """Free symmetric buffers (collective)."""

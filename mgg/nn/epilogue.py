@@ -8,7 +8,7 @@ ends in an aggregation and a bias (GCNConv, linear first) takes these as an `Epi
 
     forward   a = aggregate(x);  out = ((relu(a + b) * keep) * scale) * rs     one pass after a
     backward  (g' f, db) from (g, a) in one pass; then the transposed aggregation of g' f as a
-              scaled input (mgg.runtime.DistGraph.aggregate): no pre-scale pass
+              scaled input (mgg.graph.gcn_factors): no pre-scale pass
 
 (mgg/kernels/bias_relu_dropout.cu, float32 CUDA rows it takes). out and the gradient of x are the
 same bits as the unfused chain; the bias gradient is summed in another order. Without an
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .functional import aggregate, seeded_dropout, takes_scaled_input
+from ..graph.gcn_factors import WHOLE, GcnFactors
+from .functional import aggregate, aggregate_args, seeded_dropout, takes_scaled_input
 
 __all__ = ["Epilogue", "apply_epilogue", "epilogue_reference", "aggregate_epilogue", "AggregateEpilogue",
            "BiasReluDropout", "fuses"]
@@ -93,15 +94,12 @@ class AggregateEpilogue(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, bias: torch.Tensor | None, dg, kind: str, rows,  # type: ignore[override]
-                scaled_input: bool, epi: Epilogue) -> torch.Tensor:
+                factors: GcnFactors, epi: Epilogue) -> torch.Tensor:
         from ..kernels.bias_relu_dropout import brd_forward
 
-        extra = {} if rows is None else {"rows": rows}
-        if scaled_input:
-            extra["scaled_input"] = True
-        a = dg.aggregate(x.detach().contiguous(), kind, **extra)
+        a = dg.aggregate(x.detach().contiguous(), kind, **aggregate_args(rows, factors))
         b = None if bias is None else bias.detach()
-        ctx.dg, ctx.kind, ctx.rows, ctx.scaled, ctx.epi = dg, kind, rows, scaled_input, epi
+        ctx.dg, ctx.kind, ctx.rows, ctx.factors, ctx.epi = dg, kind, rows, factors, epi
         ctx.save_for_backward(a, b)
         return brd_forward(a, b, epi.p, epi.seed, epi.row0, epi.row_scale)
 
@@ -115,12 +113,10 @@ class AggregateEpilogue(torch.autograd.Function):
         fold = ctx.kind == "gcn" and takes_scaled_input(dg, "gcn", ctx.rows)
         g, db = brd_backward(grad_out.contiguous(), a, b, epi.p, epi.seed, epi.row0, epi.row_scale,
                              dg.gcn_factor() if fold else None)
-        extra = {} if ctx.rows is None else {"rows": ctx.rows}
+        factors = ctx.factors.transpose()  # d a / d x = diag(f)^r (A + I) diag(f)^c (Aggregate.backward)
         if fold:
-            extra["scaled_input"] = True
-        if ctx.scaled:  # d a / d x = diag(f) (A + I) (Aggregate.backward)
-            extra["row_factor"] = False
-        grad_x = dg.aggregate(g, ctx.kind, transposed=True, **extra)
+            factors = factors.on_scaled_input()
+        grad_x = dg.aggregate(g, ctx.kind, transposed=True, **aggregate_args(ctx.rows, factors))
         return grad_x, (db if ctx.needs_input_grad[1] else None), None, None, None, None, None
 
 
@@ -132,10 +128,11 @@ def fuses(h: torch.Tensor) -> bool:
 
 
 def aggregate_epilogue(x: torch.Tensor, dg, kind: str, bias: torch.Tensor | None, epi: Epilogue,
-                       rows=None, scaled_input: bool = False) -> torch.Tensor:
-    """epilogue(aggregate(x, dg, kind, rows, compact=False, scaled_input) + bias): x float32
-    [n_local, D] -> float32 [n_local, D] (with `rows`, only the rows of the set are meaningful).
-    Fused where the kernels take the rows (`fuses`), else the unfused chain."""
+                       rows=None, factors: GcnFactors = WHOLE) -> torch.Tensor:
+    """epilogue(aggregate(x, dg, kind, rows, compact=False, factors) + bias): x float32
+    [n_local, D] -> float32 [n_local, D] (with `rows`, only the rows of the set are meaningful;
+    `factors`: mgg.nn.functional.aggregate). Fused where the kernels take the rows (`fuses`),
+    else the unfused chain."""
     if fuses(x):
-        return AggregateEpilogue.apply(x, bias, dg, kind, rows, scaled_input, epi)
-    return epilogue_reference(aggregate(x, dg, kind, rows, compact=False, scaled_input=scaled_input), bias, epi)
+        return AggregateEpilogue.apply(x, bias, dg, kind, rows, factors, epi)
+    return epilogue_reference(aggregate(x, dg, kind, rows, compact=False, factors=factors), bias, epi)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["Aggregate", "AggregateRows", "aggregate", "global_dropout", "seeded_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
+from ..graph.gcn_factors import WHOLE, GcnFactors
+
+__all__ = ["Aggregate", "AggregateRows", "aggregate", "aggregate_args", "global_dropout", "seeded_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
            "hash_dropout_reference", "HashDropoutCUDA"]
 
 
@@ -18,28 +20,36 @@ class Aggregate(torch.autograd.Function):
 
     The forward runs the plan of `kind`, the backward the transposed plan (reverse graph), both
     collectives: autograd visits the Aggregate nodes of identical graphs in the same order on
-    every rank, so the backward exchanges match up.
+    every rank, so the backward exchanges match up. With partial gcn `factors`
+    (mgg.graph.gcn_factors) the forward applies those and the backward their transpose.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None, scaled_input: bool = False) -> torch.Tensor:  # type: ignore[override]
-        ctx.dg, ctx.kind, ctx.rows, ctx.scaled = dg, kind, rows, scaled_input
-        extra = {} if rows is None else {"rows": rows}  # graphs without row sets take no `rows`
-        if scaled_input:  # x = f * x_true: out = diag(f) (A + I) x (DistGraph.aggregate)
-            extra["scaled_input"] = True
-        return dg.aggregate(x.detach().contiguous(), kind, **extra)
+    def forward(ctx, x: torch.Tensor, dg, kind: str, rows=None, factors: GcnFactors = WHOLE) -> torch.Tensor:  # type: ignore[override]
+        ctx.dg, ctx.kind, ctx.rows, ctx.factors = dg, kind, rows, factors
+        return dg.aggregate(x.detach().contiguous(), kind, **aggregate_args(rows, factors))
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        extra = {} if ctx.rows is None else {"rows": ctx.rows}
-        if ctx.scaled:  # d out / d x = diag(f) (A + I): its transpose is W^T without the row factor
-            extra["row_factor"] = False
-        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True, **extra)
+        # d out / d x = diag(f)^r (A + I) diag(f)^c: its transpose swaps the factors
+        grad_x = ctx.dg.aggregate(grad_out.contiguous(), ctx.kind, transposed=True,
+                                  **aggregate_args(ctx.rows, ctx.factors.transpose()))
         return grad_x, None, None, None, None
 
 
+def aggregate_args(rows, factors: GcnFactors) -> dict:
+    """The keyword arguments of dg.aggregate beyond (x, kind, transposed): only those that differ
+    from the plain call, so graphs that offer just `aggregate(x, kind, transposed)` (the
+    single-GPU baselines of bench/baselines.py) run the plain calls."""
+    extra = {} if rows is None else {"rows": rows}
+    if not factors.whole:
+        extra["factors"] = factors
+    return extra
+
+
 def takes_scaled_input(dg, kind: str, rows=None) -> bool:
-    """dg.takes_scaled_input(kind, rows) (mgg.runtime.DistGraph), False for a graph without it."""
+    """dg.takes_scaled_input(kind, rows) (mgg.graph.DistGraph), False for a graph that offers only
+    `aggregate(x, kind, transposed)` (bench/baselines.py)."""
     takes = getattr(dg, "takes_scaled_input", None)
     return bool(takes is not None and takes(kind, rows))
 
@@ -51,24 +61,23 @@ class AggregateRows(torch.autograd.Function):
     scaled input (no pre-scale pass over every row). The same values as Aggregate's backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, dg, kind: str, rows, scaled_input: bool) -> torch.Tensor:  # type: ignore[override]
-        ctx.dg, ctx.kind, ctx.rows, ctx.scaled, ctx.n = dg, kind, rows, scaled_input, x.shape[0]
-        extra = {"rows": rows, "scaled_input": True} if scaled_input else {"rows": rows}
-        return dg.aggregate(x.detach().contiguous(), kind, **extra)[rows.index]
+    def forward(ctx, x: torch.Tensor, dg, kind: str, rows, factors: GcnFactors) -> torch.Tensor:  # type: ignore[override]
+        ctx.dg, ctx.kind, ctx.rows, ctx.factors, ctx.n = dg, kind, rows, factors, x.shape[0]
+        return dg.aggregate(x.detach().contiguous(), kind, **aggregate_args(rows, factors))[rows.index]
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
         idx = ctx.rows.index
         full = grad_out.new_zeros(ctx.n, grad_out.shape[1])
         full[idx] = grad_out * ctx.dg.gcn_factor()[idx].to(grad_out.dtype).unsqueeze(1)
-        # W_S^T g = diag(f) (A + I)_S^T (f g); after a scaled input, without the row factor
-        grad_x = ctx.dg.aggregate(full, ctx.kind, transposed=True, rows=ctx.rows, scaled_input=True,
-                                  row_factor=not ctx.scaled)
+        # W_S^T g = diag(f)^c (A + I)_S^T (f g): the transpose on an input scaled by f
+        grad_x = ctx.dg.aggregate(full, ctx.kind, transposed=True, rows=ctx.rows,
+                                  factors=ctx.factors.transpose().on_scaled_input())
         return grad_x, None, None, None, None
 
 
 def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True,
-              scaled_input: bool = False) -> torch.Tensor:
+              factors: GcnFactors = WHOLE) -> torch.Tensor:
     """Differentiable `dg.aggregate(x, kind)`, or its rows `rows` only.
 
     Args:
@@ -78,18 +87,19 @@ def aggregate(x: torch.Tensor, dg, kind: str, rows=None, compact: bool = True,
         rows: None, or a RowSet registered on dg (mgg.runtime.rowset).
         compact: with `rows`, return only those rows; False: every row, where only those of
             `rows` are meaningful (an inner layer's output, read by the next layer at them only).
-        scaled_input: "gcn" only: x holds dg.gcn_factor() * x (the column factor folded into the
-            op that produced x, e.g. global_dropout(row_scale=)); the result is the same
-            aggregation of the unscaled rows, and the gradient is with respect to the scaled x.
-            Saves the pre-scale pass where dg.takes_scaled_input("gcn").
+        factors: "gcn" only, the part of diag(f) (A + I) diag(f) to apply (mgg.graph.gcn_factors).
+            `SCALED_INPUT`: x holds dg.gcn_factor() * x (the column factor folded into the op
+            that produced x, e.g. global_dropout(row_scale=)); the result is the aggregation of
+            the unscaled rows, and the gradient is with respect to the scaled x. Saves the
+            pre-scale pass where dg.takes_scaled_input("gcn").
     Returns:
         float [n_local, D], or float [len(rows), D]: the rows of `rows.index`, in that order.
     """
-    if rows is None and not scaled_input:
+    if rows is None and factors.whole:
         return Aggregate.apply(x, dg, kind)
     if rows is not None and compact and kind == "gcn" and takes_scaled_input(dg, kind, rows):
-        return AggregateRows.apply(x, dg, kind, rows, scaled_input)
-    out = Aggregate.apply(x, dg, kind, rows, scaled_input)
+        return AggregateRows.apply(x, dg, kind, rows, factors)
+    out = Aggregate.apply(x, dg, kind, rows, factors)
     return out[rows.index] if (rows is not None and compact) else out
 
 
@@ -248,7 +258,7 @@ def global_dropout(x: torch.Tensor, p: float, dg, generator: torch.Generator | N
         torch's default generator, which is only partition-independent if seeded identically).
         row_scale: None, or float [n_local] on x's device: each output row is also multiplied by
             it (in the same kernel on CUDA float32: a factor folded into the dropout, e.g. the
-            gcn column factor of a following aggregate(scaled_input=True)).
+            gcn column factor of a following aggregate(factors=SCALED_INPUT)).
     Returns:
         float [n_local, D]: x * mask / (1 - p) (* row_scale[:, None]), or x (* row_scale[:, None])
         when not training or p == 0.

@@ -145,6 +145,6 @@ def dinv_from_self_weight(self_weight) -> np.ndarray:
     (float32 1 / (deg_in + 1), as diag_weights gives them): the degree is recovered exactly
     (rint(1 / w)), then dinv in float64, rounded once. The row and column factor of the gcn
     kind, for kernels that apply them per row (mgg.kernels.csr_rows) and for callers that fold
-    the column factor into the op producing a table (DistGraph.aggregate(scaled_input=True))."""
+    the column factor into the op producing a table (DistGraph.aggregate(factors=SCALED_INPUT))."""
     deg1 = np.rint(1.0 / np.asarray(self_weight, np.float64))
     return (deg1 ** -0.5).astype(np.float32)

@@ -16,7 +16,7 @@ from mgg.kernels.bias_relu_dropout import brd_backward, brd_forward  # noqa: E40
 from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.nn.functional import DeviceSeeds, HashDropoutCUDA, mix_seed  # noqa: E402
 from mgg.runtime import world  # noqa: E402
-from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
+from mgg.graph import SCALED_INPUT, WHOLE, DistGraph, RuntimeConfig  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
@@ -205,12 +205,13 @@ def test_compact_rows_backward_scales_only_the_rows_of_the_set(monkeypatch, scal
         x = torch.randn(2500, 16, device=DEV)
         g = torch.randn(len(rs), 16, device=DEV)
         xa = x.clone().requires_grad_(True)
-        out = aggregate(xa, dg, "gcn", rs, scaled_input=scaled)
+        factors = SCALED_INPUT if scaled else WHOLE
+        out = aggregate(xa, dg, "gcn", rs, factors=factors)
         passes.clear()  # (a forward on an unscaled x scales it: not what this test is about)
         out.backward(g)
         assert used == [1] and passes == []
         xb = x.clone().requires_grad_(True)
-        ref = Aggregate.apply(xb, dg, "gcn", rs, scaled)[rs.index]
+        ref = Aggregate.apply(xb, dg, "gcn", rs, factors)[rs.index]
         passes.clear()
         ref.backward(g)
         _same(out, ref)

@@ -19,7 +19,7 @@ pytest.importorskip("nvshmem.core")
 from mgg.kernels.halo_csr import HaloCsrExecutor  # noqa: E402
 from mgg.testing.reference import aggregate_reference, aggregation_matrix  # noqa: E402
 from mgg.runtime import world  # noqa: E402
-from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
+from mgg.graph import SCALED_INPUT, DistGraph, GcnFactors, RuntimeConfig  # noqa: E402
 from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its power-law graph with hubs)
 
 
@@ -95,7 +95,7 @@ def test_16bit_storage(dtype):
 def test_scaled_input_natively_over_ranks(dtype, dim):
     """gcn on a table its producer scaled by the column factor, at any P: every rank's slice
     holds f * x (rounded once in bf16), the gather copies rows unchanged and both passes run
-    w = 1. scaled_input: W x; row_factor=False (transposed): (A + I)^T diag(f) g; both from an
+    w = 1. SCALED_INPUT: W x; GcnFactors(row=False) (transposed): (A + I)^T diag(f) g; both from an
     unscaled x (the executor scales it once, into the slice). Against float64 dense math on the
     rows as stored; every buffer NaN-poisoned."""
     indptr, indices = graph()
@@ -124,11 +124,11 @@ def test_scaled_input_natively_over_ranks(dtype, dim):
         xs_all = np.zeros((n, dim))
         xs_all[dg.lo: dg.hi] = xs.double().cpu().numpy()
         world().allreduce_(xs_all)  # every rank's scaled rows
-        out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
+        out = dg.aggregate(xs, "gcn", factors=SCALED_INPUT).double().cpu().numpy()
         ref = (d[:, None] * (a_hat @ stored(xs_all)))[dg.lo: dg.hi]
         assert not np.isnan(out).any() and rel_err(out, ref) < 1e-5
         gl = torch.from_numpy(dg.local(g).copy()).float().cuda()
-        out = dg.aggregate(gl, "gcn", transposed=True, row_factor=False).double().cpu().numpy()
+        out = dg.aggregate(gl, "gcn", transposed=True, factors=GcnFactors(row=False)).double().cpu().numpy()
         fg = np.zeros((n, dim))
         fg[dg.lo: dg.hi] = (f.unsqueeze(1) * gl).double().cpu().numpy()
         world().allreduce_(fg)

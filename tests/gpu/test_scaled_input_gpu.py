@@ -1,5 +1,6 @@
 """The gcn column factor folded into the producing op, on one GPU: csr_rows' native path
-(DistGraph.aggregate(scaled_input=, row_factor=) skip the pre-scale pass and the row factor),
+(DistGraph.aggregate(factors=SCALED_INPUT / GcnFactors(row=False)) skip the pre-scale pass and
+the row factor),
 the dropout kernel's row_scale, and GCN training with the fold against the same model without
 it. References: dense float64 math, and the unfolded model (same seeds)."""
 import numpy as np
@@ -14,7 +15,7 @@ pytest.importorskip("cupy")
 from mgg.kernels.dropout_gpu import dropout_hash_cuda  # noqa: E402
 from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.runtime import world  # noqa: E402
-from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
+from mgg.graph import SCALED_INPUT, DistGraph, GcnFactors, RuntimeConfig  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
 from tests.test_local_csr import power_law_csr  # noqa: E402
 
@@ -50,13 +51,13 @@ def test_native_scaled_input_and_row_factor_match_dense(dim):
         x = rng.standard_normal((2500, dim))
         f = dg.gcn_factor()
         xs = (f.unsqueeze(1) * torch.from_numpy(x).float().to(DEV)).contiguous()
-        out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
+        out = dg.aggregate(xs, "gcn", factors=SCALED_INPUT).double().cpu().numpy()
         assert not calls  # no pre-scale pass
         ref = w @ x
         assert np.linalg.norm(out - ref) <= 1e-6 * np.linalg.norm(ref)
         g = rng.standard_normal((2500, dim))
         out = dg.aggregate(torch.from_numpy(g).float().to(DEV), "gcn", transposed=True,
-                           row_factor=False).double().cpu().numpy()
+                           factors=GcnFactors(row=False)).double().cpu().numpy()
         ref = a_hat_t @ (d[:, None] * g)
         assert np.linalg.norm(out - ref) <= 1e-6 * np.linalg.norm(ref)
         # the plain call still scales once and agrees
@@ -73,7 +74,7 @@ def _rounded(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
 @pytest.mark.parametrize("dim", [1, 16, 24, 64])
 def test_native_scaled_input_16_bit_rounds_the_scaled_rows_once(storage, dim):
     """bf16 storage takes scaled input natively: the table is the scaled rows rounded once
-    (scaled_input: x as given; row_factor=False: f * x), the kernels run w = 1 (no per-edge
+    (SCALED_INPUT: x as given; GcnFactors(row=False): f * x), the kernels run w = 1 (no per-edge
     weight stream), and the sums match float64 math on those rounded rows."""
     import mgg.kernels.csr_rows.executor as lc  # the module whose launchers the executor calls
 
@@ -99,8 +100,8 @@ def test_native_scaled_input_16_bit_rounds_the_scaled_rows_once(storage, dim):
         try:
             lc.launch_csr_scan = lambda *a, **k: (modes.append(a[2]), real_scan(*a, **k))[1]
             lc.launch_csr_rows = lambda *a, **k: (modes.append(a[4]), real_rows(*a, **k))[1]
-            out = dg.aggregate(xs, "gcn", scaled_input=True).double().cpu().numpy()
-            back = dg.aggregate(g, "gcn", transposed=True, row_factor=False).double().cpu().numpy()
+            out = dg.aggregate(xs, "gcn", factors=SCALED_INPUT).double().cpu().numpy()
+            back = dg.aggregate(g, "gcn", transposed=True, factors=GcnFactors(row=False)).double().cpu().numpy()
         finally:
             lc.launch_csr_scan, lc.launch_csr_rows = real_scan, real_rows
         assert modes and set(modes) == {lc.WEIGHT_MODES["one"]}  # w = 1: no weight stream

@@ -5,7 +5,7 @@ import torch
 
 from mgg.testing.reference import aggregate_reference
 from mgg.runtime import MPIStore, world
-from mgg.graph import DistGraph, RuntimeConfig
+from mgg.graph import SCALED_INPUT, DistGraph, GcnFactors, RuntimeConfig
 from tests.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -115,8 +115,8 @@ def test_expand_rows_over_ranks_adds_remote_in_neighbours():
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
-    """The CPU executor takes no scaled table natively: DistGraph.aggregate(scaled_input=True) /
-    (row_factor=False) divide by the gcn factor around the plain call, and still give
+    """The CPU executor takes no scaled table natively: DistGraph.aggregate(factors=SCALED_INPUT) /
+    (factors=GcnFactors(row=False)) divide by the gcn factor around the plain call, and still give
     diag(f) (A + I) x / (A + I)^T diag(f) g on every rank (the GPU's native path over ranks:
     tests/gpu/test_halo_csr_gpu.py)."""
     comm = world()
@@ -131,16 +131,16 @@ def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
         assert np.allclose(f.numpy(), dg.local(dinv), rtol=1e-7, atol=0)
         xl = torch.from_numpy(dg.local(x).copy())
         if transposed:  # (A + I)^T diag(f) g = W^T g / f
-            out = dg.aggregate(xl, "gcn", True, row_factor=False).numpy()
+            out = dg.aggregate(xl, "gcn", True, factors=GcnFactors(row=False)).numpy()
             ref = dg.local(aggregate_reference(indptr, indices, x, "gcn", True)) / dg.local(dinv)[:, None]
         else:  # the aggregation of the unscaled rows, given f * x
-            out = dg.aggregate(xl * f.unsqueeze(1), "gcn", scaled_input=True).numpy()
+            out = dg.aggregate(xl * f.unsqueeze(1), "gcn", factors=SCALED_INPUT).numpy()
             ref = dg.local(aggregate_reference(indptr, indices, x, "gcn"))
     assert rel_err(out, ref) < 1e-5
 
 
 def test_scaled_input_is_native_on_every_rank_or_none():
-    """A rank's symmetric slice is read by the others, so a factored gcn call runs natively only
+    """A rank's symmetric slice is read by the others, so a partial gcn call runs natively only
     where every rank's executor takes it: here rank 0's claims it and the others' do not, so all
     fall back (rank 0 alone would call its executor with flags it has not got), and the answer
     is right on every rank."""
@@ -155,5 +155,5 @@ def test_scaled_input_is_native_on_every_rank_or_none():
         assert not dg.takes_scaled_input("gcn")
         f = dg.gcn_factor()
         xl = torch.from_numpy(dg.local(x).copy())
-        out = dg.aggregate(xl * f.unsqueeze(1), "gcn", scaled_input=True).numpy()
+        out = dg.aggregate(xl * f.unsqueeze(1), "gcn", factors=SCALED_INPUT).numpy()
     assert rel_err(out, dg.local(aggregate_reference(indptr, indices, x, "gcn"))) < 1e-5

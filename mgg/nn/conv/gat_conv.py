@@ -19,6 +19,7 @@ from torch import nn
 
 from ...graph.adaptive import fused_aggregation
 from ..fused import FusedMean, fused_mean  # noqa: F401 (re-exported: shared with SAGEConv)
+from .base import GraphConv
 
 __all__ = ["GATConv", "FusedAttention", "FusedMean", "attention_aggregate", "fused_mean"]
 
@@ -61,7 +62,7 @@ def attention_aggregate(feat: torch.Tensor, src_score: torch.Tensor | None, dst:
     return FusedAttention.apply(feat, src_score, dst, fa, float(dropout), generator)
 
 
-class GATConv(nn.Module):
+class GATConv(GraphConv):
     """Graph attention convolution (PyG GATConv semantics for the defaults).
 
     Args:

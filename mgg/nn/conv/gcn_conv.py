@@ -4,14 +4,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...graph.gcn_factors import SCALED_INPUT, WHOLE, GcnFactors
 from ..dense import project
 from ..epilogue import Epilogue, aggregate_epilogue, apply_epilogue
-from ..functional import aggregate
+from ..functional import aggregate, takes_scaled_input
+from .base import GraphConv
 
 __all__ = ["GCNConv"]
 
 
-class GCNConv(nn.Module):
+class GCNConv(GraphConv):
     """Graph convolution with symmetric normalisation ("gcn" aggregation kind).
 
     The linear map and the aggregation commute, so the aggregation runs on the narrower side:
@@ -26,9 +28,6 @@ class GCNConv(nn.Module):
     """
 
     supports_rows = True
-    #: forward(scaled_input=True) takes x already multiplied by dg.gcn_factor() per row (folded
-    #: into the op that produced x, e.g. the dropout before this conv): no pre-scale pass
-    scaled_input_kind = "gcn"
     #: forward(epilogue=) returns the hidden layer's epilogue(out): the bias, the ReLU and the next
     #: layer's input dropout in one pass after the aggregation, where it ends in one (mgg.nn.epilogue)
     takes_epilogue = True
@@ -50,17 +49,27 @@ class GCNConv(nn.Module):
         """The weight applied to the input before anything else (linear first), or None."""
         return self.lin.weight if self.out_channels <= self.in_channels else None
 
+    def input_scale(self, dg) -> torch.Tensor | None:
+        """dg.gcn_factor() (float32 [n_local]) where dg takes a table scaled by it natively
+        (dg.takes_scaled_input("gcn"); collective on its first call per configuration): its input
+        may then come already multiplied by the column factor of the gcn product
+        diag(f) (A + I) diag(f), from the op that produced it (the dropout before this conv, the
+        previous layer's epilogue), and the aggregation skips its pre-scale pass. Else None."""
+        return dg.gcn_factor() if takes_scaled_input(dg, "gcn") else None
+
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True,
-                scaled_input: bool = False, epilogue: Epilogue | None = None) -> torch.Tensor:
+                input_scale: torch.Tensor | None = None, epilogue: Epilogue | None = None) -> torch.Tensor:
         """rows: a RowSet -- only those rows are computed; `compact` returns them alone, else
         [n_local, out] where only they are meaningful (mgg.nn.functional.aggregate).
-        scaled_input: x holds dg.gcn_factor()[:, None] * x (the result is that of the unscaled
-        x; the row scale commutes with the linear map, so either order takes it).
+        input_scale: None, or dg.gcn_factor() (what `input_scale(dg)` returns) when x holds
+        input_scale[:, None] * x (the result is that of the unscaled x; the row scale commutes
+        with the linear map, so either order takes it).
         epilogue: the output then goes through it (ReLU, dropout, row scale; fused with the
         aggregation when the linear map runs first)."""
         if self.out_channels <= self.in_channels:
-            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact, scaled_input, epilogue)
-        return self._finish(self.lin(aggregate(x, dg, "gcn", rows, compact, scaled_input=scaled_input)), epilogue)
+            return self.forward_projected(project(x, self.lin.weight), dg, rows, compact, input_scale, epilogue)
+        factors = _factors(dg, input_scale)
+        return self._finish(self.lin(aggregate(x, dg, "gcn", rows, compact, factors=factors)), epilogue)
 
     def _finish(self, out: torch.Tensor, epilogue: Epilogue | None) -> torch.Tensor:
         """out + bias, through `epilogue` when given (mgg.nn.epilogue.apply_epilogue: no aggregation
@@ -83,11 +92,24 @@ class GCNConv(nn.Module):
         return self._finish(self.lin(agg), epilogue)
 
     def forward_projected(self, h: torch.Tensor, dg, rows=None, compact: bool = True,
-                          scaled_input: bool = False, epilogue: Epilogue | None = None) -> torch.Tensor:
+                          input_scale: torch.Tensor | None = None,
+                          epilogue: Epilogue | None = None) -> torch.Tensor:
         """The rest of forward once the input went through `first_weight` (h = x W^T)."""
+        factors = _factors(dg, input_scale)
         if epilogue is not None and not (rows is not None and compact):
-            return aggregate_epilogue(h, dg, "gcn", self.bias, epilogue, rows, scaled_input)
-        return self._finish(aggregate(h, dg, "gcn", rows, compact, scaled_input=scaled_input), epilogue)
+            return aggregate_epilogue(h, dg, "gcn", self.bias, epilogue, rows, factors)
+        return self._finish(aggregate(h, dg, "gcn", rows, compact, factors=factors), epilogue)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}"
+
+
+def _factors(dg, input_scale: torch.Tensor | None) -> GcnFactors:
+    """The part of diag(f) (A + I) diag(f) the aggregation applies: all of it, or, on an input
+    already scaled by f = dg.gcn_factor(), diag(f) (A + I) (`SCALED_INPUT`)."""
+    if input_scale is None:
+        return WHOLE
+    if input_scale is not dg.gcn_factor():
+        raise ValueError("GCNConv: input_scale must be dg.gcn_factor() (the gcn column factor "
+                         "GCNConv.input_scale returns), or None")
+    return SCALED_INPUT

@@ -8,6 +8,7 @@ from ..dense import linear, linear_relu, linear_with_stats, project
 from ..functional import aggregate
 from ..norm_linear import fuses as norm_linear_fuses
 from ..norm_linear import norm_relu_linear
+from .base import GraphConv
 
 __all__ = ["GINConv"]
 
@@ -98,7 +99,7 @@ def _run(stages: list[nn.Module], h: torch.Tensor, dg, relu_out: bool = False, f
     return torch.relu(h) if relu_out else h
 
 
-class GINConv(nn.Module):
+class GINConv(GraphConv):
     """Graph isomorphism convolution ("sum_self" aggregation kind: (A + I) x, the node's own row
     summed inside the aggregation kernel; eps x is added after it when eps is learnt or nonzero),
     optionally followed by a norm of its output (`norm`; the normalisation PyG's GIN model

@@ -9,11 +9,12 @@ from ..dense import project
 from ..epilogue import Epilogue, apply_epilogue
 from ..functional import aggregate
 from ..fused import fused_mean
+from .base import GraphConv
 
 __all__ = ["SAGEConv"]
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(GraphConv):
     """GraphSAGE convolution with the "mean" aggregation kind (isolated nodes aggregate to 0).
 
     `lin_l` carries the bias, `lin_r` (root weight) has none, as in PyG. Mean aggregation is
