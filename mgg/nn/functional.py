@@ -273,6 +273,10 @@ def seeded_dropout(x: torch.Tensor, p: float, seed, row0: int,
     if isinstance(seed, torch.Tensor):
         raise TypeError(f"global_dropout: seeds on the device (DeviceSeeds) need float32 [n, D] CUDA rows, "
                         f"got {x.dtype} {tuple(x.shape)} on {x.device}")
+    if x.device.type == "cpu" and x.dim() == 2 and (row_scale is None or not row_scale.requires_grad):
+        from .dropout_host import HashDropoutHost
+
+        return HashDropoutHost.apply(x, float(p), int(seed), int(row0), row_scale)  # nothing kept for the backward
     if x.device.type == "cpu":
         keep = hash_uniform_host(row0, x.shape[0], x.shape[1], seed) >= p
         out = x * keep.to(x.dtype) / (1.0 - p)
