@@ -10,12 +10,42 @@ backward (about 4x x's bytes at the peak).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-__all__ = ["HashDropoutHost", "ROWS_BLOCK_ELEMENTS"]
+__all__ = ["HashDropoutHost", "ROWS_BLOCK_ELEMENTS", "hash_uniform_host"]
+
+_M32 = 0xFFFFFFFF
 
 #: entries of one block of rows (its uint32 hash and float32 uniforms: 8 bytes each)
 ROWS_BLOCK_ELEMENTS = 1 << 21
+
+
+def _hash32_np(x: np.ndarray) -> np.ndarray:
+    """`lowbias32` in place on a uint32 numpy array (numpy's uint32 arithmetic wraps mod 2^32)."""
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x7FEB352D)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(0x846CA68B)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def hash_uniform_host(row0: int, n: int, cols: int, seed: int) -> torch.Tensor:
+    """`hash_uniform(arange(row0, row0 + n), cols, seed)` bit for bit, on the host in uint32
+    (4-byte in-place numpy ops: about as fast as torch.rand, ~7x faster than the int64 torch ops).
+
+    Returns: float32 CPU tensor [n, cols].
+    """
+    s1, s2 = np.uint32(seed & _M32), np.uint32((seed >> 32) & _M32)
+    rows = (np.arange(row0, row0 + n, dtype=np.uint64) & np.uint64(_M32)).astype(np.uint32)
+    h_row = _hash32_np(rows ^ s1)
+    col = np.arange(cols, dtype=np.uint32) * np.uint32(0x9E3779B1) + s2
+    h = _hash32_np(h_row[:, None] ^ col[None, :])
+    h >>= np.uint32(8)
+    u = h.astype(np.float32)
+    u *= np.float32(1.0 / (1 << 24))
+    return torch.from_numpy(u)
 
 
 def _blocks(n: int, cols: int):
@@ -29,8 +59,6 @@ def _apply(src: torch.Tensor, p: float, seed: int, row0: int, row_scale: torch.T
     """src * keep / (1 - p) (* row_scale) block by block, in the order autograd of
     ``x * keep.to(dtype) / (1 - p) * row_scale[:, None]`` computes it: forward multiplies by the
     mask first, backward by row_scale first (so both are bit for bit the unblocked ops)."""
-    from .functional import hash_uniform_host
-
     out = torch.empty_like(src)
     cols = src.shape[1]
     for a, b in _blocks(src.shape[0], cols):
