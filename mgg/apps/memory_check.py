@@ -1,44 +1,43 @@
 """The memory check before the long wait: estimate a run's host and GPU memory from the graph's
 size (read without loading it), the widths, P and the mode, and refuse a run that cannot fit.
+`estimate` is the one estimate: `python -m mgg.prepare FILE --ranks P` prints it for the file,
+and `python -m mgg.train` checks it before loading (with C = 64 classes) and again once the
+labels are read (with the file's C), so both say the same for the same file and P.
 
-Estimate per rank (bytes; N nodes, E edges, F feature width, H hidden width, L layers, P ranks,
-n = N / P rows of this rank):
+Estimate per rank (bytes; N nodes, E edges, F feature width, H hidden width, L layers, C
+classes, P ranks, n = ceil(N / P) rows and e = E / P edges of a rank):
 
-    host = 24 E + N (4 F + 19) * 2                       graph (indptr, int64 indices, x, y, masks;
-                                                          x twice: the file and its prepared copy)
-           or, for a CSR .npz that full-graph mode memory-maps (stored, int64 indices: what
-           `python -m mgg.prepare` and `save_npz` write), where each rank reads only its rows:
-           24 N + 2 (8 E / P + n (4 F + 19))             indptr and degrees whole; the rank's rows
-                                                          mapped from the file, then copied
-         + 48 E / P                                       this rank's rows and plans (both directions)
-         + [CPU backend] 16 n max(F, H) L + 4 n F + W       activations kept for the backward, the
-                                                          first layer's cached input aggregation
-                                                          (mgg.nn.input_cache), weights
-         + 0.35 GiB                                       interpreter, torch, MPI
-    gpu  = 48 E / P + 12 n F + 16 n H L + W + 0.5 GiB   (GPU backend: plans of both directions and
-                                                          the row sets; x, one F-wide temporary and
-                                                          the cached input aggregation;
-                                                          H-wide activations, the models aggregating
-                                                          on the narrow side)
+    host = 0.55 GiB                                    interpreter, torch, MPI, allocator slack
+         + 24 N                                        indptr and degrees, whole (a CSR .npz that
+                                                       full-graph mode memory-maps: stored int64
+                                                       indices, what mgg.prepare writes)
+           or 24 E + 2 N (4 F + 19)                    the graph whole (any other file, presets,
+                                                       --mode sampled); twice for a generated preset
+         + 44 e                                        this rank's rows, plans of both directions
+                                                       (and of the row sets), the CPU executors'
+                                                       sparse matrices
+         + n (4 F + 19)                                [GPU backend] this rank's node data
+         + n (12 F + 24 H L + 8 C + 64) + W           [CPU backend] x, the first layer's cached input
+                                                       aggregation and its dropped input; H-wide
+                                                       activations and gradients; logits; labels,
+                                                       masks and per-row plan arrays; weights
+    gpu  = 48 e + 12 n F + 16 n H L + W + 0.5 GiB      (GPU backend: plans of both directions and
+                                                       the row sets; x, one F-wide temporary and
+                                                       the cached input aggregation; H-wide
+                                                       activations, the models aggregating on the
+                                                       narrow side)
 
-with W = 16 (F H + H^2 (L - 2) + C H): weights, gradients and Adam's moments, for C = 64 classes
-before the labels are read. Once they are (mgg.apps.classes), a run of C > 64 classes is checked
-again with its C and, on the host (CPU backend) or the GPU, 16 n (C - 64) more for the logits and
-their gradients: a stray label of 10^9, given as --num-classes, is refused here rather than in an
-allocation.
+with W = 16 (F H + H^2 (L - 2) + C H): weights, gradients and Adam's moments. C = 64 before the
+labels are read; once they are (mgg.apps.classes) the run is checked again with its C (a stray
+label of 10^9, given as --num-classes, is refused here rather than in an allocation).
 
-Generated presets add their generator's temporaries (the graph twice while drawing). Checked
-against the peak RSS `/usr/bin/time -f %M` measured for `python -m mgg.train --dataset D --epochs 3
---backend cpu` (2-core box, P = 1, defaults GCN 2x16): karate 347 MiB measured / 358 estimated,
-sbm 372 / 383, products-like@0.05 (122K nodes, 3.1M edges) 1,080 / 1,211, reddit-like@0.05 (11.6K
-nodes, 5.7M edges, F = 602) 1,146 / 1,205: the estimate is 1.03-1.12x the measurement. GPU
-(peak torch.cuda memory of `bench/e2e.py`'s mgg run, one H100, GCN 2x16): reddit-like 6.4 GiB
-measured / 6.8 estimated, papers-like@0.1 13.0 / 23.6 (the fused input projection keeps no F-wide
-temporary); the former formula (F-wide activations, 16 n max(F, H) L) said 59 GiB for papers-like@0.1
-and refused papers-like@0.3 on an 80 GB GPU (177 GiB; now 70). A run is refused when the ranks of one node need more than what the host has available
-(MemAvailable, or the cgroup limit minus usage when lower) or one rank needs more GPU memory than
-its GPU has free; `--force` trains anyway. `MGG_MEMORY_AVAILABLE` (bytes) overrides the host
-figure (tests).
+The host coefficients are fitted to the peak RSS of every rank (`/usr/bin/time -f %M`) of
+`mpirun -np P python -m mgg.train --dataset FILE --epochs 2 --backend cpu` (GCN 2x16, the
+defaults) on files written by `python -m mgg.prepare`; docs/datasets.md lists the runs and the
+estimate next to each (within 0.9-1.15x of the largest rank's peak). A run is refused when the
+ranks of one node need more than what the host has available (MemAvailable, or the cgroup limit
+minus usage when lower) or one rank needs more GPU memory than its GPU has free; `--force` trains
+anyway. `MGG_MEMORY_AVAILABLE` (bytes) overrides the host figure (tests).
 """
 from __future__ import annotations
 
@@ -49,10 +48,10 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["GraphSize", "MemoryEstimate", "graph_size", "estimate", "host_available", "check_memory",
-           "ASSUMED_CLASSES"]
+           "ASSUMED_CLASSES", "estimate_line"]
 
 GIB = 2**30
-_BASE_HOST = int(0.35 * GIB)
+_BASE_HOST = int(0.55 * GIB)
 _BASE_GPU = int(0.5 * GIB)
 #: classes the estimate assumes before the labels are read
 ASSUMED_CLASSES = 64
@@ -130,27 +129,30 @@ def graph_size(dataset: str, scale: float = 1.0) -> GraphSize | None:
 def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bool,
              mode: str = "full", classes: int = ASSUMED_CLASSES) -> MemoryEstimate:
     """Bytes per rank of a run (see the module docstring for the formula); --mode sampled keeps
-    no whole-graph activations (its batches are small), so those terms drop."""
-    n_all, e, f = size.nodes, size.edges, max(size.features, 1)
+    no whole-graph activations (its batches are small) and reads the graph whole."""
+    n_all, e_all, f = size.nodes, size.edges, max(size.features, 1)
     p = max(1, world_size)
     n = -(-n_all // p)
-    width = max(f, hidden)
-    if mode == "sampled":
-        layers = 0
-    if size.mapped and mode == "full":  # indptr and degrees whole; this rank's rows mapped, then copied
-        graph = 24 * n_all + 2 * (8 * e // p + n * (4 * f + 19))
-    else:
-        graph = 24 * e + n_all * (4 * f + 19) * 2
-    if size.generated:
-        graph *= 2
-    # weights, gradients and Adam's two moments (float32) of a stack F -> H -> ... -> C classes
+    e = e_all // p
     classes = max(int(classes), 1)
+    if size.mapped and mode == "full":  # indptr and degrees whole; each rank reads its own rows
+        graph = 24 * n_all
+    else:
+        graph = 24 * e_all + n_all * (4 * f + 19) * 2
+        if size.generated:
+            graph *= 2
+    # weights, gradients and Adam's two moments (float32) of a stack F -> H -> ... -> C classes
     params = 16 * (f * hidden + hidden * hidden * max(0, layers - 2) + hidden * classes)
-    logits = 16 * n * max(0, classes - ASSUMED_CLASSES)  # beyond what the activations term covers
-    host = graph + 48 * e // p + _BASE_HOST
-    if not gpu:
-        host += 16 * n * width * layers + 4 * n * f + params + logits
-    gpu_bytes = (48 * e // p + 12 * n * f + 16 * n * hidden * layers + params + logits + _BASE_GPU
+    host = _BASE_HOST + graph + 44 * e
+    if mode == "sampled":
+        host += params
+    elif gpu:
+        host += n * (4 * f + 19)
+    else:
+        host += n * (12 * f + 24 * hidden * layers + 8 * classes + 64) + params
+    gpu_layers = 0 if mode == "sampled" else layers
+    logits = 16 * n * max(0, classes - ASSUMED_CLASSES) if mode != "sampled" else 0
+    gpu_bytes = (48 * e + 12 * n * f + 16 * n * hidden * gpu_layers + params + logits + _BASE_GPU
                  if gpu else 0)
     return MemoryEstimate(int(host), int(gpu_bytes))
 
@@ -203,10 +205,27 @@ def check_memory(dataset: str, scale: float, hidden: int, layers: int, world_siz
     what += f", {classes:,} classes)" if classes > ASSUMED_CLASSES else ")"
     fewer = ", fewer classes" if classes > ASSUMED_CLASSES else ""
     if need > have:
+        if size.generated:
+            smaller = "a smaller --scale"
+        else:  # a file has one size: a smaller one is written once, from the preset or the file
+            smaller = "a smaller graph file (python -m mgg.prepare PRESET --scale S --out FILE)"
+        fewer_ranks = "fewer ranks on this node (more nodes)" if ranks_on_node > 1 else "more nodes"
         return (f"not enough host memory for {what} on {world_size} rank(s): about {_gib(need)} needed "
                 f"on this node ({_gib(est.host_per_rank)} per rank x {ranks_on_node}), {_gib(have)} available; "
-                f"use more nodes, a smaller --scale or --hidden{fewer}, or --force to try anyway")
+                f"use {fewer_ranks}, {smaller}, a smaller --hidden{fewer}, or --force to try anyway")
     if gpu and gpu_free is not None and est.gpu_per_rank > gpu_free:
         return (f"not enough GPU memory for {what} on {world_size} GPU(s): about {_gib(est.gpu_per_rank)} "
                 f"per GPU needed, {_gib(gpu_free)} free; use more GPUs, a smaller --hidden{fewer}, or --force")
     return ""
+
+
+def estimate_line(size: GraphSize, est: MemoryEstimate, world_size: int, hidden: int, layers: int,
+                  classes: int, gpu: bool) -> str:
+    """The line `python -m mgg.prepare --ranks P` prints: `estimate`'s figures for P ranks on one
+    node, the same `python -m mgg.train` checks for that file and P."""
+    line = (f"mgg.train estimate ({'gpu' if gpu else 'cpu'} backend, {layers} layers of {hidden}, {classes} classes): "
+            f"{_gib(est.host_per_rank)} host a rank, {_gib(est.host_per_rank * world_size)} for {world_size} "
+            f"rank(s) on one node")
+    if gpu:
+        line += f", {_gib(est.gpu_per_rank)} a GPU"
+    return line + f"; this host has {_gib(host_available())} available"

@@ -221,6 +221,49 @@ def _print_sizes(path: str, ps: list[int], hidden: int) -> None:
         t0 = time.perf_counter()
         fps = rank_footprints(g.indptr, g.indices, p, num_features=f)
         _print_table(path, g.num_nodes, g.num_edges, f, p, fps, hidden, time.perf_counter() - t0)
+        print(training_estimate(path, p, hidden, g), flush=True)
+
+
+def file_classes(graph) -> int:
+    """The classes `python -m mgg.train` trains for `graph`'s labels (max label + 1, by the same
+    rule and shares: mgg.data.labels), or the estimate's assumption when it has none or they
+    would be refused."""
+    from ..data.labels import num_classes_of, share_bounds, summarize_share
+    from ..data.rows import read_rows
+    from .memory_check import ASSUMED_CLASSES
+
+    y = getattr(graph, "y", None)
+    if y is None:
+        return ASSUMED_CLASSES
+    parts = max(1, -(-len(y) // (1 << 24)))  # shares of at most 16M labels
+    shares = [summarize_share(read_rows(y, *share_bounds(len(y), r, parts)), share_bounds(len(y), r, parts)[0])
+              for r in range(parts)]
+    try:
+        return num_classes_of(shares)
+    except ValueError:
+        return ASSUMED_CLASSES
+
+
+def training_estimate(path: str, world_size: int, hidden: int, graph=None) -> str:
+    """mgg.apps.memory_check's estimate of `python -m mgg.train --dataset path` on `world_size`
+    ranks of one node (this machine's backend, the default model's layers, --hidden `hidden`,
+    the file's classes): the figure mgg.train checks before it trains."""
+    from ..graph.backends import resolve_backend
+    from .config import TrainConfig
+    from .memory_check import estimate, estimate_line, graph_size
+
+    size = graph_size(path)
+    if size is None:
+        return "mgg.train estimate: not known for this file"
+    if graph is None:
+        from ..data.npz import load_npz
+
+        graph = load_npz(path, mmap=True)
+    classes = file_classes(graph)
+    layers = int(TrainConfig().resolved().layers)
+    gpu = resolve_backend("auto") == "gpu"
+    est = estimate(size, hidden, layers, world_size, gpu, "full", classes)
+    return estimate_line(size, est, world_size, hidden, layers, classes, gpu)
 
 
 def _print_table(what: str, num_nodes: int, num_edges: int, f: int, p: int, fps, hidden: int, seconds: float) -> None:

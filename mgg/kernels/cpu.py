@@ -44,23 +44,39 @@ class PartitionedAggregator:
 
     def __init__(self, parts: np.ndarray, sources: np.ndarray, weight: np.ndarray):
         self.num_parts = int(parts.shape[0])
-        sizes = (parts[:, 2] - parts[:, 1]) if self.num_parts else np.zeros(0, np.int64)
-        self.edge_target = np.repeat(parts[:, 0], sizes) if self.num_parts else np.zeros(0, np.int64)
+        # the plan's arrays themselves (no copy when they are int64 / float32, as plans hold
+        # them): the matrix is built from them on first use, and nothing per edge is kept beside it
+        self.parts = parts
         self.sources = np.ascontiguousarray(sources, dtype=np.int64)
         self.weight = np.ascontiguousarray(weight, dtype=np.float32)
         self._matrix: torch.Tensor | None = None  # built on first use, for (n_out, rows) and a dtype
 
+    def edge_target(self) -> np.ndarray:
+        """int64 [E]: the output row of every entry, from the partitions (made when asked)."""
+        if self.num_parts == 0:
+            return np.zeros(0, np.int64)
+        return np.repeat(self.parts[:, 0], self.parts[:, 2] - self.parts[:, 1])
+
     def matrix(self, n_out: int, rows: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """M sparse CSR [n_out, rows] of `dtype` with M[target, source] = the sum of the float32
-        weights of the edges between them (the last shape and dtype asked for is kept)."""
+        weights of the edges between them (the last shape and dtype asked for is kept). Its
+        indices are int32 when the sizes allow (what MKL's SpMM reads: int64 ones are converted
+        on every product), else int64."""
         m = self._matrix
         if m is None or tuple(m.shape) != (n_out, rows) or m.dtype != dtype:
-            idx = torch.from_numpy(np.stack([self.edge_target, self.sources]))
+            self._matrix = None  # the old matrix goes before the new one is built
+            idx = torch.from_numpy(np.stack([self.edge_target(), self.sources]))
             with warnings.catch_warnings():  # torch's "sparse CSR support is in beta", once a process
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                m = torch.sparse_coo_tensor(idx, torch.from_numpy(self.weight), (n_out, rows),
-                                            check_invariants=False).coalesce()
-                self._matrix = m = m.to(dtype).to_sparse_csr()
+                coo = torch.sparse_coo_tensor(idx, torch.from_numpy(self.weight), (n_out, rows),
+                                              check_invariants=False).coalesce()
+                del idx
+                m = coo.to(dtype).to_sparse_csr()
+                del coo
+                if max(n_out, rows, m.values().numel()) < 2**31 - 1:
+                    m = torch.sparse_csr_tensor(m.crow_indices().to(torch.int32), m.col_indices().to(torch.int32),
+                                                m.values(), (n_out, rows), check_invariants=False)
+                self._matrix = m
         return m
 
     def add_into(self, out: torch.Tensor, table: torch.Tensor) -> None:

@@ -6,10 +6,10 @@ collective, and so is the backward of `aggregate`).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..graph.gcn_factors import WHOLE, GcnFactors
+from .dropout_host import hash_uniform_host
 
 __all__ = ["Aggregate", "AggregateRows", "aggregate", "aggregate_args", "global_dropout", "seeded_dropout", "draw_seed", "DeviceSeeds", "mix_seed", "hash_uniform", "hash_uniform_host",
            "hash_dropout_reference", "HashDropoutCUDA"]
@@ -131,33 +131,6 @@ def hash_uniform(rows: torch.Tensor, cols: int, seed: int) -> torch.Tensor:
     col = torch.arange(cols, device=rows.device, dtype=torch.int64)
     h = _hash32(h_row[:, None] ^ ((col[None, :] * 0x9E3779B1 + s2) & _M32))  # [n, cols]
     return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))
-
-
-def _hash32_np(x: np.ndarray) -> np.ndarray:
-    """`lowbias32` in place on a uint32 numpy array (numpy's uint32 arithmetic wraps mod 2^32)."""
-    x ^= x >> np.uint32(16)
-    x *= np.uint32(0x7FEB352D)
-    x ^= x >> np.uint32(15)
-    x *= np.uint32(0x846CA68B)
-    x ^= x >> np.uint32(16)
-    return x
-
-
-def hash_uniform_host(row0: int, n: int, cols: int, seed: int) -> torch.Tensor:
-    """`hash_uniform(arange(row0, row0 + n), cols, seed)` bit for bit, on the host in uint32
-    (4-byte in-place numpy ops: about as fast as torch.rand, ~7x faster than the int64 torch ops).
-
-    Returns: float32 CPU tensor [n, cols].
-    """
-    s1, s2 = np.uint32(seed & _M32), np.uint32((seed >> 32) & _M32)
-    rows = (np.arange(row0, row0 + n, dtype=np.uint64) & np.uint64(_M32)).astype(np.uint32)
-    h_row = _hash32_np(rows ^ s1)
-    col = np.arange(cols, dtype=np.uint32) * np.uint32(0x9E3779B1) + s2
-    h = _hash32_np(h_row[:, None] ^ col[None, :])
-    h >>= np.uint32(8)
-    u = h.astype(np.float32)
-    u *= np.float32(1.0 / (1 << 24))
-    return torch.from_numpy(u)
 
 
 _M64 = (1 << 64) - 1
@@ -283,6 +256,10 @@ def seeded_dropout(x: torch.Tensor, p: float, seed, row0: int,
     if isinstance(seed, torch.Tensor):
         raise TypeError(f"global_dropout: seeds on the device (DeviceSeeds) need float32 [n, D] CUDA rows, "
                         f"got {x.dtype} {tuple(x.shape)} on {x.device}")
+    if x.device.type == "cpu" and x.dim() == 2 and (row_scale is None or not row_scale.requires_grad):
+        from .dropout_host import HashDropoutHost
+
+        return HashDropoutHost.apply(x, float(p), int(seed), int(row0), row_scale)  # nothing kept for the backward
     if x.device.type == "cpu":
         keep = hash_uniform_host(row0, x.shape[0], x.shape[1], seed) >= p
         out = x * keep.to(x.dtype) / (1.0 - p)
