@@ -2,7 +2,7 @@
 (mgg.graph.dist_graph), the backend choice and symmetric-store factory (mgg.graph.backends), the
 executor factory (mgg.graph.factory) and the executors that run over a DistGraph
 (mgg.graph.adaptive, mgg.graph.gat_gpu). It sits above mgg.kernels and below mgg.tuning and
-mgg.nn; docs/architecture.md draws the layers, tests/test_layers.py checks them.
+mgg.nn; docs/architecture.md draws the layers, tests/project/test_layers.py checks them.
 """
 from .backends import make_store, resolve_backend
 from .dist_graph import DistGraph, RuntimeConfig

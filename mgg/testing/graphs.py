@@ -1,7 +1,10 @@
-"""Random graphs for tests: directed, with self loops, duplicate edges and isolated nodes."""
+"""Graphs for tests: random directed CSRs (self loops, duplicate edges, isolated nodes),
+power-law CSRs with hub rows, and the built-in datasets loaded once per process."""
 from __future__ import annotations
 
 import numpy as np
+
+__all__ = ["random_csr", "power_law_csr", "hub_graph", "cached_dataset"]
 
 
 def random_csr(num_nodes: int, num_edges: int, seed: int, self_loops: int = 10, isolated: int = 5,
@@ -25,6 +28,29 @@ def random_csr(num_nodes: int, num_edges: int, seed: int, self_loops: int = 10, 
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
     return indptr, src[order].astype(np.int64)
+
+
+def power_law_csr(n: int, seed: int, hubs: int = 3, hub_deg: int = 700) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (indptr [n+1], indices): power-law in-degrees (capped at 200), a tenth of the rows
+    isolated, and `hubs` rows of degree >= hub_deg; sources uniform over the n nodes."""
+    rng = np.random.default_rng(seed)
+    deg = np.minimum((rng.pareto(1.3, n) * 3).astype(np.int64), 200)
+    deg[rng.choice(n, n // 10, replace=False)] = 0
+    deg[rng.choice(n, hubs, replace=False)] = hub_deg + rng.integers(0, 300, hubs)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    return indptr, rng.integers(0, n, int(indptr[-1])).astype(np.int64)
+
+
+_HUB_GRAPH: dict = {}
+
+
+def hub_graph() -> tuple[np.ndarray, np.ndarray]:
+    """The GPU aggregation tests' graph, built once per process: power_law_csr(2500, seed=7,
+    hubs=4, hub_deg=3000), whose hub rows are split over several warps."""
+    if "g" not in _HUB_GRAPH:
+        _HUB_GRAPH["g"] = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
+    return _HUB_GRAPH["g"]
 
 
 _DATASETS: dict = {}

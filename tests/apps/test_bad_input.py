@@ -24,8 +24,8 @@ from mgg.data import Graph, GraphFormatError, load_dataset, load_edgelist, load_
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, train
 
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env as env
 
 def mpirun(np_, *args):
     return subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", str(np_), "--backend", "cpu",
@@ -168,7 +168,7 @@ def check_rank_output(name, needle, stderr):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_every_bad_input_fails_on_every_rank(tmp_path):
     """All entries in one `mpirun -np 2` job: each rank runs mgg.train.main(argv) per case (this
     file's __main__ driver) and reports its exit code and stderr; every rank must fail every case."""
@@ -178,7 +178,7 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
         d.mkdir()
         cases[name] = make_case(name, d)
     (tmp_path / "cases.json").write_text(json.dumps({k: v[0] for k, v in cases.items()}))
-    r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, __file__, str(tmp_path / "cases.json"),
+    r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, "-m", __name__, str(tmp_path / "cases.json"),
                         str(tmp_path / "out.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
                        timeout=PROCESS_TIMEOUT_S, errors="replace")
     assert r.returncode == 0, r.stdout + r.stderr  # no case hung: every rank came back from every case
@@ -196,7 +196,7 @@ def test_every_bad_input_fails_on_every_rank(tmp_path):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 @pytest.mark.parametrize("name", ["truncated-npz", "unknown-option", "checkpoint-of-another-run",
                                   "metrics-json-unwritable", "label-beyond-classes"])
 def test_bad_input_ends_the_mpirun_job(tmp_path, name):
@@ -208,7 +208,7 @@ def test_bad_input_ends_the_mpirun_job(tmp_path, name):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_more_ranks_than_nodes_trains(tmp_path):
     """Not an error: ranks without nodes take part in every collective with empty slices."""
     p = write_npz(tmp_path / "two.npz", indptr=np.array([0, 1, 2]), indices=np.array([1, 0]),
@@ -366,5 +366,4 @@ def _driver(cases_path: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     _driver(sys.argv[1], sys.argv[2])

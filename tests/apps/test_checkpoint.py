@@ -1,4 +1,4 @@
-"""Checkpoint format, resume equivalence and graceful stop (single process; tests/mpi covers P ranks)."""
+"""Checkpoint format, resume equivalence and graceful stop (single process; P ranks: tests/apps/test_multinode_mpi.py)."""
 import json
 import os
 import signal
@@ -16,8 +16,8 @@ from mgg.data import load_dataset
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, train
 
-from tests.conftest import PROCESS_TIMEOUT_S, ROOT
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import PROCESS_TIMEOUT_S, subprocess_env as env
 
 SOLO = Communicator(comm=None)
 

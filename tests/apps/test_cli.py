@@ -7,13 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
-
-
-def train_cli(*args, timeout=PROCESS_TIMEOUT_S):
-    return subprocess.run([sys.executable, "-m", "mgg.train", *args], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import PROCESS_TIMEOUT_S, subprocess_env as env, train_cli
 
 
 @pytest.mark.slow
@@ -70,7 +65,7 @@ def test_corrupt_file(tmp_path):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_mpirun_bad_dataset_fails_on_every_rank_with_one_message():
     """Every rank fails (exit 2); the launcher shows the error once, without Open MPI's box after it."""
     r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--dataset",
@@ -83,7 +78,7 @@ def test_mpirun_bad_dataset_fails_on_every_rank_with_one_message():
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_mpirun_two_ranks_metrics(tmp_path):
     out = tmp_path / "m.json"
     r = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-np", "2", "--epochs", "3",

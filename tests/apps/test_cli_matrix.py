@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,9 @@ from mgg.apps.cli import build_parser, main
 from mgg.data import load_dataset, prepare_graph
 from mgg.nn import MODEL_DEFAULTS, MODELS, SAMPLED_MODELS
 from mgg.nn.registry import ModelDefaults, model_entry, model_names, register_model
-from tests.conftest import PROCESS_TIMEOUT_S
+from mgg.testing.processes import PROCESS_TIMEOUT_S
+from mgg.testing.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = 3
 BASE = ["--dataset", "karate", "--epochs", str(EPOCHS), "--backend", "cpu", "--no-progress"]
 SETTINGS = {

@@ -8,8 +8,8 @@ import pytest
 
 from mgg.doctor import analyse, parse_topo, summarize_links
 
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env as env
 
 
 def doctor(*args, np_=None, timeout=PROCESS_TIMEOUT_S):
@@ -113,7 +113,7 @@ def test_single_process(tmp_path):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_under_mpirun_two_simulated_nodes():
     r = doctor("--ranks-per-node", "1", np_=2)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -128,7 +128,7 @@ def test_under_mpirun_two_simulated_nodes():
 def test_mpi_test_log_is_text(tmp_path):
     """pytest --with-mpi prints pytest-mpi's MPI banner on every rank: no NUL bytes."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
-                        "tests/test_version.py::test_version_matches_pyproject"],
+                        "tests/base/test_version.py::test_version_matches_pyproject"],
                        cwd=ROOT, env=env(), capture_output=True, timeout=300)
     assert r.returncode == 0, r.stdout.decode(errors="replace")
     assert b"MPI library version:" in r.stdout

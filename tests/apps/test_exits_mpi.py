@@ -1,4 +1,5 @@
-"""A user error under mpirun is printed once: `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`.
+"""A user error under mpirun is printed once: `mpirun -np 2|3 python -m pytest --with-mpi
+tests/apps/test_exits_mpi.py`.
 
 mgg.apps.exits.report_user_error: when every rank raised the error, rank 0 prints it and every rank
 exits 2; a rank that fails alone prints it with its rank after waiting in vain for the others.

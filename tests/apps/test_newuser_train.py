@@ -10,7 +10,8 @@ from mgg.apps.memory_check import GraphSize, estimate, graph_size
 from mgg.data import save_npz
 from mgg.data.graph import Graph
 from mgg.train import main, parse_args
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun, subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env
 
 
 def _exit_code(argv) -> int:
@@ -30,7 +31,7 @@ def test_gpu_backend_without_a_gpu_is_one_line(capsys):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_gpu_backend_without_a_gpu_under_mpirun():
     import torch
 

@@ -1,4 +1,5 @@
-"""Multi-rank training in a relabelled node order: `mpirun -np 2 python -m pytest --with-mpi tests/mpi`.
+"""Multi-rank training in a relabelled node order: `mpirun -np 2 python -m pytest --with-mpi
+tests/apps/test_node_order_mpi.py`.
 
 P ranks training the METIS- or cluster-ordered graph compute the losses one rank computes on the
 input order (dropout 0; the split is drawn in the user's ids), and every rank relabels alike.

@@ -7,10 +7,10 @@ import pytest
 from mgg.data import prepare_graph
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, parse_args, train
-from tests.conftest import ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
-from tests.graphs import cached_dataset
-from tests.test_cli import train_cli
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import subprocess_env as env
+from mgg.testing.graphs import cached_dataset
+from mgg.testing.processes import train_cli
 
 
 @pytest.mark.slow
@@ -177,7 +177,7 @@ def test_sampled_gcn_and_gat_learn_sbm(model):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 @pytest.mark.parametrize("args,needle", [
     (["--batch-size", "5"], "--batch-size 5 is larger than the training set allows: 8 training nodes, over 2 ranks, "
                             "at most 4 per rank and step"),

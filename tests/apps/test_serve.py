@@ -14,10 +14,10 @@ from mgg.embedding.client import EmbeddingClient, ServiceError
 from mgg.embedding.io import save_safetensors
 from mgg.testing.serve import ServiceProcess, bag_reference, npz_bytes
 
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env
 
-pytestmark = [needs_mpirun, pytest.mark.slow]  # every test here talks to an `mpirun ... mgg.serve`
+pytestmark = [pytest.mark.needs_mpirun, pytest.mark.slow]  # every test here talks to an `mpirun ... mgg.serve`
 
 
 def mpirun(np_: int, osc: bool = True) -> list[str]:

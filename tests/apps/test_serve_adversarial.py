@@ -21,9 +21,10 @@ import pytest
 
 from mgg.testing.serve import ServiceProcess, bag_reference, npz_bytes, peak_rss_bytes, rank_pids, reset_peak_rss
 
-from tests.conftest import MPIRUN, ROOT, needs_mpirun, subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, subprocess_env
 
-pytestmark = [needs_mpirun, pytest.mark.slow]
+pytestmark = [pytest.mark.needs_mpirun, pytest.mark.slow]
 
 TOKEN = "adv-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

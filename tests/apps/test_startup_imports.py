@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import subprocess_env
+from mgg.testing.processes import subprocess_env
 
 SLOW_OR_OPTIONAL = ("scipy", "networkx", "aiohttp", "matplotlib", "torch_geometric", "cupy", "nvshmem", "cuda",
                     "pandas", "sympy", "requests", "torch._dynamo")

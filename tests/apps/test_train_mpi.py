@@ -1,4 +1,5 @@
-"""Multi-rank training tests: `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`.
+"""Multi-rank training tests: `mpirun -np 2|3 python -m pytest --with-mpi
+tests/apps/test_train_mpi.py`.
 
 P ranks must train exactly what one rank trains: every rank also runs the 1-rank training itself
 (single-process communicator) and compares the weights.
@@ -9,7 +10,7 @@ import torch
 
 from mgg.nn.registry import tunable_models
 from mgg.runtime import Communicator, RankError, world
-from tests.graphs import cached_dataset
+from mgg.testing.graphs import cached_dataset
 from mgg.train import TrainConfig, UserError, _load, train
 
 pytestmark = pytest.mark.mpi(min_size=2)

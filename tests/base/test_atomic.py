@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from mgg.atomic import atomic_path, atomic_write, atomic_write_json, current_umask, remove_stale_temporaries
-
-ROOT = Path(__file__).resolve().parents[1]
+from mgg.testing.paths import ROOT
 
 
 def mode_of(p) -> int:

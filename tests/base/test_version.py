@@ -6,13 +6,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mgg.version import version
+from mgg.testing.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # A folder named `mgg` with no __init__.py in the working directory makes `import mgg` a namespace
 # package (as a clone named `mgg`, run from its parent, does); this tree's mgg/ is then added to the

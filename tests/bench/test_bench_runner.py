@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from bench import manifest
-from tests.conftest import ROOT
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import subprocess_env
 
 SUITES = {
     "gpu-tests": ["build", "nvrtc-probe", "gpu-tests"],
@@ -141,15 +142,16 @@ def test_gpu_tests_keep_each_failure_as_it_happens():
 
 @pytest.mark.slow
 def test_failure_log_is_written_per_rank_at_once(tmp_path):
-    """tests/conftest.py: a failing test's report lands in MGG_TEST_FAILURE_LOG (.rankR under
-    mpirun) before the session ends; passing tests write nothing."""
-    (tmp_path / "conftest.py").write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-                                          "from tests.conftest import pytest_runtest_logreport  # noqa: F401\n")
+    """The suite's failure log (tests/conftest.py, mgg.testing.failure_log): a failing test's report
+    lands in MGG_TEST_FAILURE_LOG (.rankR under mpirun) before the session ends; passing tests
+    write nothing."""
+    (tmp_path / "conftest.py").write_text("from mgg.testing.failure_log import log_failed_report as "
+                                          "pytest_runtest_logreport  # noqa: F401\n")
     (tmp_path / "test_x.py").write_text("def test_ok():\n    pass\n\n"
                                         "def test_bad():\n    assert 1 == 2, 'the message'\n")
     log = tmp_path / "fail.log"
     for rank, name in ((None, "fail.log"), ("3", "fail.log.rank3")):
-        env = {**os.environ, "MGG_TEST_FAILURE_LOG": str(log)}
+        env = subprocess_env(MGG_TEST_FAILURE_LOG=str(log))  # mgg importable from the repository
         for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MGG_TEST_ABORT_ON_FAILURE"):
             env.pop(k, None)
         if rank is not None:

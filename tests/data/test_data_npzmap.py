@@ -15,8 +15,8 @@ from mgg.data.npzmap import mmap_members
 from mgg.data.prepare import prepare_graph
 from mgg.data.validate import check_index_share
 from mgg.runtime import Communicator
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env as env
 
 
 def _graph(masks=True, x=True) -> Graph:
@@ -174,7 +174,7 @@ def test_cli_truncated_member_exit_2(tmp_path):
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_cli_truncated_member_every_rank(tmp_path):
     good = tmp_path / "good.npz"
     save_npz(_graph(), good)

@@ -13,8 +13,8 @@ from mgg.data.labels import (DISTINCT_CAP, EMPTY_CLASSES_ALLOWED, num_classes_of
 from mgg.runtime import Communicator
 from mgg.train import TrainConfig, UserError, train
 
-from tests.conftest import ROOT
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import subprocess_env as env
 
 SOLO = Communicator(comm=None)
 

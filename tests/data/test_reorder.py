@@ -15,7 +15,7 @@ from mgg.testing.reference import aggregate_reference
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 
-from .graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def _random_graph(n: int = 60, e: int = 400, seed: int = 0) -> Graph:

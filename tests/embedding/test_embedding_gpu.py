@@ -1,8 +1,10 @@
-"""Sharded EmbeddingBag on the GPU (NVSHMEM store; mgg/kernels/embedding_bag.cu) vs torch in float64.
+"""Sharded EmbeddingBag on the GPU (NVSHMEM store; mgg/kernels/embedding_bag.cu) vs torch in
+float64.
 
-Inference (no grad) goes through the fused get+pool kernel, training through the row-gather
-kernel plus torch's embedding_bag. Runs alone (P = 1) and under `mpirun -np 2 python -m pytest
-tests/gpu` (P = 2: every rank looks up its own batch, rows owned by both GPUs). Skipped elsewhere.
+Inference (no grad) goes through the fused get+pool kernel, training through the row-gather kernel
+plus torch's embedding_bag. Runs alone (P = 1) and under `mpirun -np 2 python -m pytest
+tests/embedding/test_embedding_gpu.py` (P = 2: every rank looks up its own batch, rows owned by both
+GPUs). Skipped elsewhere.
 """
 import contextlib
 

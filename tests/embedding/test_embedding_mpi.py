@@ -1,4 +1,5 @@
-"""Sharded embedding bags over P ranks (run with `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`).
+"""Sharded embedding bags over P ranks (run with `mpirun -np 2|3 python -m pytest --with-mpi
+tests/embedding/test_embedding_mpi.py`).
 
 Every rank looks up its own batch; results and gradients must equal a single-process
 torch.nn.EmbeddingBag holding the whole table.

@@ -6,7 +6,7 @@ import torch
 from mgg.testing.reference import aggregate_reference
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def rel_err(a, b):

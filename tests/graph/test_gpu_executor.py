@@ -1,8 +1,8 @@
 """GPU executor vs the CPU executor and the float64 reference.
 
-Runs on a machine with CUDA, cupy and nvshmem4py: alone (P = 1) and under
-`mpirun -np 2 python -m pytest --with-mpi tests/gpu` (P = 2; any P works). Skipped elsewhere.
-Every output / partial / halo buffer is NaN-poisoned before each launch.
+Runs on a machine with CUDA, cupy and nvshmem4py: alone (P = 1) and under `mpirun -np 2 python -m
+pytest --with-mpi tests/graph/test_gpu_executor.py` (P = 2; any P works). Skipped elsewhere. Every
+output / partial / halo buffer is NaN-poisoned before each launch.
 """
 import numpy as np
 import pytest
@@ -18,11 +18,9 @@ from mgg.kernels.variants import get_variant, variant_names  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
-from tests.graphs import random_csr  # noqa: E402
-
-
-def rel_err(a, b):
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+from mgg.testing.dist_graphs import gcn_on_cpu_and_gpu  # noqa: E402
+from mgg.testing.graphs import random_csr  # noqa: E402
+from mgg.testing.tensors import rel_err  # noqa: E402
 
 
 def _run(indptr, indices, x, kind, transposed, variant, ps, dist, wpb):
@@ -65,22 +63,6 @@ def test_widths_and_params(variant, dim, ps, dist, wpb):
     outs, lo, hi, _ = _run(indptr, indices, x, "gcn", False, variant, ps, dist, wpb)
     ref = aggregate_reference(indptr, indices, x, "gcn")[lo:hi]
     assert rel_err(outs[0], ref) < 1e-5
-
-
-def gcn_on_cpu_and_gpu(comm, indptr, indices, x, g, **config):
-    """Differentiable GCN aggregation of x (and its backward with output gradient g) through the
-    CPU and the GPU backend: ({backend: (out, grad_x)}, lo, hi) for this rank's rows."""
-    from mgg.nn import aggregate
-
-    res = {}
-    for backend in ("cpu", "gpu"):
-        with DistGraph(indptr, indices, comm, RuntimeConfig(8, 4, 4, backend=backend, **config)) as dg:
-            xl = torch.from_numpy(dg.local(x).copy()).to(dg.device).requires_grad_(True)
-            out = aggregate(xl, dg, "gcn")
-            (out * torch.from_numpy(dg.local(g).copy()).to(dg.device)).sum().backward()
-            res[backend] = (out.detach().cpu().numpy(), xl.grad.cpu().numpy())
-            lo, hi = dg.lo, dg.hi
-    return res, lo, hi
 
 
 def test_gpu_matches_cpu_executor_and_autograd():

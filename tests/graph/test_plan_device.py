@@ -12,8 +12,8 @@ from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.partition import partition_ranges
 from mgg.runtime.plan import PlanParams, build_plan, cut_partitions, cut_remote, warp_worklist
 from mgg.runtime.weights import diag_weights, pair_weights, pair_weights_by_row
-from tests.graphs import random_csr
-from tests.test_plan_build import _graphs, _reference_split, _reference_transposed
+from mgg.testing.graphs import random_csr
+from mgg.testing.plan_reference import plan_test_graphs, reference_split, reference_transposed
 
 
 class _FakeComm:
@@ -41,7 +41,7 @@ def _reference_plan(indptr, indices, b, r, kind, transposed, nop, params):
     lo, hi = int(b[r]), int(b[r + 1])
     deg = np.diff(indptr)
     if transposed:
-        ip, other, row = _reference_transposed(indptr, indices, lo, hi)
+        ip, other, row = reference_transposed(indptr, indices, lo, hi)
         w = _np_pair(kind, deg, other, row)
     else:
         a, e = indptr[lo], indptr[hi]
@@ -49,7 +49,7 @@ def _reference_plan(indptr, indices, b, r, kind, transposed, nop, params):
         row = lo + np.repeat(np.arange(hi - lo), np.diff(ip))
         other = other[np.lexsort((other, row))]  # DistGraph sorts every forward row's entries
         w = _np_pair(kind, deg, row, other)
-    ref = _reference_split(ip, other, w, b, r, nop)
+    ref = reference_split(ip, other, w, b, r, nop)
     ref["local_parts"] = cut_partitions(ref["local_indptr"], params.ps)
     ref["remote_parts"], ref["remote_part_inter"] = cut_remote(ref["remote_indptr"], ref["remote_split"],
                                                                params.ps, params.inter_ps)
@@ -70,7 +70,7 @@ def _assert_plan(plan, ref, tag):
 def test_distgraph_plans_match_reference(world, first):
     params = PlanParams(3, 2, 2, 2)
     kinds = [first] + [k for k in ("sum", "mean", "gcn") if k != first]
-    for gi, (indptr, indices) in enumerate(_graphs()):
+    for gi, (indptr, indices) in enumerate(plan_test_graphs()):
         if gi % 2 and world > 1:
             continue  # keep the test short: half the graphs at P > 1
         nodes = np.arange(world) // 2

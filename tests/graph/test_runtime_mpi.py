@@ -1,4 +1,5 @@
-"""Multi-rank runtime tests: run with `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`."""
+"""Multi-rank runtime tests: run with `mpirun -np 2|3 python -m pytest --with-mpi
+tests/graph/test_runtime_mpi.py`."""
 import numpy as np
 import pytest
 import torch
@@ -6,7 +7,7 @@ import torch
 from mgg.testing.reference import aggregate_reference
 from mgg.runtime import MPIStore, world
 from mgg.graph import DistGraph, RuntimeConfig
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -118,7 +119,7 @@ def test_gcn_scaled_input_and_no_row_factor_over_ranks(transposed):
     """The CPU executor takes no scaled table natively: DistGraph.aggregate(scaled_input=True) /
     (row_factor=False) divide by the gcn factor around the plain call, and still give
     diag(f) (A + I) x / (A + I)^T diag(f) g on every rank (the GPU's native path over ranks:
-    tests/gpu/test_halo_csr_gpu.py)."""
+    tests/kernels/test_halo_csr_gpu.py)."""
     comm = world()
     n, e = 300, 3000
     indptr, indices = random_csr(n, e, seed=11)

@@ -73,7 +73,7 @@ def test_models_with_the_fused_input_layer_match(model, monkeypatch):
     from mgg.nn import build_model, dense
     from mgg.runtime import world
     from mgg.graph import DistGraph, RuntimeConfig
-    from tests.graphs import random_csr
+    from mgg.testing.graphs import random_csr
 
     indptr, indices = random_csr(2000, 30000, seed=3)
     # GIN drops out between layers only; input_dropout puts its first layer through the fused path
@@ -111,7 +111,7 @@ def test_training_replayed_from_a_cuda_graph_matches_eager(model):
     from mgg.nn.optim import Adam
     from mgg.runtime import world
     from mgg.graph import DistGraph, RuntimeConfig
-    from tests.graphs import random_csr
+    from mgg.testing.graphs import random_csr
 
     comm = world()
     indptr, indices = random_csr(3000, 40000, seed=4)

@@ -1,6 +1,6 @@
 """halo_csr's weight factorisation of the remote CSR (mgg.kernels.halo_csr.remote_factors), on CPU
 tensors: the mode each kind gets at P = 2, forward and transposed, and that the factors
-reproduce every remote weight (the GPU kernels are tested in tests/gpu/test_halo_csr_gpu.py)."""
+reproduce every remote weight (the GPU kernels are tested in tests/kernels/test_halo_csr_gpu.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ from mgg.runtime import partition_ranges
 from mgg.runtime.plan import PlanParams, build_plan
 from mgg.runtime.weights import diag_weights, pair_weights_by_row
 
-from .graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def _plan(kind: str, transposed: bool, rank: int = 0, world: int = 2):

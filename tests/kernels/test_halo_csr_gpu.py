@@ -1,10 +1,10 @@
 """HaloCsrExecutor (mgg/kernels/halo_csr.py: mgg_halo_gather_rows + two mgg_csr_rows passes)
 against the float64 reference, on a power-law graph with hub rows split over several warps.
 
-Runs at P = 1 (no remote work: the local pass alone) and under
-`mpirun -np 2 python -m pytest --with-mpi tests/gpu` (P = 2: the gather beside the local pass,
-then the remote pass adding to the rows). Every output, partial and halo buffer is NaN-poisoned.
-Needs CUDA, cupy and nvshmem4py.
+Runs at P = 1 (no remote work: the local pass alone) and under `mpirun -np 2 python -m pytest
+--with-mpi tests/kernels/test_halo_csr_gpu.py` (P = 2: the gather beside the local pass, then the
+remote pass adding to the rows). Every output, partial and halo buffer is NaN-poisoned. Needs CUDA,
+cupy and nvshmem4py.
 """
 import numpy as np
 import pytest
@@ -20,14 +20,15 @@ from mgg.kernels.halo_csr import HaloCsrExecutor  # noqa: E402
 from mgg.testing.reference import aggregate_reference, aggregation_matrix  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
-from tests.gpu.test_local_csr_gpu import graph, rel_err  # noqa: E402  (its power-law graph with hubs)
+from mgg.testing.graphs import hub_graph  # noqa: E402  (the power-law graph with hubs of the csr_rows tests)
+from mgg.testing.tensors import rel_err  # noqa: E402
 
 
 @pytest.mark.parametrize("dim", [1, 16, 33, 64, 512])
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_matches_reference(kind, dim, transposed):
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     ref = aggregate_reference(indptr, indices, x, kind, transposed)
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr")) as dg:
@@ -54,7 +55,7 @@ def test_matches_reference(kind, dim, transposed):
 def test_halves_and_the_wide_fallback():
     """only="local" + only="remote" = the whole; a 600-wide float32 row (above the row kernels'
     512) goes to the halo partition kernels and still matches."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(3).standard_normal((len(indptr) - 1, 600)).astype(np.float32)
     ref = aggregate_reference(indptr, indices, x, "gcn")
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr")) as dg:
@@ -76,7 +77,7 @@ def test_halves_and_the_wide_fallback():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_16bit_storage(dtype):
     """16-bit rows gathered unchanged, float32 sums: the reference of the rounded table."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(4).standard_normal((len(indptr) - 1, 24)).astype(np.float32)
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     xr = torch.from_numpy(x).to(tdt).float().numpy()
@@ -98,7 +99,7 @@ def test_scaled_input_natively_over_ranks(dtype, dim):
     w = 1. scaled_input: W x; row_factor=False (transposed): (A + I)^T diag(f) g; both from an
     unscaled x (the executor scales it once, into the slice). Against float64 dense math on the
     rows as stored; every buffer NaN-poisoned."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     n = len(indptr) - 1
     d = 1.0 / np.sqrt(np.diff(indptr).astype(np.float64) + 1.0)
     w = aggregation_matrix(indptr, indices, "gcn")  # W + diag, float64 sparse

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from mgg.kernels.build import build_cubin
-from tests.conftest import ROOT
+from mgg.testing.paths import ROOT
 
 SOURCES = sorted(os.path.basename(p)[:-3] for p in glob.glob(str(ROOT / "mgg" / "kernels" / "*.cu")))
 
@@ -17,8 +17,6 @@ SOURCES = sorted(os.path.basename(p)[:-3] for p in glob.glob(str(ROOT / "mgg" / 
 def _uses_nvshmem(name: str) -> bool:
     text = (ROOT / "mgg" / "kernels" / f"{name}.cu").read_text()
     return "#include <nvshmem" in text
-
-
 
 
 def test_every_source_is_listed():

@@ -2,7 +2,7 @@
 and `python -m mgg.build`.
 
 The builds here are small (two plain modules) or reuse the run's one kernel cache (conftest's
-`kernel_cache_dir`, which tests/test_kernel_build.py fills with every source), so nvcc runs once
+`kernel_cache_dir`, which tests/kernels/test_kernel_build.py fills with every source), so nvcc runs once
 per module per test run."""
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from mgg.apps.config import TrainConfig, UserError
 from mgg.apps.kernel_prebuild import (aggregation_variants, finish_kernel_prebuild, kernel_features,
                                       run_kernel_modules)
 from mgg.kernels.modules import FEATURES, kernel_module, module_names, modules_for
-from tests.conftest import ROOT, subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import subprocess_env
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA 13)")
 SOURCES = sorted(os.path.basename(p)[:-3] for p in glob.glob(str(ROOT / "mgg" / "kernels" / "*.cu")))
@@ -247,7 +248,7 @@ def test_mgg_build_refuses_bad_arguments(capsys):
 @needs_nvcc
 def test_mgg_build_prebuilds_every_training_kernel_without_a_gpu(kernel_cache_dir):
     """`python -m mgg.build --arch sm_90` on a machine without a GPU fills the cache with every
-    module training loads (the suite's cache: sources tests/test_kernel_build.py built are hits),
+    module training loads (the suite's cache: sources tests/kernels/test_kernel_build.py built are hits),
     and `--list` then shows each one cached."""
     pytest.importorskip("nvidia.nvshmem", reason="needs the nvidia-nvshmem-cu13 wheel (the test extra)")
     env = subprocess_env(MGG_KERNEL_CACHE=str(kernel_cache_dir))

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import MPIRUN, subprocess_env
+from mgg.testing.processes import MPIRUN, subprocess_env
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -3,7 +3,7 @@ handles and streams are per GPU, so a kernel first used on one GPU and then call
 of another runs there and gives the same values. A module of the first GPU run on the other
 GPU's stream with its pointers is an illegal memory access that fails every later test of the
 P = 4 suite. Needs two GPUs; under mpirun every rank runs it and gets its own
-GPU back afterwards (tests/gpu/conftest.py bound it)."""
+GPU back afterwards (tests/conftest.py bound it)."""
 import pytest
 import torch
 

@@ -1,6 +1,6 @@
 """CPU side of the csr_rows kernels: the row schedule, the weight factorisation, bad input, and
 that local_csr.cu compiles (when nvcc is installed). The GPU results are in
-tests/gpu/test_local_csr_gpu.py."""
+tests/kernels/test_local_csr_gpu.py."""
 import os
 import shutil
 
@@ -14,18 +14,7 @@ from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.comm import Communicator
 from mgg.runtime.partition import partition_ranges
 from mgg.runtime.plan import build_plan
-from tests.graphs import random_csr
-
-
-def power_law_csr(n: int, seed: int, hubs: int = 3, hub_deg: int = 700):
-    """Power-law in-degrees, isolated rows, and `hubs` rows of degree >= hub_deg."""
-    rng = np.random.default_rng(seed)
-    deg = np.minimum((rng.pareto(1.3, n) * 3).astype(np.int64), 200)
-    deg[rng.choice(n, n // 10, replace=False)] = 0
-    deg[rng.choice(n, hubs, replace=False)] = hub_deg + rng.integers(0, 300, hubs)
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    return indptr, rng.integers(0, n, int(indptr[-1])).astype(np.int64)
+from mgg.testing.graphs import power_law_csr, random_csr
 
 
 def emulate(sched, indptr, indices, w, x):

@@ -5,7 +5,7 @@ small chunks), every width class, sum / mean / gcn, forward and transposed plans
 mode (the factored ones and the per-edge fallback). Outputs and partial buffers are NaN-poisoned
 before every launch, so an unwritten element fails. Needs CUDA and cupy, not NVSHMEM:
 
-    python -m pytest -q -p no:cacheprovider tests/gpu/test_local_csr_gpu.py
+    python -m pytest -q -p no:cacheprovider tests/kernels/test_local_csr_gpu.py
 """
 import numpy as np
 import pytest
@@ -19,30 +19,14 @@ pytest.importorskip("cupy")
 from mgg.kernels.csr_rows import (BUNDLE_LANES, SCAN_DEFAULT_LANES, SCAN_LANES, CsrRowsExecutor,  # noqa: E402
                                  bundles_pay, default_long_threshold, entries_per_batch, lanes_for_width)
 from mgg.testing.reference import aggregate_reference  # noqa: E402
-from mgg.runtime import Communicator  # noqa: E402
-from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
-from tests.test_local_csr import power_law_csr  # noqa: E402
+from mgg.testing.dist_graphs import cpu_plans  # noqa: E402
+from mgg.testing.graphs import hub_graph  # noqa: E402
+from mgg.testing.tensors import rel_err  # noqa: E402
 
 DIMS = (1, 3, 4, 8, 16, 20, 32, 33, 64, 128, 512)
 #: (long_threshold, chunk): defaults; every non-empty row a warp task cut in chunks of 64;
 #: hubs (degree >= 700) split at 500
 SCHEDULES = ((None, 2048), (0, 64), (None, 500))
-_GRAPH = {}
-
-
-def rel_err(a, b):
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def graph():
-    if "g" not in _GRAPH:
-        _GRAPH["g"] = power_law_csr(2500, seed=7, hubs=4, hub_deg=3000)
-    return _GRAPH["g"]
-
-
-def plans(indptr, indices, kind):
-    with DistGraph(indptr, indices, Communicator(), RuntimeConfig(backend="cpu")) as dg:
-        return {False: dg.plan(kind, False), True: dg.plan(kind, True)}
 
 
 def run(ex, x, times=2):
@@ -65,9 +49,9 @@ MAPPINGS = (("default", 8, 1024), ("packed", 8, 1024), ("bundles", 8, 1024), ("b
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_matches_reference(kind, dim, sched, mapping):
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
-    for transposed, plan in plans(indptr, indices, kind).items():
+    for transposed, plan in cpu_plans(indptr, indices, kind).items():
         ex = CsrRowsExecutor(plan, None, kind, long_threshold=sched[0], chunk=sched[1], row_mapping=mapping[0],
                              bundle_batches=mapping[1], scan_run=mapping[2])
         assert ex.factors.mode != "weighted", ex.factors.note
@@ -101,14 +85,14 @@ def test_matches_reference(kind, dim, sched, mapping):
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_weighted_path(kind, dim):
     """kind=None forces the per-edge weights; perturbed weights must fall back to them."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim + 1).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
-    for transposed, plan in plans(indptr, indices, kind).items():
+    for transposed, plan in cpu_plans(indptr, indices, kind).items():
         ex = CsrRowsExecutor(plan, None, None, chunk=300)
         assert ex.factors.mode == "weighted"
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
-    plan = plans(indptr, indices, kind)[False]
+    plan = cpu_plans(indptr, indices, kind)[False]
     rng = np.random.default_rng(3)
     plan.local_weight = (plan.local_weight * rng.uniform(0.5, 2.0, plan.num_local_edges)).astype(np.float32)
     ex = CsrRowsExecutor(plan, None, kind, chunk=300)
@@ -122,16 +106,16 @@ def test_weighted_path(kind, dim):
 
 
 def test_strided_input_and_no_edges():
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     n = len(indptr) - 1
     big = np.random.default_rng(0).standard_normal((n, 21)).astype(np.float32)
-    plan = plans(indptr, indices, "gcn")[False]
+    plan = cpu_plans(indptr, indices, "gcn")[False]
     ex = CsrRowsExecutor(plan, None, "gcn")
     xt = torch.from_numpy(big).cuda()[:, 1:17]  # D = 16 but not contiguous: padded copy path
     out = ex(xt).cpu().numpy()
     assert rel_err(out, aggregate_reference(indptr, indices, big[:, 1:17], "gcn")) < 1e-5
     empty_ptr = np.zeros(n + 1, np.int64)
-    eplan = plans(empty_ptr, np.zeros(0, np.int64), "gcn")[True]
+    eplan = cpu_plans(empty_ptr, np.zeros(0, np.int64), "gcn")[True]
     ex = CsrRowsExecutor(eplan, None, "gcn")
     ex.poison = True
     out = ex(torch.from_numpy(big).cuda()).cpu().numpy()
@@ -140,7 +124,7 @@ def test_strided_input_and_no_edges():
 
 def test_large_hub_graph_many_warps():
     """More warps than resident slots, long hubs, at D=64 (the benchmark's shape class)."""
-    from tests.graphs import random_csr
+    from mgg.testing.graphs import random_csr
 
     indptr, indices = random_csr(20000, 600000, seed=2)
     hub = np.random.default_rng(1).integers(0, 20000, 50000)
@@ -152,7 +136,7 @@ def test_large_hub_graph_many_warps():
     ind = dst[order]
     x = np.random.default_rng(4).standard_normal((20000, 64)).astype(np.float32)
     for kind in ("sum", "gcn"):
-        for transposed, plan in plans(ip, ind, kind).items():
+        for transposed, plan in cpu_plans(ip, ind, kind).items():
             ex = CsrRowsExecutor(plan, None, kind)
             out = run(ex, x, 1)[0]
             assert rel_err(out, aggregate_reference(ip, ind, x, kind, transposed)) < 1e-5
@@ -168,9 +152,9 @@ def test_source_segments(kind, dim, mapping, segments):
     the others add, skipping their empty rows) equals the float64 reference: forward and
     transposed plans, hubs split (the combine pass adds too), both column forms, per-edge
     weights, and the visit order is a permutation of the entries."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim + segments).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
-    for transposed, plan in plans(indptr, indices, kind).items():
+    for transposed, plan in cpu_plans(indptr, indices, kind).items():
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         for k in (kind, None):  # the factored weights, then the per-edge weight stream
             ex = CsrRowsExecutor(plan, None, k, chunk=500, row_mapping=mapping[0], bundle_batches=mapping[1],
@@ -197,9 +181,9 @@ def test_scan_forms(kind, segments, dim):
     source segment's pass, GCN's self weight taken from the packed rf (4 lanes, D = 16) or loaded
     (2 lanes, D = 8); the pre-scaled and the producer-scaled forms, and the backward's form
     without the row factor."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
-    for transposed, plan in plans(indptr, indices, kind).items():
+    for transposed, plan in cpu_plans(indptr, indices, kind).items():
         ref = aggregate_reference(indptr, indices, x, kind, transposed)
         ex = CsrRowsExecutor(plan, None, kind, chunk=500, row_mapping="scan", source_segments=segments, scan_run=7)
         assert ex.self_is_rf == (kind == "gcn")
@@ -222,10 +206,10 @@ def test_scan_forms(kind, segments, dim):
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_source_segments_16bit(dtype):
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(5).standard_normal((len(indptr) - 1, 24)).astype(np.float32)
     xr = torch.from_numpy(x).to(dtype).float().numpy()  # what the kernels read
-    plan = plans(indptr, indices, "gcn")[False]
+    plan = cpu_plans(indptr, indices, "gcn")[False]
     ex = CsrRowsExecutor(plan, None, "gcn", storage_dtype=dtype, chunk=500, source_segments=3)
     ref = aggregate_reference(indptr, indices, xr, "gcn")
     assert rel_err(run(ex, x, 1)[0], ref) < 1e-5
@@ -238,10 +222,10 @@ def test_scaled_input_16bit(dtype, segments):
     rounded once): scaled_input (the table is x as given) and row_factor=False (the table is
     cf * x), forward and transposed, on the scan kernel and on the default mapping; against the
     reference on the rounded scaled rows."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(segments).standard_normal((len(indptr) - 1, 16)).astype(np.float32)
     xt = torch.from_numpy(x).cuda()
-    for transposed, plan in plans(indptr, indices, "gcn").items():
+    for transposed, plan in cpu_plans(indptr, indices, "gcn").items():
         for mapping in ("scan", "default"):
             ex = CsrRowsExecutor(plan, None, "gcn", storage_dtype=dtype, chunk=500, row_mapping=mapping,
                                  source_segments=segments, scan_run=7)
@@ -266,8 +250,8 @@ def test_table16_is_torchs_rounding_of_the_scaled_rows(dtype, n, dim, aligned):
     multiply-then-cast (round to nearest even; NaN, inf, overflow and subnormals included), and
     round16(x) without s; the padding to a multiple of 8 is zero (the output poisoned first);
     x 16-byte aligned (float4 loads where D % 4 == 0) or not (element loads)."""
-    indptr, indices = graph()
-    ex = CsrRowsExecutor(plans(indptr, indices, "gcn")[False], None, "gcn", storage_dtype=dtype)  # its module
+    indptr, indices = hub_graph()
+    ex = CsrRowsExecutor(cpu_plans(indptr, indices, "gcn")[False], None, "gcn", storage_dtype=dtype)  # its module
     g = torch.Generator(device="cuda").manual_seed(n * 1000 + dim)
     flat = torch.empty(n * dim + 1, device="cuda")
     x = (flat[1:] if not aligned else flat[:-1]).view(n, dim)
@@ -299,8 +283,8 @@ def test_source_segments_auto_per_mapping(monkeypatch):
                                              MAX_AUTO_SEGMENTS_SCAN_16)
 
     monkeypatch.setattr(ss, "AUTO_MIN_ENTRIES_PER_ROW", 1)
-    indptr, indices = graph()
-    plan = plans(indptr, indices, "sum")[False]
+    indptr, indices = hub_graph()
+    plan = cpu_plans(indptr, indices, "sum")[False]
     for mapping, dim, want in (("default", 16, MAX_AUTO_SEGMENTS_SCAN), ("default", 8, MAX_AUTO_SEGMENTS_SCAN),
                                ("scan", 32, MAX_AUTO_SEGMENTS_SCAN), ("default", 32, MAX_AUTO_SEGMENTS),
                                ("packed", 16, MAX_AUTO_SEGMENTS), ("default", 256, 1)):
@@ -315,7 +299,7 @@ def test_source_segments_auto_per_mapping(monkeypatch):
     # self term of its own source range)
     for kind, ratio, want in (("gcn", 2.5, MAX_AUTO_SEGMENTS_SCAN), ("sum_self", 2.5, MAX_AUTO_SEGMENTS_SCAN),
                               ("gcn", 1.0, MAX_AUTO_SEGMENTS_SCAN), ("sum", 2.5, MAX_AUTO_SEGMENTS_SCAN)):
-        kplan = plans(indptr, indices, kind)[False]
+        kplan = cpu_plans(indptr, indices, kind)[False]
         ex = CsrRowsExecutor(kplan, None, kind, row_mapping="scan", chunk=500)
         ex.l2_bytes = int(kplan.n_local * 4 * 16 / ratio)  # D = 16: four float4s a row
         assert ex.segments_for(16) == want, (kind, ratio)
@@ -324,7 +308,7 @@ def test_source_segments_auto_per_mapping(monkeypatch):
     # a 16-bit table on the scan kernel: MAX_AUTO_SEGMENTS_SCAN_16 from AUTO_MIN_TABLE_L2_SCAN_16 L2s
     for kind, ratio, want in (("gcn", 0.65, MAX_AUTO_SEGMENTS_SCAN_16), ("sum", 2.5, MAX_AUTO_SEGMENTS_SCAN_16),
                               ("sum", AUTO_MIN_TABLE_L2_SCAN_16 * 0.9, 1)):
-        kplan = plans(indptr, indices, kind)[False]
+        kplan = cpu_plans(indptr, indices, kind)[False]
         ex = CsrRowsExecutor(kplan, None, kind, row_mapping="scan", chunk=500, storage_dtype=torch.bfloat16)
         ex.l2_bytes = int(kplan.n_local * 2 * 16 / ratio)  # D = 16 in bf16: two 16-byte vectors a row
         assert ex.segments_for(16) == want, (kind, ratio)
@@ -333,8 +317,8 @@ def test_source_segments_auto_per_mapping(monkeypatch):
 def test_source_segments_auto_and_knob():
     """Automatic: one segment for a table within a few L2s (this small graph); the knob is
     checked and retune switches it."""
-    indptr, indices = graph()
-    plan = plans(indptr, indices, "sum")[False]
+    indptr, indices = hub_graph()
+    plan = cpu_plans(indptr, indices, "sum")[False]
     ex = CsrRowsExecutor(plan, None, "sum")
     assert ex.source_segments is None and ex.segments_for(16) == 1
     ex.retune(source_segments=4)

@@ -250,7 +250,7 @@ def test_gin_step_with_the_kernel_matches_cublas(norm, monkeypatch):
     """A GIN forward and backward on tall rows (the kernel's GEMMs) equals the same model on
     cuBLAS (MGG_TALL_GEMM=0) in float32 rounding."""
     from mgg.nn import GIN
-    from tests.gpu.dense_gin import dense_gin_input
+    from mgg.testing.dense_gin import dense_gin_input
 
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # the small test graph counts as tall
     used = _count_kernel(monkeypatch)
@@ -330,7 +330,7 @@ def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
     norm, 5 classes wide, does); with MGG_TALL_GEMM=0 every norm does (3 layers: 5 norms, three
     in the MLPs and two after the hidden layers)."""
     from mgg.nn import GIN
-    from tests.gpu.dense_gin import dense_gin_input
+    from mgg.testing.dense_gin import dense_gin_input
 
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)
     calls = []
@@ -353,7 +353,7 @@ def test_gin_asks_for_statistics_only_where_the_norm_uses_them(monkeypatch):
     from mgg.nn import GIN
     from mgg.nn.conv import gin_conv
     from mgg.nn.norm import DistBatchNorm
-    from tests.gpu.dense_gin import dense_gin_input
+    from mgg.testing.dense_gin import dense_gin_input
 
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)
     asked = []

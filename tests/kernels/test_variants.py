@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,8 @@ from mgg.runtime.layout import padded_dim
 from mgg.runtime.plan import PlanParams, build_plan
 from mgg.tuning.model import DeviceLimits, TuneConfig, estimate, feasible
 
-from .graphs import random_csr
+from mgg.testing.graphs import random_csr
+from mgg.testing.paths import ROOT
 
 H100 = DeviceLimits(num_sms=132, smem_per_block_optin=232448, smem_per_sm=233472,
                     max_threads_per_block=1024, max_threads_per_sm=2048, name="test-h100")
@@ -103,7 +103,7 @@ def test_one_padded_dim():
     from mgg.tuning import model
 
     assert nvshmem_store.padded_dim is padded_dim and model.padded_dim is padded_dim
-    root = Path(__file__).resolve().parents[1] / "mgg"
+    root = ROOT / "mgg"
     defs = [str(p.relative_to(root)) for p in root.rglob("*.py")
             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef) and n.name == "padded_dim"]
     assert defs == ["runtime/layout.py"]

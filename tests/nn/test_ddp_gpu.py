@@ -2,8 +2,8 @@
 mgg.nn.allreduce_gradients and allreduce_mean_gradients) against the float64 sum (and the
 count-weighted mean) of every rank's gradients.
 
-Runs under `mpirun -np 2 python -m pytest --with-mpi tests/gpu` (at P = 1 it is a no-op and is
-checked as one). Needs CUDA, cupy and nvshmem4py.
+Runs under `mpirun -np 2 python -m pytest --with-mpi tests/nn/test_ddp_gpu.py` (at P = 1 it is a
+no-op and is checked as one). Needs CUDA, cupy and nvshmem4py.
 """
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""mgg.nn.dense: the projection's custom backward against autograd (CPU; CUDA in tests/gpu)."""
+"""mgg.nn.dense: the projection's custom backward against autograd (CPU; CUDA in tests/nn/test_dense_gpu.py)."""
 import torch
 
 from mgg.nn.dense import _Project

@@ -1,7 +1,7 @@
 """mgg.nn.epilogue on one CPU process: a hidden GCN layer's bias, ReLU and the next layer's input
 dropout as one Epilogue give what the layer-by-layer model gives (the same seeds, drawn in the
 same order), against a loop written out with global_dropout and against float64 dense math.
-The fused GPU kernels: tests/gpu/test_epilogue_gpu.py."""
+The fused GPU kernels: tests/nn/test_epilogue_gpu.py."""
 import numpy as np
 import pytest
 import torch
@@ -12,7 +12,7 @@ from mgg.nn.functional import hash_uniform_host
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def _dg(n=60, e=300, seed=3):

@@ -17,7 +17,7 @@ from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.nn.functional import DeviceSeeds, HashDropoutCUDA, mix_seed  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
-from tests.test_local_csr import power_law_csr  # noqa: E402
+from mgg.testing.graphs import power_law_csr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
 

@@ -3,8 +3,7 @@ mgg.graph.adaptive, mgg.graph.halo).
 
 Ground truth: a dense float64 masked softmax over each target's in-edges (multiplicity matrix:
 duplicate edges count, the graph's self loops are replaced by exactly one when add_self_loops),
-multi-head, concat and mean, differentiated by torch autograd. The helpers are reused by
-tests/mpi/test_gat_mpi.py.
+multi-head, concat and mean, differentiated by torch autograd (mgg.testing.gat_reference).
 """
 from __future__ import annotations
 
@@ -24,50 +23,8 @@ from mgg.nn.conv.gat_conv import attention_aggregate, fused_mean
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.graph.halo import gather_halo, scatter_halo_add
-from tests.graphs import random_csr
-
-
-def multiplicity(indptr: np.ndarray, indices: np.ndarray, add_self_loops: bool) -> torch.Tensor:
-    n = len(indptr) - 1
-    tgt = np.repeat(np.arange(n), np.diff(indptr))
-    a = np.zeros((n, n))
-    np.add.at(a, (tgt, np.asarray(indices)), 1.0)
-    if add_self_loops:
-        np.fill_diagonal(a, 1.0)  # graph's own self loops replaced by exactly one
-    return torch.from_numpy(a)
-
-
-def dense_attention(A: torch.Tensor, h: torch.Tensor, att_src, att_dst, attention: str = "additive",
-                    negative_slope: float = 0.2) -> torch.Tensor:
-    """h [N, heads, C] float64 -> out [N, heads, C]: per row i, softmax over edges j (with multiplicity)."""
-    if attention == "additive":
-        s = (h * att_src).sum(-1)  # [N, H]
-        d = (h * att_dst).sum(-1)
-        z = d.unsqueeze(1) + s.unsqueeze(0)  # [N(i), N(j), H]
-        e = torch.nn.functional.leaky_relu(z, negative_slope)
-    else:
-        e = torch.einsum("ihc,jhc->ijh", h, h) / math.sqrt(h.shape[-1])
-    mask = (A > 0).unsqueeze(-1)
-    e = e.masked_fill(~mask, -math.inf)
-    m = e.amax(dim=1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    w = torch.exp(e - m) * A.unsqueeze(-1)
-    den = w.sum(dim=1, keepdim=True)
-    alpha = w / torch.where(den > 0, den, torch.ones_like(den))
-    return torch.einsum("ijh,jhc->ihc", alpha, h)
-
-
-def dense_gat_layer(conv, x: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """The GATConv `conv` evaluated densely in float64 with its own parameters."""
-    W = conv.lin.weight.double()
-    h = (x.double() @ W.t()).view(-1, conv.heads, conv.out_channels)
-    asrc = None if conv.att_src is None else conv.att_src.double()
-    adst = None if conv.att_dst is None else conv.att_dst.double()
-    out = dense_attention(A, h, asrc, adst, conv.attention, conv.negative_slope)
-    out = out.reshape(-1, conv.heads * conv.out_channels) if conv.concat else out.mean(1)
-    if conv.bias is not None:
-        out = out + conv.bias.double()
-    return out
+from mgg.testing.gat_reference import dense_gat_layer, multiplicity
+from mgg.testing.graphs import random_csr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Fused GAT / mean kernels on the GPU (mgg/kernels/gat_fused.cu) vs the dense float64 reference.
 
-Runs alone (P = 1) and under `mpirun -np 2 python -m pytest tests/gpu` (P = 2); skipped without
-CUDA, cupy and nvshmem4py. Outputs, input gradients and the (rank-summed) parameter gradients of
-GATConv must equal the dense masked-softmax reference of tests/test_gat.py within 1e-5 (relative
-to the largest entry), for both strategies (node- and edge-centric) and both attentions.
+Runs alone (P = 1) and under `mpirun -np 2 python -m pytest tests/nn/test_gat_gpu.py` (P = 2);
+skipped without CUDA, cupy and nvshmem4py. Outputs, input gradients and the (rank-summed) parameter
+gradients of GATConv must equal the dense masked-softmax reference of tests/nn/test_gat.py within
+1e-5 (relative to the largest entry), for both strategies (node- and edge-centric) and both
+attentions.
 """
 import pytest
 import torch
@@ -20,8 +21,8 @@ from mgg.nn.conv.gat_conv import fused_mean  # noqa: E402
 from mgg.nn.functional import aggregate  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
-from tests import test_gat as ref  # noqa: E402
-from tests.graphs import random_csr  # noqa: E402
+from mgg.testing.gat_reference import dense_gat_layer, multiplicity  # noqa: E402
+from mgg.testing.graphs import random_csr  # noqa: E402
 
 
 def close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
@@ -67,10 +68,10 @@ def test_gatconv_gpu_matches_dense_reference(heads, out_ch, concat, attention, s
         if comm.size > 1:
             assert comm.allreduce_scalar(st.plan.num_remote_edges) > 0
 
-        A = ref.multiplicity(indptr, indices, self_loops)
+        A = multiplicity(indptr, indices, self_loops)
         conv_cpu = conv.cpu()
         xr = x_all.double().requires_grad_(True)
-        full = ref.dense_gat_layer(conv_cpu, xr, A)
+        full = dense_gat_layer(conv_cpu, xr, A)
         rg = torch.autograd.grad(full, [xr] + list(conv_cpu.parameters()), g_all.double())
         assert close(out, dg.local(full))
         assert close(x.grad, dg.local(rg[0]))

@@ -1,4 +1,5 @@
-"""GAT / fused aggregation across ranks: `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`.
+"""GAT / fused aggregation across ranks: `mpirun -np 2|3 python -m pytest --with-mpi
+tests/nn/test_gat_mpi.py`.
 
 Each rank computes its own targets; outputs and input gradients must equal the rows [lo, hi) of
 the single-process dense float64 reference, parameter gradients (summed over ranks) the full ones.
@@ -13,8 +14,9 @@ from mgg.nn.conv.gat_conv import fused_mean
 from mgg.runtime import world
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.graph.halo import gather_halo, scatter_halo_add
-from tests import test_gat as ref
-from tests.graphs import random_csr
+from mgg.graph.adaptive import fused_aggregation
+from mgg.testing.gat_reference import dense_gat_layer, multiplicity
+from mgg.testing.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -41,12 +43,12 @@ def test_gatconv_matches_dense_reference(heads, concat, attention, strategy):
     out.backward(dg.local(g_all))
     allreduce_gradients(conv, comm)
     if comm.size > 1:
-        st = ref.fused_aggregation(dg, attention, True, 0.2, strategy)
+        st = fused_aggregation(dg, attention, True, 0.2, strategy)
         assert comm.allreduce_scalar(st.plan.num_remote_edges) > 0  # remote rows really used
 
-    A = ref.multiplicity(indptr, indices, True)
+    A = multiplicity(indptr, indices, True)
     xr = x_all.double().requires_grad_(True)
-    full = ref.dense_gat_layer(conv, xr, A)
+    full = dense_gat_layer(conv, xr, A)
     rg = torch.autograd.grad(full, [xr] + list(conv.parameters()), g_all.double())
     assert (out.double() - dg.local(full)).abs().max() < 1e-5
     assert (x.grad.double() - dg.local(rg[0])).abs().max() < 1e-5

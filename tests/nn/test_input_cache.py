@@ -10,7 +10,7 @@ from mgg.nn.input_cache import InputAggregationCache
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 MODELS = [("gcn", {}), ("gin", {"norm": "none"}), ("gin", {"norm": "batch"}), ("sage", {})]
 

@@ -5,7 +5,9 @@ import torch
 
 from mgg.nn import GINConv, build_model
 from mgg.nn.dense import linear_relu
-from tests.test_nn import _leaf, dense, make_dg
+from mgg.testing.dist_graphs import single_rank_graph
+from mgg.testing.reference import dense_aggregation_matrix
+from mgg.testing.tensors import leaf
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -19,8 +21,8 @@ def test_linear_relu_matches_float64_autograd(bias):
     g = torch.randn(300, 5, dtype=torch.float64)
     out = linear_relu(x, w, b)
     out.backward(g)
-    xr, wr = _leaf(x), _leaf(w)
-    br = _leaf(b) if bias else None
+    xr, wr = leaf(x), leaf(w)
+    br = leaf(b) if bias else None
     ref = torch.relu(xr @ wr.T + (br if bias else 0))
     ref.backward(g)
     assert torch.allclose(out, ref, atol=1e-12) and (out >= 0).all()
@@ -44,7 +46,7 @@ def test_gin_conv_relu_out_matches_dense_float64_with_grads(mlp_end):
     """relu_out = relu of the conv's output: in the last Linear's epilogue, or after a last stage
     that is not a Linear."""
     torch.manual_seed(5)
-    dg, indptr, indices = make_dg(seed=11)
+    dg, indptr, indices = single_rank_graph(seed=11)
     stages = [torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)]
     if mlp_end == "tanh":
         stages.append(torch.nn.Tanh())
@@ -54,8 +56,8 @@ def test_gin_conv_relu_out_matches_dense_float64_with_grads(mlp_end):
     g = torch.randn(dg.n_local, 3, dtype=torch.float64)
     out = conv(x, dg, relu_out=True)
     out.backward(g)
-    a = dense(indptr, indices, "sum")
-    xr, w1, b1, w2, b2 = (_leaf(t) for t in (x, mlp[0].weight, mlp[0].bias, mlp[2].weight, mlp[2].bias))
+    a = dense_aggregation_matrix(indptr, indices, "sum")
+    xr, w1, b1, w2, b2 = (leaf(t) for t in (x, mlp[0].weight, mlp[0].bias, mlp[2].weight, mlp[2].bias))
     h = torch.relu((xr + a @ xr) @ w1.T + b1) @ w2.T + b2
     ref = torch.relu(torch.tanh(h) if mlp_end == "tanh" else h)
     ref.backward(g)
@@ -69,7 +71,7 @@ def test_gin_conv_relu_out_matches_dense_float64_with_grads(mlp_end):
 def test_gin_model_fused_relus_equal_unfused(norm):
     """The whole GIN (its MLP ReLUs and the activation between layers in GEMM epilogues) gives
     the logits and gradients of the same model with every ReLU a step of its own."""
-    dg, _, _ = make_dg(n=60, e=300, seed=12)
+    dg, _, _ = single_rank_graph(n=60, e=300, seed=12)
     x = torch.randn(dg.n_local, 5)
     results = []
     for fuse in (True, False):

@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
 
 from mgg.nn import GIN, GINConv  # noqa: E402
 from mgg.nn.dense import linear_relu  # noqa: E402
-from tests.gpu.dense_gin import dense_gin_input  # noqa: E402
+from mgg.testing.dense_gin import dense_gin_input  # noqa: E402
 
 pytest.importorskip("cupy")
 

@@ -3,35 +3,25 @@ import numpy as np
 import pytest
 import torch
 
-from mgg.testing.reference import aggregation_matrix
 from mgg.nn import GCNConv, GINConv, SAGEConv, aggregate, build_model, global_dropout, model_names
 from mgg.runtime import Communicator
-from mgg.graph import DistGraph, RuntimeConfig
-from tests.graphs import random_csr
-
-
-def make_dg(n=40, e=160, seed=0, ps=4):
-    indptr, indices = random_csr(n, e, seed=seed)
-    dg = DistGraph(indptr, indices, Communicator(comm=None), RuntimeConfig(ps=ps, dist=2, wpb=2, backend="cpu"))
-    return dg, indptr, indices
-
-
-def dense(indptr, indices, kind):
-    return torch.from_numpy(aggregation_matrix(indptr, indices, kind).toarray())
+from mgg.testing.dist_graphs import single_rank_graph
+from mgg.testing.reference import dense_aggregation_matrix
+from mgg.testing.tensors import leaf
 
 
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_aggregate_gradcheck(kind, seed):
-    dg, indptr, indices = make_dg(n=25, e=90, seed=seed)
+    dg, indptr, indices = single_rank_graph(n=25, e=90, seed=seed)
     x = torch.randn(dg.n_local, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: aggregate(t, dg, kind), (x,), eps=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 def test_aggregate_forward_backward_match_dense(kind):
-    dg, indptr, indices = make_dg(seed=3)
-    w = dense(indptr, indices, kind)
+    dg, indptr, indices = single_rank_graph(seed=3)
+    w = dense_aggregation_matrix(indptr, indices, kind)
     x = torch.randn(dg.n_local, 5, requires_grad=True)
     g = torch.randn(dg.n_local, 5)
     out = aggregate(x, dg, kind)
@@ -42,23 +32,23 @@ def test_aggregate_forward_backward_match_dense(kind):
 
 @pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
 def test_gcn_conv_dense(fin, fout):
-    dg, indptr, indices = make_dg(seed=4)
+    dg, indptr, indices = single_rank_graph(seed=4)
     conv = GCNConv(fin, fout)
     with torch.no_grad():
         conv.bias.normal_()
     x = torch.randn(dg.n_local, fin)
-    w = dense(indptr, indices, "gcn")
+    w = dense_aggregation_matrix(indptr, indices, "gcn")
     ref = w @ x.double() @ conv.lin.weight.double().T + conv.bias.double()
     assert torch.allclose(conv(x, dg).double(), ref, atol=1e-5)
 
 
 def test_gin_conv_dense_and_eps_grad():
-    dg, indptr, indices = make_dg(seed=5)
+    dg, indptr, indices = single_rank_graph(seed=5)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     conv = GINConv(mlp, eps=0.3, train_eps=True)
     x = torch.randn(dg.n_local, 4)
     out = conv(x, dg)
-    w = dense(indptr, indices, "sum")
+    w = dense_aggregation_matrix(indptr, indices, "sum")
     h = 1.3 * x.double() + w @ x.double()
     ref = mlp.double()(h)
     mlp.float()
@@ -79,9 +69,9 @@ def test_gin_fixed_eps_float64_and_loaded_eps(eps):
     (eps is created float32, as torch's buffers are: 0.375 is exact there. 0.4 became
     0.40000000596 after .double(), 1.7e-8 off here, which failed atol=1e-10 whenever an output
     element was near 0 and allclose's default rtol no longer covered it.)"""
-    dg, indptr, indices = make_dg(seed=6)
+    dg, indptr, indices = single_rank_graph(seed=6)
     x = torch.randn(dg.n_local, 5, dtype=torch.float64)
-    a = dense(indptr, indices, "sum")
+    a = dense_aggregation_matrix(indptr, indices, "sum")
     conv = GINConv(torch.nn.Identity(), eps=eps).double()
     torch.testing.assert_close(conv(x, dg), (1 + eps) * x + a @ x, rtol=0, atol=1e-12)
     other = GINConv(torch.nn.Identity(), eps=0.0).double()
@@ -91,10 +81,10 @@ def test_gin_fixed_eps_float64_and_loaded_eps(eps):
 
 @pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
 def test_sage_conv_dense(fin, fout):
-    dg, indptr, indices = make_dg(seed=6)
+    dg, indptr, indices = single_rank_graph(seed=6)
     conv = SAGEConv(fin, fout)
     x = torch.randn(dg.n_local, fin)
-    w = dense(indptr, indices, "mean")
+    w = dense_aggregation_matrix(indptr, indices, "mean")
     xd = x.double()
     ref = (w @ xd) @ conv.lin_l.weight.double().T + conv.lin_l.bias.double() + xd @ conv.lin_r.weight.double().T
     assert torch.allclose(conv(x, dg).double(), ref, atol=1e-5)
@@ -102,7 +92,7 @@ def test_sage_conv_dense(fin, fout):
 
 @pytest.mark.parametrize("name", model_names())  # every registered model
 def test_models_backward_reaches_every_parameter(name):
-    dg, _, _ = make_dg(seed=7)
+    dg, _, _ = single_rank_graph(seed=7)
     model = build_model(name, 5, 8, 3, layers=None, dropout=0.5)
     gen = torch.Generator().manual_seed(0)
     out = model(torch.randn(dg.n_local, 5), dg, gen)
@@ -113,7 +103,7 @@ def test_models_backward_reaches_every_parameter(name):
 
 
 def test_global_dropout_is_partition_independent():
-    dg, _, _ = make_dg(n=30)
+    dg, _, _ = single_rank_graph(n=30)
     x = torch.ones(dg.n_local, 4)
     a = global_dropout(x, 0.5, dg, torch.Generator().manual_seed(1))
     b = global_dropout(x, 0.5, dg, torch.Generator().manual_seed(1))
@@ -129,14 +119,10 @@ def test_build_model_rejects_unknown():
 
 # -- narrow side (GIN's first Linear before the sum, SAGE's projection before the mean) ----------
 
-def _leaf(t):
-    return t.detach().clone().requires_grad_(True)
-
-
 @pytest.mark.parametrize("fin,hidden", [(6, 3), (3, 6), (4, 4)])
 def test_gin_conv_both_orders_match_dense_float64_with_grads(fin, hidden):
     torch.manual_seed(fin * 10 + hidden)
-    dg, indptr, indices = make_dg(seed=8)
+    dg, indptr, indices = single_rank_graph(seed=8)
     mlp = torch.nn.Sequential(torch.nn.Linear(fin, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2)).double()
     conv = GINConv(mlp, eps=0.25, train_eps=True).double()
     assert conv.projects_first == (hidden < fin)
@@ -144,8 +130,8 @@ def test_gin_conv_both_orders_match_dense_float64_with_grads(fin, hidden):
     g = torch.randn(dg.n_local, 2, dtype=torch.float64)
     conv(x, dg).backward(g)
     # independent reference: dense adjacency, the sum first, the MLP written out
-    a = dense(indptr, indices, "sum")
-    xr, w1, b1, w2, b2, eps = (_leaf(t) for t in (x, mlp[0].weight, mlp[0].bias, mlp[2].weight,
+    a = dense_aggregation_matrix(indptr, indices, "sum")
+    xr, w1, b1, w2, b2, eps = (leaf(t) for t in (x, mlp[0].weight, mlp[0].bias, mlp[2].weight,
                                                   mlp[2].bias, conv.eps))
     h = (1 + eps) * xr + a @ xr
     ref = torch.relu(h @ w1.T + b1) @ w2.T + b2
@@ -158,7 +144,7 @@ def test_gin_conv_both_orders_match_dense_float64_with_grads(fin, hidden):
 
 
 def test_gin_conv_narrow_gradcheck():
-    dg, _, _ = make_dg(n=20, e=70, seed=9)
+    dg, _, _ = single_rank_graph(n=20, e=70, seed=9)
     mlp = torch.nn.Sequential(torch.nn.Linear(5, 2), torch.nn.ReLU(), torch.nn.Linear(2, 3)).double()
     conv = GINConv(mlp, eps=0.1, train_eps=True).double()
     assert conv.projects_first
@@ -167,25 +153,25 @@ def test_gin_conv_narrow_gradcheck():
 
 
 def test_gin_conv_single_linear_projects_first():
-    dg, indptr, indices = make_dg(seed=10)
+    dg, indptr, indices = single_rank_graph(seed=10)
     lin = torch.nn.Linear(6, 2).double()
     conv = GINConv(lin, eps=0.0).double()
     assert conv.projects_first
     x = torch.randn(dg.n_local, 6, dtype=torch.float64)
-    ref = (x + dense(indptr, indices, "sum") @ x) @ lin.weight.T + lin.bias
+    ref = (x + dense_aggregation_matrix(indptr, indices, "sum") @ x) @ lin.weight.T + lin.bias
     assert torch.allclose(conv(x, dg), ref, atol=1e-10)
 
 
 @pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
 def test_sage_conv_both_orders_grads_float64(fin, fout):
     torch.manual_seed(fin)
-    dg, indptr, indices = make_dg(seed=11)
+    dg, indptr, indices = single_rank_graph(seed=11)
     conv = SAGEConv(fin, fout).double()
     x = torch.randn(dg.n_local, fin, dtype=torch.float64, requires_grad=True)
     g = torch.randn(dg.n_local, fout, dtype=torch.float64)
     conv(x, dg).backward(g)
-    w = dense(indptr, indices, "mean")
-    xr, wl, bl, wr = (_leaf(t) for t in (x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight))
+    w = dense_aggregation_matrix(indptr, indices, "mean")
+    xr, wl, bl, wr = (leaf(t) for t in (x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight))
     ref = (w @ xr) @ wl.T + bl + xr @ wr.T
     ref.backward(g)
     assert torch.allclose(conv(x.detach(), dg), ref, atol=1e-10)
@@ -199,7 +185,7 @@ def test_sage_conv_both_orders_grads_float64(fin, fout):
 def test_dist_batch_norm_matches_torch_batchnorm1d():
     from mgg.nn.norm import DistBatchNorm
 
-    dg, _, _ = make_dg(seed=12)
+    dg, _, _ = single_rank_graph(seed=12)
     torch.manual_seed(0)
     ours, ref = DistBatchNorm(5).double(), torch.nn.BatchNorm1d(5).double()
     with torch.no_grad():
@@ -208,7 +194,7 @@ def test_dist_batch_norm_matches_torch_batchnorm1d():
             m.bias.copy_(torch.linspace(-1.0, 1.0, 5))
     for step in range(3):
         x = (torch.randn(dg.n_local, 5, dtype=torch.float64) * 3 + step).requires_grad_(True)
-        xr = _leaf(x)
+        xr = leaf(x)
         g = torch.randn(dg.n_local, 5, dtype=torch.float64)
         out, want = ours(x, dg), ref(xr)
         out.backward(g)
@@ -243,7 +229,7 @@ def test_gin_norm_option_builds_and_trains_every_parameter(norm):
     from mgg.nn import GIN
     from mgg.nn.norm import DistBatchNorm
 
-    dg, _, _ = make_dg(seed=13)
+    dg, _, _ = single_rank_graph(seed=13)
     model = GIN(5, 8, 3, layers=2, dropout=0.0, norm=norm)
     kinds = [type(m) for m in model.modules()]
     assert (DistBatchNorm in kinds) == (norm == "batch")

@@ -3,11 +3,10 @@ SyncBatchNorm kernels with the store's on-device sums on several; with `relu=Tru
 batch-norm + ReLU kernels of mgg/kernels/norm_relu.cu) against float64 batch norm over every
 rank's rows: outputs, input / weight / bias gradients and running statistics.
 
-Runs at P = 1 (`python -m pytest tests/gpu`) and under `mpirun -np P ... --with-mpi tests/gpu`
-(then every rank holds a slice of the same rows; one case leaves rank 0 without rows). Needs CUDA;
-P > 1 also needs cupy and nvshmem4py.
+Runs at P = 1 (`python -m pytest tests/nn/test_norm_gpu.py`) and under `mpirun -np P ... --with-mpi
+tests/nn/test_norm_gpu.py` (then every rank holds a slice of the same rows; one case leaves rank 0 without rows).
+Needs CUDA; P > 1 also needs cupy and nvshmem4py.
 """
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +19,8 @@ if not torch.cuda.is_available():
 
 from mgg.nn.norm import DistBatchNorm  # noqa: E402
 from mgg.runtime import world  # noqa: E402
-from tests.gpu.dense_gin import dense_gin_input  # noqa: E402
+from mgg.testing.batch_norm import host_sum, norm_graph  # noqa: E402
+from mgg.testing.dense_gin import dense_gin_input  # noqa: E402
 
 N, D = 5003, 24
 
@@ -35,11 +35,6 @@ def dist():
 
         store = make_store(comm, "gpu")
     return comm, store
-
-
-def _dg(comm, store, bounds):
-    return SimpleNamespace(comm=comm, store=store, bounds=np.asarray(bounds), rank=comm.rank,
-                           world_size=comm.size)
 
 
 def _bounds(comm, empty_first: bool):
@@ -64,21 +59,14 @@ def _reference(x, g, w, b, eps, relu=False):
     return y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy(), x.detach().mean(0).numpy(), var.numpy()
 
 
-def _host_sum(comm, a):
-    a = np.ascontiguousarray(a, dtype=np.float64).copy()
-    if comm.size > 1:
-        comm.allreduce_(a)
-    return a
-
-
 def _check(comm, bn, y, y_ref, xs, dx_ref, dw_ref, db_ref, mean_ref, var_ref, m=0.1):
     """y and x's gradient against this rank's float64 rows; the affine gradients (this rank's
     rows: their sum over ranks is the whole-graph gradient) and the running statistics (one
     update with momentum m) against the whole graph's."""
     assert np.allclose(y.detach().cpu().numpy(), y_ref, rtol=1e-4, atol=1e-4)
     assert np.allclose(xs.grad.cpu().numpy(), dx_ref, rtol=1e-3, atol=1e-4)
-    assert np.allclose(_host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
-    assert np.allclose(_host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
+    assert np.allclose(host_sum(comm, bn.weight.grad.cpu().numpy()), dw_ref, rtol=1e-4, atol=1e-2)
+    assert np.allclose(host_sum(comm, bn.bias.grad.cpu().numpy()), db_ref, rtol=1e-4, atol=1e-2)
     assert np.allclose(bn.running_mean.cpu().numpy(), m * mean_ref, rtol=1e-4, atol=1e-4)
     assert np.allclose(bn.running_var.cpu().numpy(), (1 - m) + m * var_ref, rtol=1e-4, atol=1e-4)
 
@@ -106,7 +94,7 @@ def test_batch_norm_matches_float64(dist, empty_first, relu):
     xs = torch.full((hi - lo, d), float("nan"), device="cuda")  # poisoned, then written
     xs.copy_(torch.from_numpy(x[lo:hi]))
     xs.requires_grad_()
-    y = bn(xs, _dg(comm, store, bounds), relu=relu)
+    y = bn(xs, norm_graph(comm, store, bounds), relu=relu)
     kind = type(y.grad_fn).__name__
     assert ("SyncBatchNormGPU" in kind) if (comm.size > 1 or relu) else ("BatchNorm" in kind), kind
     (y * torch.from_numpy(g[lo:hi]).cuda()).sum().backward()
@@ -142,7 +130,7 @@ def test_batch_norm_of_some_rows_matches_float64(dist, relu, share):
         bn.weight.copy_(torch.from_numpy(w))
         bn.bias.copy_(torch.from_numpy(b))
     xs = torch.from_numpy(x[lo:hi]).cuda().requires_grad_()
-    y = bn(xs, _dg(comm, store, bounds), relu=relu, rows=rows)
+    y = bn(xs, norm_graph(comm, store, bounds), relu=relu, rows=rows)
     assert "SyncBatchNormGPU" in type(y.grad_fn).__name__ and y.shape == (len(mine), d)
     r = rows.cpu().numpy()
     (y * torch.from_numpy(g[lo:hi][r]).cuda()).sum().backward()
@@ -238,7 +226,7 @@ def test_batch_norm_in_a_cuda_graph(dist):
     x = torch.from_numpy(rng.standard_normal((N, D)).astype(np.float32)[lo:hi]).cuda().requires_grad_()
     g = torch.from_numpy(rng.standard_normal((N, D)).astype(np.float32)[lo:hi]).cuda()
     bn = DistBatchNorm(D, track_running_stats=False).cuda()
-    dg = _dg(comm, store, bounds)
+    dg = norm_graph(comm, store, bounds)
 
     def step():
         x.grad = None
@@ -272,4 +260,4 @@ def test_rows_other_than_the_ranks_are_refused(dist):
     bn = DistBatchNorm(D).cuda()
     x = torch.randn(bounds[comm.rank + 1] - bounds[comm.rank] + 1, D, device="cuda")
     with pytest.raises(ValueError, match="partition"):
-        bn(x, _dg(comm, store, bounds))
+        bn(x, norm_graph(comm, store, bounds))

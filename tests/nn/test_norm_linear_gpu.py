@@ -101,7 +101,7 @@ def test_gin_with_the_fused_norm_matches_the_stages(layers, monkeypatch):
     running norm, ReLU and Linear as separate stages, and it runs the fused path where the
     widths allow (the last layer's stages one by one: the two paths mix in one model)."""
     from mgg.nn import GIN
-    from tests.gpu.dense_gin import dense_gin_input
+    from mgg.testing.dense_gin import dense_gin_input
 
     monkeypatch.setattr(dense, "TALL_GEMM_ROWS", 64)  # the small test graph counts as tall
     calls = []
@@ -138,7 +138,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
     import numpy as np
 
     from mgg.runtime import world
-    from tests.gpu.test_norm_gpu import _dg, _host_sum
+    from mgg.testing.batch_norm import host_sum, norm_graph
 
     comm = world()
     store = None
@@ -152,7 +152,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
     x, w, b, lw, lb, gy = gapped_problem(n, d, o, seed=5)
     bounds = [int(v) for v in np.linspace(0, n, comm.size + 1)]
     lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
-    dg = _dg(comm, store, bounds)
+    dg = norm_graph(comm, store, bounds)
 
     bn = DistBatchNorm(d).cuda().train()
     lin = nn.Linear(d, o).cuda()
@@ -170,7 +170,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
     if relu_out:  # the output ReLU's mask as every rank's kernel output has it (rounding near 0)
         mine = np.zeros((n, o))
         mine[lo:hi] = (y.detach().cpu() > 0).numpy()
-        mask = torch.from_numpy(_host_sum(comm, mine) > 0.5)
+        mask = torch.from_numpy(host_sum(comm, mine) > 0.5)
         g = torch.where(mask, g, torch.zeros((), dtype=torch.float64))
         ref = torch.relu(ref)
     y.backward(gy[lo:hi].cuda())
@@ -179,7 +179,7 @@ def test_norm_relu_linear_across_ranks(relu_out, monkeypatch):
     assert rel(xc.grad, xr.grad[lo:hi]) < 1e-4
     for mine, want, tol in ((bn.weight.grad, wr.grad, 1e-4), (bn.bias.grad, br.grad, 1e-4),
                             (lin.weight.grad, lwr.grad, 1e-5), (lin.bias.grad, lbr.grad, 1e-5)):
-        total = torch.from_numpy(_host_sum(comm, mine.detach().cpu().numpy()))
+        total = torch.from_numpy(host_sum(comm, mine.detach().cpu().numpy()))
         assert rel(total, want) < tol
     xd = x.double()
     assert np.allclose(bn.running_mean.cpu().double(), 0.1 * xd.mean(0), rtol=1e-5, atol=1e-6)

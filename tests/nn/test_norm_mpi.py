@@ -1,4 +1,5 @@
-"""DistBatchNorm and GIN(norm="batch") over P ranks: `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`.
+"""DistBatchNorm and GIN(norm="batch") over P ranks: `mpirun -np 2|3 python -m pytest --with-mpi
+tests/nn/test_norm_mpi.py`.
 
 Every rank also runs the 1-rank computation (single-process communicator) on the same global
 data and compares its own rows: outputs, input gradients and summed parameter gradients must
@@ -13,7 +14,7 @@ from mgg.nn import GIN, allreduce_gradients
 from mgg.nn.norm import DistBatchNorm
 from mgg.runtime import Communicator, world
 from mgg.graph import DistGraph, RuntimeConfig
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
 

@@ -1,7 +1,7 @@
 """The gcn column factor folded into the op producing a table: DistGraph.aggregate(scaled_input=,
 row_factor=), aggregate(scaled_input=) and its gradient, global_dropout(row_scale=), GCNConv and
 the GCN model taking it -- against dense float64 math (CPU; the GPU's native path:
-tests/gpu/test_scaled_input_gpu.py)."""
+tests/nn/test_scaled_input_gpu.py)."""
 import numpy as np
 import pytest
 import torch
@@ -10,7 +10,7 @@ from mgg.nn import GCNConv, aggregate, global_dropout
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def make_dg(n=40, e=160, seed=0):

@@ -16,7 +16,7 @@ from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
-from tests.test_local_csr import power_law_csr  # noqa: E402
+from mgg.testing.graphs import power_law_csr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
 
@@ -24,8 +24,8 @@ DEV = torch.device("cuda", torch.cuda.current_device())
 def _one_rank():
     comm = world()
     if comm.size != 1:
-        pytest.skip("csr_rows alone at P = 1 (over ranks: tests/gpu/test_halo_csr_gpu.py; the fallback: "
-                    "tests/test_scaled_input.py)")
+        pytest.skip("csr_rows alone at P = 1 (over ranks: tests/kernels/test_halo_csr_gpu.py; the fallback: "
+                    "tests/nn/test_scaled_input.py)")
     return comm
 
 

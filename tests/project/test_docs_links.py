@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from mgg.testing.paths import ROOT
+
 RESULTS = ROOT / "bench" / "results"
 HISTORY = RESULTS / "README.md"
 RUN = r"\d{4}-\d\d-\d\d-(?:cpu|h\d00x\d)-[0-9a-f]{7}"

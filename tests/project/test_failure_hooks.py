@@ -1,4 +1,4 @@
-"""The suite's failure hooks (tests/conftest.py) under a real mpirun: with
+"""The suite's failure hooks (tests/conftest.py, mgg.testing.failure_log) under a real mpirun: with
 MGG_TEST_ABORT_ON_FAILURE=1 a test that fails on one rank, while the other rank waits for it in a
 collective, ends the job at once (non-zero exit, the reason on stderr) instead of hanging, and
 MGG_TEST_FAILURE_LOG still holds that rank's failure."""
@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun, subprocess_env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env
 
 pytest.importorskip("mpi4py")
 
@@ -23,7 +24,7 @@ ONE_RANK_FAILS = textwrap.dedent('''
 ''')
 
 
-@needs_mpirun
+@pytest.mark.needs_mpirun
 @pytest.mark.slow
 def test_a_failing_rank_aborts_the_job_instead_of_hanging(tmp_path):
     test_file = tmp_path / "test_one_rank_fails.py"
@@ -59,7 +60,7 @@ SMALL_SUITE = {
         def test_after_the_hang_still_runs():
             assert True
     ''',
-    "tests/mpi/test_small_mpi.py": '''
+    "tests/apps/test_small_mpi.py": '''
         import pytest
 
         pytestmark = pytest.mark.mpi(min_size=2)
@@ -70,21 +71,26 @@ SMALL_SUITE = {
 
             assert MPI.COMM_WORLD.Get_size() >= 2
     ''',
-    "tests/mpi/test_multinode_mpi.py": '''
+    "tests/apps/test_multinode_mpi.py": '''
+        import pytest
+
+        pytestmark = pytest.mark.mpi(min_size=2)
+
+
         def test_nothing_to_do():
             assert True
     ''',
 }
 
 
-@needs_mpirun
+@pytest.mark.needs_mpirun
 @pytest.mark.slow
 def test_run_all_limits_each_test_and_names_the_failures(tmp_path):
     """tests/run_all.sh over a small suite: a hung test fails at its own time limit (MGG_TEST_TIMEOUT)
     and the run goes on; the summary names each run's result and every failed test; exit 1."""
     pytest.importorskip("pytest_timeout")
-    (tmp_path / "tests" / "mpi").mkdir(parents=True)
-    for name in ("tests/run_all.sh", "tests/conftest.py", "tests/__init__.py", "tests/mpi/__init__.py",
+    (tmp_path / "tests" / "apps").mkdir(parents=True)
+    for name in ("tests/run_all.sh", "tests/conftest.py", "tests/__init__.py", "tests/apps/__init__.py",
                  "pyproject.toml"):
         (tmp_path / name).write_text((ROOT / name).read_text())
     for name, text in SMALL_SUITE.items():
@@ -93,8 +99,8 @@ def test_run_all_limits_each_test_and_names_the_failures(tmp_path):
                        text=True, timeout=PROCESS_TIMEOUT_S, env=subprocess_env(MGG_TEST_TIMEOUT="5"))
     assert r.returncode == 1, r.stdout + r.stderr
     summary = r.stdout[r.stdout.index("=== summary ==="):].splitlines()[1:]
-    assert summary[:4] == ["mpirun -np 2 tests/mpi: ok", "mpirun -np 3 tests/mpi: ok",
-                           "mpirun -np 4 tests/mpi/test_multinode_mpi.py: ok",
+    assert summary[:4] == ["mpirun -np 2 -m mpi tests: ok", "mpirun -np 3 -m mpi tests: ok",
+                           "mpirun -np 4 -m mpi tests/apps/test_multinode_mpi.py: ok",
                            "single process tests: FAILED (exit 1)"], r.stdout
     assert summary[4:] == ["failed tests:", "  tests/test_small.py::test_fails (call)",
                            "  tests/test_small.py::test_hangs (call)"], r.stdout

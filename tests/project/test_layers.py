@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from mgg.testing.paths import ROOT
+
 PKG = ROOT / "mgg"
 
 #: lowest first, declared once, one entry per folder of mgg/ (plus the top-level modules of the base
@@ -116,7 +117,7 @@ def _where(mods, mod, line) -> str:
 def test_every_module_has_a_layer():
     mods = module_files()
     missing = sorted(m for m in mods if layer_of(m) is None)
-    assert not missing, f"modules without a layer (add them to LAYERS in tests/test_layers.py): {missing}"
+    assert not missing, f"modules without a layer (add them to LAYERS in tests/project/test_layers.py): {missing}"
 
 
 def test_layers_name_folders_once():
@@ -183,7 +184,7 @@ def test_known_cycles_are_still_real():
     for c in KNOWN_CYCLES:
         a, b = sorted(c)
         assert b in adj.get(a, ()) and a in adj.get(b, ()), \
-            f"{a} <-> {b} is no longer a cycle: remove it from KNOWN_CYCLES in tests/test_layers.py"
+            f"{a} <-> {b} is no longer a cycle: remove it from KNOWN_CYCLES in tests/project/test_layers.py"
 
 
 def test_no_import_cycle():

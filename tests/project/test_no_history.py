@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from mgg.testing.paths import ROOT
+
 HISTORY = re.compile(r"sessions? [0-9]|issues? [0-9]|#[0-9]{1,3}\b", re.IGNORECASE)
 SUFFIXES = {".md", ".py", ".cu", ".cuh", ".sh", ".toml", ".txt", ".json", ".cfg", ".ini", ".yml", ".yaml"}
 #: (path relative to the repository, the whole matching line stripped): matches that are not history

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT
+from mgg.testing.paths import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]

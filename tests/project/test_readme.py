@@ -3,11 +3,11 @@ import os
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from mgg.testing.paths import ROOT
+
 README = (ROOT / "README.md").read_text()
 
 

@@ -1,6 +1,6 @@
 """One rank, one GPU (mgg.runtime.gpu_assignment): the verdict on fabricated probes, and what
 mgg.doctor reports from them. The collective agreement runs under mpirun in
-tests/mpi/test_gpu_assignment_mpi.py."""
+tests/runtime/test_gpu_assignment_mpi.py."""
 import dataclasses
 
 import pytest

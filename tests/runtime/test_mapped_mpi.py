@@ -1,6 +1,6 @@
 """Memory-mapped graphs across ranks: the exchange-built transposed rows and every plan equal the
 in-memory build's; alltoallv moves blocks in rank order; per-rank validation agrees on errors.
-Run with `mpirun -np 1|2|3 python -m pytest --with-mpi tests/mpi/test_mapped_mpi.py`."""
+Run with `mpirun -np 1|2|3 python -m pytest --with-mpi tests/runtime/test_mapped_mpi.py`."""
 import dataclasses
 
 import numpy as np
@@ -11,7 +11,7 @@ from mgg.data.npz import load_npz
 from mgg.runtime import world
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.transpose import transposed_rows
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 from mgg.runtime.partition import partition_ranges
 from mgg.kernels.variants import get_variant
 from mgg.runtime.plan import AggregationPlan, PlanParams, build_plan, cut_partitions, warp_worklist
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def _plans(indptr, indices, world, params, node_of_pe=None):

@@ -1,5 +1,5 @@
 """Row sets (mgg.runtime.rowset): the aggregation and the models on a subset of output rows,
-against the float64 reference and against the full computation (P = 1; tests/mpi for P > 1)."""
+against the float64 reference and against the full computation (P = 1; P > 1 in tests/graph/test_runtime_mpi.py)."""
 import numpy as np
 import pytest
 import torch
@@ -8,7 +8,7 @@ from mgg.nn import build_model
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.testing.reference import aggregation_matrix
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def _graph(n=300, e=2600, seed=4):

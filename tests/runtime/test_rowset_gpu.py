@@ -15,7 +15,7 @@ from mgg.kernels.variants import get_variant, variant_names  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.testing.reference import aggregation_matrix  # noqa: E402
-from tests.graphs import random_csr  # noqa: E402
+from mgg.testing.graphs import random_csr  # noqa: E402
 
 
 def rel_err(a, b):

@@ -3,9 +3,9 @@
 The 16-bit store must (1) hold x rounded to the storage dtype, (2) aggregate those rounded values
 with float32 sums -- so the result matches a float64 oracle run on the *rounded* inputs to float32
 accumulation error, and is visibly further from the oracle on the unrounded inputs -- (3) store
-the backward's gradient rows in 16 bits too, and (4) train to fp32's accuracy. Multi-rank: tests/
-mpi/test_storage_dtype_mpi.py. GPU kernels: tests/gpu/test_storage_dtype_gpu.py (and the compile
-check at the end of this file).
+the backward's gradient rows in 16 bits too, and (4) train to fp32's accuracy. Multi-rank:
+tests/runtime/test_storage_dtype_mpi.py. GPU kernels: tests/runtime/test_storage_dtype_gpu.py (and
+the compile check at the end of this file).
 """
 import json
 import os
@@ -22,9 +22,9 @@ from mgg.runtime import Communicator, LocalStore
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.store import STORAGE_DTYPES, storage_torch_dtype
 from mgg.testing.reference import aggregate_reference
-from tests.conftest import PROCESS_TIMEOUT_S, ROOT
-from tests.conftest import subprocess_env as env
-from tests.graphs import cached_dataset, random_csr
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import PROCESS_TIMEOUT_S, subprocess_env as env
+from mgg.testing.graphs import cached_dataset, random_csr
 
 SIXTEEN = ("bf16", "fp16")
 #: float32 accumulation of <= a few hundred terms, relative to the result's norm

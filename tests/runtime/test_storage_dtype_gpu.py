@@ -10,7 +10,7 @@ Outputs, partials and halo buffers are NaN-poisoned before every launch.
 * DistGraph on the GPU backend (NvshmemStore arrays in bf16/fp16, variant auto -> csr_rows at
   P = 1 / halo with mgg_halo_gather + mgg_local_{bf16,fp16}_v* at P > 1), forward, transposed and
   autograd: needs nvshmem4py; alone (P = 1) and under
-  `mpirun -np 2 python -m pytest --with-mpi tests/gpu/test_storage_dtype_gpu.py` (P = 2).
+  `mpirun -np 2 python -m pytest --with-mpi tests/runtime/test_storage_dtype_gpu.py` (P = 2).
 """
 import numpy as np
 import pytest
@@ -25,12 +25,13 @@ from mgg.kernels.csr_rows import CsrRowsExecutor  # noqa: E402
 from mgg.graph import DistGraph, RuntimeConfig  # noqa: E402
 from mgg.runtime.store import storage_torch_dtype  # noqa: E402
 from mgg.testing.reference import aggregate_reference  # noqa: E402
-from tests.graphs import random_csr  # noqa: E402
-from tests.gpu.test_local_csr_gpu import graph, plans as cpu_plans  # noqa: E402  (the same power-law graph)
+from mgg.testing.graphs import random_csr  # noqa: E402
+from mgg.testing.dist_graphs import cpu_plans  # noqa: E402
+from mgg.testing.graphs import hub_graph  # noqa: E402  (the power-law graph of the csr_rows tests)
 
 SIXTEEN = ("bf16", "fp16")
 ACC_TOL = 1e-5
-ROUNDING_FLOOR = {"bf16": 3e-4, "fp16": 4e-5}  # as tests/test_storage_dtype.py
+ROUNDING_FLOOR = {"bf16": 3e-4, "fp16": 4e-5}  # as tests/runtime/test_storage_dtype.py
 #: every lane layout of the 16-bit kernels: 8 elements per 16-byte vector, up to 32 x 4 vectors
 DIMS = (1, 5, 8, 16, 33, 64, 130, 256, 512, 1000, 1024)
 
@@ -43,14 +44,12 @@ def rounded(x: np.ndarray, name: str) -> np.ndarray:
     return torch.from_numpy(x).to(storage_torch_dtype(name)).double().numpy()
 
 
-
-
 @pytest.mark.parametrize("name", SIXTEEN)
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("kind", ["sum", "mean", "gcn", "sum_self"])
 @pytest.mark.parametrize("chunk", [2048, 64])  # 64: hub rows split over warps (combine kernel)
 def test_csr_rows_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, chunk):
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     for transposed, plan in cpu_plans(indptr, indices, kind).items():
         for weighted in (False, True):  # factored weights, then the per-edge weight array
@@ -77,7 +76,7 @@ def test_scan_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, segments,
     """The scan mapping (mgg_csr_scan_{bf16,fp16}_*: a lane a quad of 4 16-bit columns) forced on
     every 16-bit width it takes, forward and transposed, factored weights and the per-edge weight
     array, hub rows split over warps (chunk 500), in one and three source segments."""
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     x = np.random.default_rng(dim).standard_normal((len(indptr) - 1, dim)).astype(np.float32)
     ref_in = rounded(x, name)
     for transposed, plan in cpu_plans(indptr, indices, kind).items():
@@ -95,7 +94,7 @@ def test_scan_16_bit_matches_oracle_on_rounded_inputs(name, dim, kind, segments,
 
 
 def test_csr_rows_16_bit_width_limit():
-    indptr, indices = graph()
+    indptr, indices = hub_graph()
     plan = cpu_plans(indptr, indices, "sum")[False]
     ex = CsrRowsExecutor(plan, None, "sum", storage_dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="limit of 1024"):
@@ -138,7 +137,7 @@ def test_distgraph_16_bit_matches_oracle(name, variant, kind, dim):
 
 @pytest.mark.parametrize("name", SIXTEEN)
 def test_gpu_16_bit_autograd_matches_cpu(name):
-    from tests.gpu.test_gpu_executor import gcn_on_cpu_and_gpu
+    from mgg.testing.dist_graphs import gcn_on_cpu_and_gpu
 
     comm = _world()
     indptr, indices = random_csr(500, 7000, seed=3)

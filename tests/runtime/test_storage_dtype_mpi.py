@@ -1,5 +1,5 @@
 """--storage-dtype bf16 / fp16 over MPI-RMA windows: `mpirun -np 2 python -m pytest --with-mpi
-tests/mpi/test_storage_dtype_mpi.py`.
+tests/runtime/test_storage_dtype_mpi.py`.
 
 The windows hold raw 16-bit words (uint16); P ranks must aggregate exactly the rounded rows one
 rank aggregates (float64 oracle on rounded inputs, float32 summation-order tolerance), and train
@@ -13,7 +13,7 @@ from mgg.runtime import Communicator, world
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.runtime.store import MPIStore, storage_torch_dtype
 from mgg.testing.reference import aggregate_reference
-from tests.graphs import cached_dataset, random_csr
+from mgg.testing.graphs import cached_dataset, random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
 

@@ -1,4 +1,4 @@
-"""mgg.runtime.transfer on the CPU (the staged CUDA path: tests/gpu/test_transfer_gpu.py)."""
+"""mgg.runtime.transfer on the CPU (the staged CUDA path: tests/runtime/test_transfer_gpu.py)."""
 import numpy as np
 import torch
 

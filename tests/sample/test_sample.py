@@ -18,7 +18,7 @@ from mgg.sample import (KEYS_FACTOR, Block, HostTierFeatures, NeighborLoader, Re
                         fused_map, make_feature_source, match_reorder, overlap_matrix, overlap_matrix_torch,
                         parse_size, sample_blocks, sample_edge_positions, sample_neighbors, unique_map)
 from mgg.sample.idmap import hash_insert
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def gen(seed=0):

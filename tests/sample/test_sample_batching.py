@@ -1,6 +1,6 @@
 """Global batches of data-parallel mini-batch training (mgg.sample.batching), the mean-gradient
 all-reduce (mgg.nn.allreduce_mean_gradients) and the sampled mode's batch-size and budget rules,
-on one process. The multi-rank side is in tests/mpi/test_sample_mpi.py."""
+on one process. The multi-rank side is in tests/sample/test_sample_mpi.py."""
 import numpy as np
 import pytest
 import torch
@@ -10,7 +10,7 @@ from mgg.nn import allreduce_mean_gradients
 from mgg.runtime import Communicator
 from mgg.sample import BatchPlan, NeighborLoader, TensorFeatures, epoch_order
 from mgg.train import UserError
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 7, 64, 101])

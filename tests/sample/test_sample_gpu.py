@@ -1,9 +1,10 @@
 """Sampled mini-batch path on the GPU (mgg/kernels/sample.cu through mgg.sample).
 
-Runs alone (P = 1) and under `mpirun -np 2 python -m pytest tests/gpu` (P = 2). Checked against
-independent host computations: sampled edges exist in the CSR with the right multiplicity and
-count, uniformity on a star, Fused-Map round trip and equality with torch.unique as sets, host-tier
-and symmetric-store gathers equal the source rows (outputs poisoned first where we allocate them).
+Runs alone (P = 1) and under `mpirun -np 2 python -m pytest tests/sample/test_sample_gpu.py` (P =
+2). Checked against independent host computations: sampled edges exist in the CSR with the right
+multiplicity and count, uniformity on a star, Fused-Map round trip and equality with torch.unique as
+sets, host-tier and symmetric-store gathers equal the source rows (outputs poisoned first where we
+allocate them).
 """
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ pytest.importorskip("cupy")
 
 from mgg.kernels.sample_gpu import fused_map_cuda, gather_host_rows_cuda, sample_neighbors_cuda  # noqa: E402
 from mgg.sample import HostTierFeatures, NeighborLoader, fused_map, overlap_matrix, sample_neighbors  # noqa: E402
-from tests.graphs import random_csr  # noqa: E402
+from mgg.testing.graphs import random_csr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
 

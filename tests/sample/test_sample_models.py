@@ -12,7 +12,7 @@ from mgg.nn import GAT, GCN, GATBlockConv, GCNBlockConv, SampledGAT, SampledGCN
 from mgg.runtime import Communicator
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.sample import sample_blocks
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
 
 def gen(seed=0):

@@ -1,4 +1,5 @@
-"""Sampled mini-batch training over P ranks: `mpirun -np 2|3 python -m pytest --with-mpi tests/mpi`.
+"""Sampled mini-batch training over P ranks: `mpirun -np 2|3 python -m pytest --with-mpi
+tests/sample/test_sample_mpi.py`.
 
 Feature gathers through MPI RMA and the shared-memory host tier must return the source rows
 (including rows owned by other ranks); the loader must give every rank the same number of steps
@@ -14,7 +15,7 @@ from mgg.data import prepare_graph
 from mgg.runtime import MPIStore, partition_ranges, world
 from mgg.sample import HostTierFeatures, NeighborLoader, StoreFeatures, make_feature_source
 from mgg.train import TrainConfig, train
-from tests.graphs import cached_dataset, random_csr
+from mgg.testing.graphs import cached_dataset, random_csr
 
 pytestmark = pytest.mark.mpi(min_size=2)
 

@@ -18,10 +18,10 @@ from mgg.runtime import Communicator, PlanParams
 from mgg.graph import DistGraph, RuntimeConfig
 from mgg.train import VARIANTS, TrainConfig, UserError, parse_args, train
 
-from tests.graphs import random_csr
+from mgg.testing.graphs import random_csr
 
-from tests.conftest import MPIRUN, PROCESS_TIMEOUT_S, ROOT, needs_mpirun
-from tests.conftest import subprocess_env as env
+from mgg.testing.paths import ROOT
+from mgg.testing.processes import MPIRUN, PROCESS_TIMEOUT_S, subprocess_env as env
 
 SOLO = Communicator(comm=None)
 # 150 epochs bound the search: at most SearchSpace.budget (12 + one per extra variant) measurements
@@ -151,7 +151,7 @@ print("RANK", comm.rank, json.dumps({"config": t["config"], "best": t["best"], "
 
 
 @pytest.mark.slow
-@needs_mpirun
+@pytest.mark.needs_mpirun
 def test_ranks_agree_under_mpirun(tmp_path):
     cache = tmp_path / "cache.json"
     cmd = [*MPIRUN, "-np", "2"]

@@ -16,10 +16,9 @@ from mgg.tuning import (AggregationTimer, AggregationTuner, CrossIterationSearch
                         TuneConfig, Workload, estimate, feasible, padded_dim, smem_bytes_for)
 from mgg.tuning import model as model_mod
 
-from .graphs import random_csr
+from mgg.testing.graphs import random_csr
+from mgg.testing.tuning import GPU, Applied, convex, drive
 
-GPU = DeviceLimits(num_sms=132, smem_per_block_optin=232448, smem_per_sm=233472,
-                   max_threads_per_block=1024, max_threads_per_sm=2048, name="test-gpu")
 L2 = np.log2
 
 
@@ -38,12 +37,6 @@ def run_search(search: CrossIterationSearch, latency, limit: int = 500) -> list[
 
 def grid_optimum(space: SearchSpace, f, dim: int, limits: DeviceLimits) -> float:
     return min(f(c) for c in space.grid() if feasible(c, dim, limits))
-
-
-def convex(c: TuneConfig) -> float:
-    """Convex in log2 space with a ps x wpb interaction (bigger blocks want smaller partitions)."""
-    a, b, w = L2(c.ps), L2(c.dist), L2(c.wpb)
-    return 1.0 + 0.05 * (a - 3) ** 2 + 0.04 * (b - 2) ** 2 + 0.03 * (w - 2) ** 2 + 0.005 * a * w
 
 
 def retreat_landscape(c: TuneConfig) -> float:
@@ -332,23 +325,6 @@ def test_distgraph_applier_and_timer():
 
 
 # -- driver ------------------------------------------------------------------------------------
-class Applied:
-    def __init__(self):
-        self.calls: list[TuneConfig] = []
-
-    def __call__(self, cfg):
-        self.calls.append(cfg)
-
-    @property
-    def current(self):
-        return self.calls[-1]
-
-
-def drive(tuner: AggregationTuner, applied: Applied, f, iters: int) -> None:
-    for _ in range(iters):
-        tuner.step(f(applied.current))
-
-
 def test_driver_warmup_and_finish():
     ap = Applied()
     t = AggregationTuner(ap, 128, GPU, warmup=2)

@@ -16,9 +16,9 @@ from mgg.tuning import (AggregationTuner, DeviceLimits, SearchSpace, TuneConfig,
                         TuningCache, atomic_write_json, kernel_version, read_log)
 from mgg.tuning import cache as cache_mod
 
-from tests.conftest import PROCESS_TIMEOUT_S
+from mgg.testing.processes import PROCESS_TIMEOUT_S
 
-from .test_tuner import GPU, Applied, convex, drive
+from mgg.testing.tuning import GPU, Applied, convex, drive
 
 KEY = TuneKey("abc123", 4, 602, "test-gpu", "0.1.0+k")
 
