@@ -2,7 +2,7 @@
 # The one benchmark runner: bench/run.sh [--dry-run] [--tar] SUITE...
 #
 # Suites (each a list of stages; "all" runs them in this order):
-#   gpu-tests  kernel builds (nvcc, NVRTC probe), tests/gpu at P = 1 and P = all GPUs
+#   gpu-tests  kernel builds (nvcc, NVRTC probe), the GPU tests (-m gpu tests) at P = 1 and P = all GPUs
 #   fullgraph  bench/fullgraph.py at P = 1 and all GPUs, then its table
 #   sampled    mgg vs PyG, prefetch on/off (F = 1024, 100), Match-Reorder on/off, full-graph vs
 #              sampled accuracy through the CLI, PyG's NeighborLoader (when .sdist/ carries its sources)
@@ -138,7 +138,7 @@ stage_gpu-tests() {
     # stopped by its limit before pytest's summary keeps them; at P > 1 the first failure aborts
     # every rank (the others would wait for it in a collective until the limit)
     run_cmd 300 "$p" "gpu-tests-P$p.log" "$TESTS" env MGG_TEST_FAILURE_LOG="$RUN/gpu-tests-P$p.failures" \
-      MGG_TEST_ABORT_ON_FAILURE=1 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu || rc=1
+      MGG_TEST_ABORT_ON_FAILURE=1 python3 -m pytest -q -p no:cacheprovider -rf -m gpu tests || rc=1
   done
   return $rc
 }

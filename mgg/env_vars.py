@@ -1,6 +1,6 @@
 """Every MGG_* environment variable that mgg, its launch scripts, its benchmarks and its tests read,
 with its default and meaning: the one list. `python -m mgg.train --help` prints the ones a run
-reads (`run_env_help`), docs/configuration.md tabulates them all, and tests/test_env_vars.py
+reads (`run_env_help`), docs/configuration.md tabulates them all, and tests/project/test_env_vars.py
 checks that every name the source reads is here and in that table. Importing it is cheap.
 """
 from __future__ import annotations

@@ -1,23 +1,24 @@
-"""Shared test helpers and the suite's markers.
+"""The suite's fixtures, hooks and markers. Shared helpers live in mgg.testing and are imported
+from there (`from mgg.testing.processes import subprocess_env`); this file holds only what pytest
+finds by itself:
 
-Test modules import the helpers (`from tests.conftest import ROOT, subprocess_env`):
-
-- `ROOT`: the repository root (a `Path`).
-- `subprocess_env(**extra)`: the environment for a process a test launches.
-- `MPIRUN`: the `mpirun` prefix (oversubscribed, no binding, no UCX one-sided, root allowed when root).
-- `needs_mpirun`: skip marker for tests that launch `mpirun`.
-- `PROCESS_TIMEOUT_S`: the `timeout=` of a process a test launches: a hang detector only.
 - fixture `kernel_cache_dir`: the run's one kernel cache (tests that compile CUDA sources share it).
+- marker `needs_mpirun`: the test launches `mpirun`; skipped when it is not on PATH.
 - `MGG_TEST_FAILURE_LOG=PATH`: each failing test's report is appended to PATH (PATH.rankR under
   mpirun) the moment it fails, so a device run stopped by its time limit, before pytest's summary,
-  still keeps every failure's message and traceback.
+  still keeps every failure's message and traceback (mgg.testing.failure_log).
 - `MGG_TEST_ABORT_ON_FAILURE=1`: under mpirun with several ranks, the first failing test (after
   its report is logged) aborts every rank (`MPI.COMM_WORLD.Abort`): the other ranks would
   otherwise wait for ever in that test's next collective, until the run's time limit.
   Off by default: a run then reports every failure it reaches.
+- under mpirun each rank works on its own GPU (local rank modulo the GPUs seen) from collection
+  on, as `mgg.train` and the NVSHMEM store do: GPU test modules that fix their device at import
+  (`DEV = torch.device("cuda", torch.cuda.current_device())`) then use the rank's GPU.
 
 Markers: `slow` is on every test that launches a process (`python -m mgg...`, `mpirun`) or trains
-for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `bash tests/run_all.sh` runs everything.
+for seconds, so the fast inner loop is `pytest -m "not slow" tests`; `mpi` on every multi-rank test
+(run under mpirun with `--with-mpi -m mpi`; skipped otherwise); `gpu` on every test that needs a
+CUDA GPU (skipped without one). `bash tests/run_all.sh` runs everything.
 """
 from __future__ import annotations
 
@@ -27,22 +28,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "osc", "^ucx"] + (
-    ["--allow-run-as-root"] if os.geteuid() == 0 else [])
-
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not on PATH")
-
-#: seconds after which a process a test launches (python -m mgg..., mpirun) is killed. It catches a
-#: hang, nothing else: a test asserts what the process did, never how fast, and this is many times
-#: any launch's time on a loaded 2-core box. tests/run_all.sh bounds each test as well (pytest-timeout).
-PROCESS_TIMEOUT_S = 300
+from mgg.testing.failure_log import log_failed_report
 
 MARKERS = (
     "gpu: needs a CUDA GPU (skipped without one)",
     "mpi: multi-rank test, run under mpirun with --with-mpi",
     "slow: launches a process (python -m mgg..., mpirun) or trains for seconds; deselect with -m 'not slow'",
+    "needs_mpirun: launches mpirun (skipped when mpirun is not on PATH)",
 )
 
 
@@ -53,63 +45,36 @@ def kernel_cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kernel-cache")
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """os.environ with the repository first on PYTHONPATH, Open MPI's UCX one-sided component off,
-    no progress bars (CI=true), one OpenMP thread, and no test hooks inherited from the caller
-    (MGG_FAULT_INJECT, MGG_SERVE_TOKEN, MGG_TEST_ABORT_ON_FAILURE, MGG_TEST_FAILURE_LOG); `extra`
-    is applied last."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(OMPI_MCA_osc="^ucx", CI="true", OMP_NUM_THREADS="1")
-    for hook in ("MGG_FAULT_INJECT", "MGG_SERVE_TOKEN", "MGG_TEST_ABORT_ON_FAILURE", "MGG_TEST_FAILURE_LOG"):
-        e.pop(hook, None)
-    e.update(extra)
-    return e
-
-
-def failure_log_path() -> str | None:
-    """Where failures are written (MGG_TEST_FAILURE_LOG, with .rankR under mpirun), or None."""
-    path = os.environ.get("MGG_TEST_FAILURE_LOG")
-    if not path:
-        return None
-    rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK")
-    return f"{path}.rank{rank}" if rank is not None else path
-
-
-def _mpi_world_size() -> int:
-    """Ranks of the mpirun job this process belongs to (1 outside one)."""
-    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
-        if os.environ.get(key):
-            return int(os.environ[key])
-    return 1
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Append a failed report (setup, call or teardown) to the failure log, flushed at once; with
-    MGG_TEST_ABORT_ON_FAILURE under a multi-rank mpirun, then abort every rank."""
-    if not report.failed:
-        return
-    path = failure_log_path()
-    if path is not None:
-        with open(path, "a") as f:
-            f.write(f"=== FAILED {report.nodeid} ({report.when}, {report.duration:.2f} s)\n{report.longreprtext}\n\n")
-            f.flush()
-    if os.environ.get("MGG_TEST_ABORT_ON_FAILURE", "0") not in ("", "0") and _mpi_world_size() > 1:
-        import sys
+    """Log a failed report (mgg.testing.failure_log); abort every rank when asked to."""
+    log_failed_report(report)
 
-        from mpi4py import MPI
 
-        sys.stdout.flush()
-        sys.stderr.write(f"\nMGG_TEST_ABORT_ON_FAILURE: {report.nodeid} failed ({report.when}) on rank "
-                         f"{MPI.COMM_WORLD.Get_rank()}; aborting every rank\n{report.longreprtext}\n")
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test marked `needs_mpirun` when `mpirun` is not on PATH."""
+    if item.get_closest_marker("needs_mpirun") is not None and shutil.which("mpirun") is None:
+        pytest.skip("mpirun not on PATH")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     _nul_free_mpi_banner(config)
+    _bind_rank_gpu()
+
+
+def _bind_rank_gpu() -> None:
+    """Under mpirun (or a Slurm step), make the rank's GPU current: local rank modulo the GPUs
+    seen (mgg.runtime.gpu_assignment.device_index). Nothing without a local rank or a GPU."""
+    local_rank = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or os.environ.get("SLURM_LOCALID")
+    if local_rank is None:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        from mgg.runtime.gpu_assignment import device_index
+
+        torch.cuda.set_device(device_index(int(local_rank), torch.cuda.device_count()))
 
 
 def _nul_free_mpi_banner(config: pytest.Config) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: tests/mpi under `mpirun -np 2` and `-np 3`, the simulated-multi-node tests
-# (tests/mpi/test_multinode_mpi.py) under `-np 4`, then the single-process suite.
+# The whole test suite: the multi-rank tests (those marked `mpi`, anywhere under tests/) under
+# `mpirun -np 2` and `-np 3`, the simulated-multi-node tests (tests/apps/test_multinode_mpi.py)
+# under `-np 4`, then the single-process suite (where the multi-rank tests skip).
 #
 # Every test has its own time limit (pytest-timeout, MGG_TEST_TIMEOUT seconds, default 600: a hang
 # detector far above any test's time on a loaded 2-core box): a test that exceeds it fails, and the
@@ -54,20 +55,21 @@ backstop() {  # backstop SECONDS: the outer limit of one run
 
 results=()   # "what: ok" or "what: FAILED (exit N)"
 logged=()    # the failure logs to summarise
-# "NP:TESTS": every multi-rank test under 2 and 3 ranks; the simulated 2-nodes-x-2-ranks tests under 4
-for run in "2:tests/mpi" "3:tests/mpi" "4:tests/mpi/test_multinode_mpi.py"; do
+# "NP:TESTS": every multi-rank test under 2 and 3 ranks; the simulated 2-nodes-x-2-ranks tests under 4.
+# `-m mpi` selects the tests marked mpi (pytest-mpi's marker, which every multi-rank test carries).
+for run in "2:tests" "3:tests" "4:tests/apps/test_multinode_mpi.py"; do
   np="${run%%:*}" what="${run#*:}"
-  echo "=== mpirun -np $np: $what ==="
+  echo "=== mpirun -np $np: -m mpi $what ==="
   export MGG_TEST_FAILURE_LOG="$logs/np$np"
   # shellcheck disable=SC2046
   $(backstop 1200) "${mpi[@]}" -np "$np" "$PY" -m pytest -q --color=no -p no:cacheprovider \
-    ${mpi_per_test[@]+"${mpi_per_test[@]}"} --with-mpi "$what"
+    ${mpi_per_test[@]+"${mpi_per_test[@]}"} --with-mpi -m mpi "$what"
   rc=$?
   logged+=("$logs/np$np".rank*)
   if [[ $rc != 0 && $rc != 5 ]]; then
-    results+=("mpirun -np $np $what: FAILED (exit $rc)")
+    results+=("mpirun -np $np -m mpi $what: FAILED (exit $rc)")
   else
-    results+=("mpirun -np $np $what: ok")
+    results+=("mpirun -np $np -m mpi $what: ok")
   fi
 done
 

@@ -89,7 +89,7 @@ def check_cuda_graph(cfg: TrainConfig, device_type: str | None = None, world_siz
     """UserError naming the flag when --cuda-graph cannot apply (before any GPU work): the tuner
     switches kernels between steps, --profile-steps times the parts on the host; a graph needs a
     GPU (`device_type`, once known). At P > 1 (`world_size`) the captured step holds the NVSHMEM
-    barriers and sums of the aggregations and of batch norm (tests/gpu/test_dropout_project_gpu.py
+    barriers and sums of the aggregations and of batch norm (tests/kernels/test_dropout_project_gpu.py
     replays training at P = 2 against eager). Dropout takes its seeds from the GPU
     (mgg.nn.functional.DeviceSeeds), so each replay draws new masks."""
     if not cfg.cuda_graph:  # off, or None: decided by resolve_cuda_graph

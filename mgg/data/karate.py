@@ -5,7 +5,7 @@ nodes, 78 undirected edges (156 directed CSR entries), 2 classes (0 = 'Mr. Hi', 
 the faction each member joined after the split), features = identity float32 [34, 34]. The edge
 list and the factions are those of W. W. Zachary, "An information flow model for conflict and
 fission in small groups", Journal of Anthropological Research 33(4), 452-473 (1977), as networkx's
-`karate_club_graph()` numbers them (nodes 0..33; tests/test_data_loaders.py checks the two agree).
+`karate_club_graph()` numbers them (nodes 0..33; tests/data/test_data_loaders.py checks the two agree).
 """
 from __future__ import annotations
 

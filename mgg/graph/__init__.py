@@ -3,7 +3,7 @@
 executor factory (mgg.graph.factory) and the executors that run over a DistGraph
 (mgg.graph.adaptive, mgg.graph.gat_gpu), and `GcnFactors` (mgg.graph.gcn_factors: the part of
 the gcn product diag(f) (A + I) diag(f) an aggregation call applies). It sits above mgg.kernels
-and below mgg.tuning and mgg.nn; docs/architecture.md draws the layers, tests/test_layers.py
+and below mgg.tuning and mgg.nn; docs/architecture.md draws the layers, tests/project/test_layers.py
 checks them.
 """
 from .backends import make_store, resolve_backend

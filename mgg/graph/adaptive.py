@@ -127,7 +127,7 @@ class FusedAggregation:
     local gradients (feat, src_score, dst) with the remote rows' gradients already summed at
     their owners. Both collective. The executor comes from mgg.graph.factory.fused_executor:
     CPU: gather_halo + FusedCPUExecutor + scatter_halo_add; GPU: mgg.graph.gat_gpu
-    (tests/gpu/test_gat_gpu.py).
+    (tests/nn/test_gat_gpu.py).
     """
 
     def __init__(self, dg, mode: str, add_self_loops: bool, negative_slope: float, strategy: str | None,

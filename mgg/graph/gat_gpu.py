@@ -1,4 +1,5 @@
-"""Launcher of mgg/kernels/gat_fused.cu: fused GAT / mean aggregation on the GPU. Tested in tests/gpu/test_gat_gpu.py.
+"""Launcher of mgg/kernels/gat_fused.cu: fused GAT / mean aggregation on the GPU. Tested in
+tests/nn/test_gat_gpu.py.
 
 Built by mgg.kernels.build (nvcc -rdc, device link against libnvshmem_device.a, cubin cached by
 source hash + arch), loaded per GPU and registered with NVSHMEM before the first launch

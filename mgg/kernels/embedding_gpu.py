@@ -5,7 +5,7 @@ libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built on
 a file lock; see mgg.kernels.build), loaded on the table's GPU with
 `nvshmem.bindings.cumodule_init` before the first launch (mgg.kernels.launch). Tensors are passed
 to cupy zero-copy through __cuda_array_interface__ on torch's current stream of that GPU. Tested against torch in float64 by
-tests/gpu/test_embedding_gpu.py (P = 1 and 2, widths 1-70).
+tests/embedding/test_embedding_gpu.py (P = 1 and 2, widths 1-70).
 
 `gather_rows(array, owner, local)` -> [U, D] rows (training path);
 `embedding_bag_fused(array, owner, local, offsets, psw, mode)` -> [B, D] pooled (inference).

@@ -1,5 +1,5 @@
 // Fused GAT / mean aggregation kernels over an NVSHMEM symmetric table (mgg GAT, GPU path).
-// Tested on H100/H200 against the float64 dense reference (tests/gpu/test_gat_gpu.py, P = 1 and 2).
+// Tested on H100/H200 against the float64 dense reference (tests/nn/test_gat_gpu.py, P = 1 and 2).
 //
 // Table: every PE publishes its rows [n_local, W] in one symmetric array `sym` (row stride W):
 //   additive: W = H*C + H   row = [Wh (H*C) | a_src.Wh (H)]

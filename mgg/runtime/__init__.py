@@ -1,7 +1,8 @@
 """The runtime core: comm -> partition -> plan -> store, row sets and transposes.
 
 Nothing here imports mgg.kernels: `DistGraph`, `RuntimeConfig`, `resolve_backend` and `make_store`
-live one layer up in mgg.graph. docs/architecture.md draws the layers; tests/test_layers.py checks them.
+live one layer up in mgg.graph. docs/architecture.md draws the layers; tests/project/test_layers.py
+checks them.
 """
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ class HostTierFeatures(FeatureSource):
         x: float32 [N, F], the global matrix (every rank passes the same).
         comm: mgg Communicator (or None).
         device: where gathered rows go. CUDA: the window's pages are registered with
-            cudaHostRegister and read by `mgg.kernels.sample_gpu.gather_host_rows_cuda`; tested in tests/gpu/test_sample_gpu.py.
+            cudaHostRegister and read by `mgg.kernels.sample_gpu.gather_host_rows_cuda`; tested in tests/sample/test_sample_gpu.py.
     """
 
     tier = "host"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["aggregation_matrix", "aggregate_reference", "edge_weights", "self_weights", "KINDS"]
+__all__ = ["aggregation_matrix", "dense_aggregation_matrix", "aggregate_reference", "edge_weights", "self_weights",
+           "KINDS"]
 
 KINDS = ("sum", "mean", "gcn", "sum_self")
 
@@ -57,6 +58,13 @@ def aggregation_matrix(indptr: np.ndarray, indices: np.ndarray, kind: str) -> sp
     if d is not None:
         m = m + sp.diags(d)
     return m.tocsr()
+
+
+def dense_aggregation_matrix(indptr: np.ndarray, indices: np.ndarray, kind: str):
+    """aggregation_matrix(indptr, indices, kind) as a dense torch float64 [N, N] tensor."""
+    import torch
+
+    return torch.from_numpy(aggregation_matrix(indptr, indices, kind).toarray())
 
 
 def aggregate_reference(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray, kind: str,

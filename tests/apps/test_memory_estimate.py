@@ -1,0 +1,83 @@
+"""One memory estimate: what `python -m mgg.prepare FILE --ranks P` prints is what `mgg.train`
+checks for that file and P, and the README's larger-than-one-host example fits the host memory
+the README states."""
+import re
+
+import numpy as np
+
+from mgg.apps import memory_check
+from mgg.apps.memory_check import GraphSize, check_memory, estimate, graph_size
+from mgg.apps.prepare_cli import main as prepare_main
+from mgg.data import Graph
+from mgg.data.generators import PRESETS, preset_sizes
+from mgg.data.npz import save_npz
+
+from mgg.testing.paths import ROOT
+
+GIB = 2**30
+
+
+def _labelled_file(tmp_path, classes: int):
+    rng = np.random.default_rng(0)
+    n, e = 300, 3000
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rng.integers(0, n, e), minlength=n))]).astype(np.int64)
+    indices = rng.integers(0, n, e).astype(np.int64)
+    y = rng.integers(0, classes, n).astype(np.int64)
+    y[:classes] = np.arange(classes)  # every class occurs: max label + 1 classes
+    path = tmp_path / "g.npz"
+    save_npz(Graph(indptr, indices, rng.standard_normal((n, 24)).astype(np.float32), y), path)
+    return str(path)
+
+
+def test_prepare_prints_the_estimate_train_checks(tmp_path, capsys, monkeypatch):
+    path = _labelled_file(tmp_path, classes=90)  # more than the 64 classes assumed before loading
+    monkeypatch.setenv("MGG_MEMORY_AVAILABLE", "1")  # every check refuses: its message has the figure
+    assert prepare_main([path, "--ranks", "2,3", "--hidden", "32"]) == 0
+    out = capsys.readouterr().out
+    lines = re.findall(r"mgg\.train estimate \(cpu backend, 2 layers of 32, 90 classes\): ([\d.]+) GiB host a rank, "
+                       r"([\d.]+) GiB for (\d) rank\(s\) on one node", out)
+    assert [int(p) for _, _, p in lines] == [2, 3], out
+    for rank_gib, node_gib, p in lines:
+        why = check_memory(path, 1.0, 32, 2, int(p), int(p), False, classes=90)
+        assert f"about {node_gib} GiB needed on this node ({rank_gib} GiB per rank x {p})" in why
+        exact = estimate(graph_size(path), 32, 2, int(p), False, "full", 90).host_per_rank
+        assert rank_gib == f"{exact / GIB:.1f}"
+
+
+def test_a_file_is_refused_with_what_works_for_a_file(tmp_path, monkeypatch):
+    path = _labelled_file(tmp_path, classes=5)
+    monkeypatch.setenv("MGG_MEMORY_AVAILABLE", "1")
+    why = check_memory(path, 1.0, 16, 2, 4, 4, False)
+    assert "fewer ranks on this node (more nodes)" in why and "python -m mgg.prepare" in why and "--force" in why
+    assert "--scale" not in why.replace("mgg.prepare PRESET --scale S", "")  # a file takes no --scale
+    assert "a smaller --scale" in check_memory("papers-like", 0.5, 16, 2, 4, 4, False)
+
+
+def test_the_readme_example_fits_the_memory_the_readme_states():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Graphs larger than one host"):]
+    section = section[: section.index("\n## ", 5)]
+    scale = float(re.search(r"mgg\.prepare papers-like --scale ([\d.]+) --out papers\.npz --ranks (\d)", section)[1])
+    ranks = int(re.search(r"launch/mpirun\.sh -np (\d) --dataset papers\.npz", section)[1])
+    budget = float(re.search(r"need about ([\d.]+) GiB of host memory", section)[1])
+    n, e = preset_sizes("papers-like", scale)
+    preset = PRESETS["papers-like"]
+    size = GraphSize(n, e, preset.num_features, mapped=True)  # mgg.prepare writes a mapped CSR file
+    est = estimate(size, 16, 2, ranks, False, "full", preset.num_classes)
+    assert est.host_per_rank * ranks <= budget * GIB
+    assert est.host_per_rank * ranks >= 0.8 * budget * GIB  # the README's figure is the estimate's, not a guess
+    # and the check accepts it on a host with that much available
+    assert memory_check.estimate(size, 16, 2, ranks, False, "full", preset.num_classes) == est
+
+
+def test_the_readme_example_is_accepted_on_the_stated_budget(tmp_path, monkeypatch):
+    """A small file written by mgg.prepare is a mapped file: the README example's check path."""
+    rc = prepare_main(["papers-like", "--scale", "0.0005", "--out", str(tmp_path / "p.npz"), "--reorder-nodes", "none"])
+    assert rc == 0
+    size = graph_size(str(tmp_path / "p.npz"))
+    assert size.mapped and size.features == PRESETS["papers-like"].num_features
+    need = estimate(size, 16, 2, 4, False, "full", 64).host_per_rank * 4
+    monkeypatch.setenv("MGG_MEMORY_AVAILABLE", str(need))
+    assert check_memory(str(tmp_path / "p.npz"), 1.0, 16, 2, 4, 4, False) == ""
+    monkeypatch.setenv("MGG_MEMORY_AVAILABLE", str(need - 1))
+    assert check_memory(str(tmp_path / "p.npz"), 1.0, 16, 2, 4, 4, False) != ""
