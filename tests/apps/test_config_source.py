@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-from pathlib import Path
 
 import pytest
 
