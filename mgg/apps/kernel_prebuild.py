@@ -73,11 +73,12 @@ def kernel_features(cfg: TrainConfig, world_size: int, max_rows: int | None = No
         model_cls = entry.sampled_model
     else:
         model_cls = entry.model
-        if entry.aggregation is None:
-            features.add("attention")
-        else:
-            for v in aggregation_variants(cfg, world_size):
-                features.update(_EXECUTOR_FEATURES[get_variant(v).executor])
+    # full-graph training, and sampled mode's evaluation (its full-graph twin over the DistGraph)
+    if entry.aggregation is None:
+        features.add("attention")
+    else:
+        for v in aggregation_variants(cfg, world_size):
+            features.update(_EXECUTOR_FEATURES[get_variant(v).executor])
     if max_rows is not None and max_rows >= TALL_GEMM_ROWS:
         features.add("tall_rows")
     if cfg.dropout and cfg.dropout > 0:
