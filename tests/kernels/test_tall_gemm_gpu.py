@@ -325,10 +325,12 @@ def test_batch_norm_with_local_statistics_equals_its_own(monkeypatch):
 
 
 def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
-    """GIN with batch norm on tall rows: each Linear before a norm sums its columns in the
-    tall-GEMM kernel and no norm of a fused width runs torch.batch_norm_stats (the last MLP's
-    norm, 5 classes wide, does); with MGG_TALL_GEMM=0 every norm does (3 layers: 5 norms, three
-    in the MLPs and two after the hidden layers)."""
+    """GIN with batch norm on tall rows (3 layers: norms of width 32 in the two hidden MLPs and
+    after the two hidden convolutions, and the last MLP's, 5 classes wide, which runs
+    F.batch_norm): each MLP's first Linear sums its columns in the tall-GEMM kernel, so its norm
+    runs no torch.batch_norm_stats; the norm after a convolution reads rows the norm-linear GEMM
+    wrote (the MLP's norm, ReLU and second Linear in one kernel, which sums no columns) and does
+    (2 calls). With MGG_TALL_GEMM=0 all four norms of width 32 do."""
     from mgg.nn import GIN
     from mgg.testing.dense_gin import dense_gin_input
 
@@ -337,7 +339,7 @@ def test_gin_batch_norm_reads_the_gemm_statistics(monkeypatch):
     real = torch.batch_norm_stats
     monkeypatch.setattr(torch, "batch_norm_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
     x, graph = dense_gin_input(monkeypatch)
-    for env, want in (("1", 1), ("0", 5)):
+    for env, want in (("1", 2), ("0", 4)):
         monkeypatch.setenv("MGG_TALL_GEMM", env)
         calls.clear()
         model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
@@ -362,8 +364,9 @@ def test_gin_asks_for_statistics_only_where_the_norm_uses_them(monkeypatch):
     x, graph = dense_gin_input(monkeypatch)
     model = GIN(int(x.shape[1]), 32, 5, layers=3, dropout=0.0, norm="batch").cuda()
     model.cache_input_aggregation = False
-    # fused training: the four norms of width 32 (two in the MLPs, two after the hidden layers)
-    for fuse, train, want in ((True, True, 4), (False, True, 0), (True, False, 0)):
+    # fused training: the first Linear of each hidden MLP, before its norm of width 32 (the norm
+    # after the convolution reads the norm-linear GEMM's rows; the 5-wide norm runs F.batch_norm)
+    for fuse, train, want in ((True, True, 2), (False, True, 0), (True, False, 0)):
         for mod in model.modules():
             if isinstance(mod, DistBatchNorm):
                 mod.fuse_relu = fuse
