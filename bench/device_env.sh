@@ -7,7 +7,8 @@ if [[ "${MGG_BENCH_DRY:-0}" == 1 ]]; then
   NGPU="${NGPU:-2}"
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
-  if compgen -G ".whl/*.whl" > /dev/null; then   # wheels carried to a bare device machine
+  # wheels carried to a bare device machine (a machine without a GPU runs nothing they serve)
+  if compgen -G ".whl/*.whl" > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || return 1
     export PYTHONPATH="/tmp/site:$PWD"
   else
