@@ -50,7 +50,7 @@ _GATHER_ILP = 8
 #: the gather's default grid: blocks an SM (the hardware keeps 8 of its 256-thread blocks resident).
 #: Fewer blocks leave warp slots to the local pass beside it, but the two share L2 and the
 #: owners' memory, and a smaller gather is a slower one: products-like GCN at P = 4 (4x H200,
-#: bench/results/2026-11-28-h200x4-c7): 2.69 / 2.66 / 2.54 / 2.51 ms an epoch at 1 / 2 / 4 / 16.
+#: bench/results/2026-11-28-h200x4-ea76e1f, member c7/): 2.69 / 2.66 / 2.54 / 2.51 ms an epoch at 1 / 2 / 4 / 16.
 GATHER_BLOCKS_PER_SM = 16
 
 
@@ -123,7 +123,8 @@ class HaloCsrExecutor:
             the local pass; False runs barrier, gather, local pass and remote pass one after the
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
             at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
-            (bench/results/2026-11-28-h200x2-47c293c); products-like at P = 4, 2.78 -> 2.63.
+            (bench/results/2026-11-28-h200x2-47c293c); products-like at P = 4, 2.78 -> 2.63
+            (bench/results/2026-11-28-h200x4-ea76e1f, member c6/).
         gather_blocks: the gather's grid cap (None: GATHER_BLOCKS_PER_SM blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
