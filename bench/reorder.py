@@ -36,16 +36,11 @@ def forward_rows(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> t
 
 
 def transposed_rows(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank rows of W^T (sources in [lo, hi)), as DistGraph._transposed_rows."""
-    n = hi - lo
-    sel = np.flatnonzero((indices >= lo) & (indices < hi))
-    src = indices[sel]
-    tgt = np.searchsorted(indptr, sel, side="right") - 1
-    order = np.argsort(src, kind="stable")
-    src, tgt = src[order], tgt[order]
-    ip = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src - lo, minlength=n), out=ip[1:])
-    return ip, tgt.astype(np.int64)
+    """Rank rows of W^T (sources in [lo, hi)), as DistGraph builds them (mgg.runtime.transpose)."""
+    from mgg.runtime.transpose import transposed_rows as rows_of_transpose
+
+    ip, tgt, _ = rows_of_transpose(indptr, indices, lo, hi)
+    return ip, tgt
 
 
 def rank_plans(indptr: np.ndarray, indices: np.ndarray, bounds: np.ndarray, transposed: bool,
