@@ -11,7 +11,7 @@ keep their CSR order): the stable sort by source of the selected CSR entries.
 the edges of its forward rows to the owners of their sources (one all-to-all) and sorts what it
 receives (a memory-mapped graph is then read only at the rank's own rows).
 
-Both give the same arrays bit for bit (tests/test_transpose.py checks them against the former
+Both give the same arrays bit for bit (tests/runtime/test_plan_build.py checks them against the former
 argsort/searchsorted construction).
 """
 from __future__ import annotations
