@@ -102,3 +102,22 @@ def test_runs_named_in_code_are_kept_or_recorded():
 def test_results_stay_small():
     files = [p for p in RESULTS.rglob("*") if p.is_file()]
     assert len(files) <= 100, f"bench/results holds {len(files)} files; keep only the cited runs"
+
+
+def test_every_named_test_file_exists():
+    """A test file named in README, docs, the package or the bench and launch scripts exists: a
+    moved test leaves no stale pointer behind."""
+    import re
+
+    from mgg.testing.paths import ROOT
+
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "mgg").rglob("*.py")),
+             *sorted((ROOT / "bench").glob("*.py")), *sorted((ROOT / "bench").glob("*.sh")),
+             *sorted((ROOT / "launch").glob("*"))]
+    missing = set()
+    for path in files:
+        if path.is_file():
+            for name in re.findall(r"tests/[A-Za-z0-9_/]+\.py", path.read_text(errors="replace")):
+                if not (ROOT / name).is_file():
+                    missing.add(f"{path.relative_to(ROOT)}: {name}")
+    assert not missing, sorted(missing)
