@@ -57,7 +57,8 @@ class ServeSettings:
     idle_timeout_s: float = _limit("idle_timeout_s", float,
                                    "seconds before a connection without a complete request is closed")
     io_timeout_s: float = _limit("io_timeout_s", float, "seconds to receive a body or send an answer")
-    request_timeout_s: float = _limit("request_timeout_s", float, "seconds a lookup may wait for its result (504 after)")
+    request_timeout_s: float = _limit("request_timeout_s", float,
+                                      "seconds a lookup may wait for its result (504 after)")
     watchdog_timeout_s: float = _limit("watchdog_timeout_s", float, "seconds a collective step may take before the "
                                        "job is aborted with a message (0: off); health fails after a third")
     snapshot_dir: str | None = setting(None, Flag(

@@ -20,7 +20,8 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-__all__ = ["Flag", "OneOf", "setting", "REQUIRED", "parse_settings", "flags_of", "add_flags", "IntRange", "FloatRange", "fanout_list", "size",
+__all__ = ["Flag", "OneOf", "setting", "REQUIRED", "parse_settings",
+           "flags_of", "add_flags", "IntRange", "FloatRange", "fanout_list", "size",
            "SAME", "sampled_only_flags", "per_run_fields", "internal_fields", "flag_display"]
 
 #: Flag.default when the parser's default is the field's
