@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["main", "build_parser", "local_archs"]
+from .apps.flag_spec import Flag, add_flags, parse_settings, setting
+
+__all__ = ["main", "build_parser", "BuildSettings", "local_archs"]
 
 _ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")
 
@@ -44,20 +47,31 @@ def _archs(text: str) -> tuple[str, ...]:
     return archs
 
 
+@dataclass(frozen=True)
+class BuildSettings:
+    """The settings of `python -m mgg.build`, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields)."""
+
+    arch: tuple[str, ...] | None = setting(None, Flag(
+        "--arch", type=_archs,
+        help="comma-separated GPU architectures (e.g. sm_90,sm_100); default: the GPUs visible here"))
+    all: bool = setting(False, Flag("--all", action="store_true",
+                                    help="every kernel module, not only those training loads"))
+    jobs: int | None = setting(None, Flag(
+        "--jobs", type=int, help="parallel builds (default: one a module, at most the CPUs here; or MGG_BUILD_JOBS)"))
+    list: bool = setting(False, Flag("--list", action="store_true",
+                                     help="print the modules and whether each is cached; build nothing"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.build", description=__doc__.split("\n\n")[0])
-    p.add_argument("--arch", type=_archs, default=None,
-                   help="comma-separated GPU architectures (e.g. sm_90,sm_100); default: the GPUs visible here")
-    p.add_argument("--all", action="store_true", help="every kernel module, not only those training loads")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="parallel builds (default: one a module, at most the CPUs here; or MGG_BUILD_JOBS)")
-    p.add_argument("--list", action="store_true", help="print the modules and whether each is cached; build nothing")
+    add_flags(p, BuildSettings)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Build (or with --list, report) the kernels; 0 when all are in the cache, 2 on an error (one line)."""
-    args = build_parser().parse_args(argv)
+    args = parse_settings(build_parser(), BuildSettings, argv)
     from .kernels.build import cache_dir, cubin_target
     from .kernels.modules import expand_specs, module_names
     from .kernels.prebuild import KernelBuildError, KernelPrebuild

@@ -23,7 +23,10 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-__all__ = ["main", "parse_topo", "summarize_links", "local_facts", "analyse"]
+from .apps.common_settings import backend_setting, ranks_per_node_setting
+from .apps.flag_spec import Flag, add_flags, parse_settings, setting
+
+__all__ = ["main", "build_parser", "DoctorSettings", "parse_topo", "summarize_links", "local_facts", "analyse"]
 
 NVSHMEM_DISTS = ("nvshmem4py-cu13", "nvshmem4py-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12")
 ENV_KEYS = ("NVSHMEM_BOOTSTRAP", "NVSHMEM_DISABLE_NVLS", "NCCL_NVLS_ENABLE", "NVSHMEM_SYMMETRIC_SIZE",
@@ -300,21 +303,28 @@ def _ranges(ranks: list[int]) -> str:
     return ",".join(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class DoctorSettings:
+    """The settings of `python -m mgg.doctor`, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields)."""
+
+    backend: str = backend_setting(help="the backend the job will use: gpu makes a missing GPU/NVSHMEM a problem")
+    timeout: float = setting(120.0, Flag("--timeout", type=float,
+                                         help="seconds a collective step may take before the job aborts (default "
+                                         "{default:g})"))
+    ranks_per_node: int | None = ranks_per_node_setting(help="node grouping override, as mgg.train --ranks-per-node")
+    json: str | None = setting(None, Flag("--json", metavar="PATH", help="also write the report as JSON (rank 0)"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mgg.doctor", description="Check an mgg setup before a long job "
                                 "(run it the way the job runs: alone, under mpirun or srun).")
-    p.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="the backend the job will use: gpu makes a missing GPU/NVSHMEM a problem")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds a collective step may take before the job aborts (default 120)")
-    p.add_argument("--ranks-per-node", type=int, default=None,
-                   help="node grouping override, as mgg.train --ranks-per-node")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON (rank 0)")
+    add_flags(p, DoctorSettings)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_settings(build_parser(), DoctorSettings, argv)
     from .runtime import abort_on_error, world
     from .runtime.comm import mpi_env_defaults
     from .runtime.launch_env import launch_problem

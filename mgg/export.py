@@ -13,16 +13,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["main", "build_parser", "export"]
+from .apps.common_settings import force_setting
+from .apps.flag_spec import REQUIRED, Flag, add_flags, parse_settings, setting
+
+__all__ = ["main", "build_parser", "export", "ExportSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings:
+    """The settings of `python -m mgg.export`, each field with the argument that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields)."""
+
+    checkpoint: str = setting(REQUIRED, Flag(
+        "checkpoint", help="an mgg checkpoint file (checkpoint.mgg) or a folder holding one"))
+    out: str = setting(REQUIRED, Flag(
+        "out", help="the weights file to write: *.safetensors, or any other name for torch.save (+ .json)"))
+    force: bool = force_setting(help="overwrite OUT if it exists (still atomically)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.export", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="an mgg checkpoint file (checkpoint.mgg) or a folder holding one")
-    p.add_argument("out", help="the weights file to write: *.safetensors, or any other name for torch.save (+ .json)")
-    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists (still atomically)")
+    add_flags(p, ExportSettings)
     return p
 
 
@@ -40,7 +54,7 @@ def export(checkpoint: str, out: str, force: bool = False) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    ns = parse_settings(build_parser(), ExportSettings, argv)
     try:
         desc = export(ns.checkpoint, ns.out, ns.force)
     except (ValueError, OSError) as e:

@@ -1,15 +1,18 @@
 """The runtime's settings as names and numbers, the one place each is defined: the plan knobs of MGG
-(ps, dist, wpb, ps_inter) with their defaults and ranges, the backends and the storage dtypes.
+(ps, dist, wpb, ps_inter) with their defaults and ranges, the backends, the storage dtypes and the
+embedding service's address and limits.
 
 mgg.runtime.plan.PlanParams validates against `KNOB_RANGES`, mgg.graph.RuntimeConfig and
 PlanParams take `KNOB_DEFAULTS`, and the training command line's --ps/--dist/--wpb/--ps-inter
-(mgg.apps.config) read both for their checks and help. Importing this module is cheap (no torch).
+(mgg.apps.config) read both for their checks and help. mgg.embedding.service.ServiceConfig and the
+flags of mgg.serve take `SERVICE_DEFAULTS`. Importing this module is cheap (no torch).
 """
 from __future__ import annotations
 
 import numbers
 
-__all__ = ["KNOB_DEFAULTS", "KNOB_RANGES", "KNOB_MEANINGS", "BACKENDS", "STORAGE_DTYPE_NAMES", "check_knob"]
+__all__ = ["KNOB_DEFAULTS", "KNOB_RANGES", "KNOB_MEANINGS", "BACKENDS", "STORAGE_DTYPE_NAMES", "SERVICE_DEFAULTS",
+           "check_knob"]
 
 #: ps, dist and wpb when not given (and not tuned)
 KNOB_DEFAULTS: dict[str, int] = {"ps": 16, "dist": 4, "wpb": 4}
@@ -23,6 +26,12 @@ KNOB_MEANINGS: dict[str, str] = {"ps": "neighbor partition size", "dist": "inter
 BACKENDS = ("auto", "cpu", "gpu")
 #: --storage-dtype: the element type of embeddings in the symmetric store (fp32 first, the default)
 STORAGE_DTYPE_NAMES = ("fp32", "bf16", "fp16")
+#: the embedding service's address, per-request limits, batching, connections and watchdog when not
+#: given (their meaning: mgg.embedding.service.ServiceConfig; *_ms milliseconds, *_s seconds)
+SERVICE_DEFAULTS: dict[str, int | float | str] = {
+    "host": "127.0.0.1", "port": 8700, "max_body_bytes": 16 << 20, "max_bags": 65536, "max_reply_bytes": 16 << 20,
+    "max_batch": 64, "max_wait_ms": 2.0, "max_batch_ids": 2048, "request_timeout_s": 60.0, "max_connections": 4096,
+    "idle_timeout_s": 15.0, "io_timeout_s": 30.0, "watchdog_timeout_s": 30.0}
 
 
 def check_knob(name: str, value) -> None:

@@ -18,24 +18,40 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["main", "build_parser", "predict"]
+from .apps.common_settings import (DEFAULT_SCALE, DEFAULT_SEED, backend_setting, force_setting, scale_setting,
+                                   seed_setting, undirected_setting)
+from .apps.flag_spec import REQUIRED, Flag, add_flags, parse_settings, setting
+
+__all__ = ["main", "build_parser", "predict", "PredictSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictSettings:
+    """The settings of `python -m mgg.predict`, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields)."""
+
+    dataset: str = setting(REQUIRED, Flag(
+        "--dataset", help="the graph: a file or folder mgg.train reads, or a preset name"))
+    weights: str = setting(REQUIRED, Flag(
+        "--weights", help="weights (.pt with its .json, .safetensors) or an mgg checkpoint"))
+    out: str = setting(REQUIRED, Flag("--out", help="the .npz to write (rank 0)"))
+    embeddings: bool = setting(False, Flag("--embeddings", action="store_true",
+                                           help="also write the last hidden layer's output"))
+    undirected: bool = undirected_setting(help="symmetrise the graph as it is loaded (as in training)")
+    scale: float = scale_setting(help="presets: size factor (as in training)")
+    seed: int = seed_setting(help="presets: generator seed (as in training)")
+    backend: str = backend_setting(help="where the model runs")
+    force: bool = force_setting(help="overwrite --out if it exists (still atomically)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.predict", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True, help="the graph: a file or folder mgg.train reads, or a preset name")
-    p.add_argument("--weights", required=True, help="weights (.pt with its .json, .safetensors) or an mgg checkpoint")
-    p.add_argument("--out", required=True, help="the .npz to write (rank 0)")
-    p.add_argument("--embeddings", action="store_true", help="also write the last hidden layer's output")
-    p.add_argument("--undirected", action="store_true", help="symmetrise the graph as it is loaded (as in training)")
-    p.add_argument("--scale", type=float, default=1.0, help="presets: size factor (as in training)")
-    p.add_argument("--seed", type=int, default=0, help="presets: generator seed (as in training)")
-    p.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto", help="where the model runs")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
+    add_flags(p, PredictSettings)
     return p
 
 
@@ -57,7 +73,7 @@ def _model(desc: dict, sd: dict, num_features: int):
 
 
 def predict(dataset: str, weights: str, comm, embeddings: bool = False, undirected: bool = False,
-            scale: float = 1.0, seed: int = 0, backend: str = "auto") -> dict | None:
+            scale: float = DEFAULT_SCALE, seed: int = DEFAULT_SEED, backend: str = "auto") -> dict | None:
     """{"node_id", "pred", "logits"[, "embeddings"]} in the user's node ids on rank 0 (None on
     the others). Collective."""
     import torch
@@ -107,7 +123,7 @@ def predict(dataset: str, weights: str, comm, embeddings: bool = False, undirect
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns 0, exits 2 with one line on bad input (on every rank)."""
-    ns = build_parser().parse_args(argv)
+    ns = parse_settings(build_parser(), PredictSettings, argv)
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     from .atomic import atomic_write
     from .runtime import world

@@ -13,45 +13,68 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass, fields
 
-__all__ = ["main", "build_parser"]
+from .apps.common_settings import backend_setting
+from .apps.flag_spec import REQUIRED, Flag, add_flags, flag_display, parse_settings, setting
+from .knobs import SERVICE_DEFAULTS
+
+__all__ = ["main", "build_parser", "ServeSettings", "LIMIT_FIELDS"]
 
 
-#: flag -> (ServiceConfig field, type, help); the defaults are ServiceConfig's
-LIMIT_FLAGS = {
-    "--max-body-bytes": ("max_body_bytes", int, "largest accepted request body (413 above)"),
-    "--max-bags": ("max_bags", int, "most bags in one request (413 above)"),
-    "--max-reply-bytes": ("max_reply_bytes", int, "largest reply one request may ask for: bags x dim floats (413 above)"),
-    "--max-batch": ("max_batch", int, "most requests in one batched lookup"),
-    "--max-wait-ms": ("max_wait_ms", float, "batching window after the first request"),
-    "--max-batch-ids": ("max_batch_ids", int, "most ids + bags in one lookup pass; a larger request is looked up in "
-                                              "parts of this size between the others' passes"),
-    "--max-connections": ("max_connections", int, "most open connections; a new one closes the oldest idle one"),
-    "--idle-timeout": ("idle_timeout_s", float, "seconds before a connection without a complete request is closed"),
-    "--io-timeout": ("io_timeout_s", float, "seconds to receive a body or send an answer"),
-    "--request-timeout": ("request_timeout_s", float, "seconds a lookup may wait for its result (504 after)"),
-    "--watchdog-timeout": ("watchdog_timeout_s", float, "seconds a collective step may take before the job is "
-                                                        "aborted with a message (0: off); health fails after a third"),
-}
+def _limit(name: str, typ: type, text: str):
+    """A limit of the service: its flag, default (SERVICE_DEFAULTS) and help; ints must be >= 1,
+    floats >= 0 (main checks)."""
+    metavar = "N" if typ is int else ("MS" if name.endswith("_ms") else "SECONDS")
+    flag = "--" + name.removesuffix("_s").replace("_", "-")
+    return setting(SERVICE_DEFAULTS[name], Flag(flag, type=typ, metavar=metavar, help=text + " (default {default})"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSettings:
+    """The settings of `python -m mgg.serve`, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields); the limits are those of
+    mgg.embedding.service.ServiceConfig, with its defaults (mgg.knobs.SERVICE_DEFAULTS)."""
+
+    tables: str = setting(REQUIRED, Flag("--tables", help="tables.json: [{{name, path, mode?, sharding?, key?}}, ...]"))
+    host: str = setting(SERVICE_DEFAULTS["host"], Flag("--host", help="address to bind (default {default})"))
+    port: int = setting(SERVICE_DEFAULTS["port"], Flag("--port", type=int,
+                                                       help="port (default {default}; 0 picks a free one)"))
+    allow_remote: bool = setting(False, Flag("--allow-remote", action="store_true",
+                                             help="allow a non-loopback --host (needs a token)"))
+    auth_token: str | None = setting(None, Flag(
+        "--auth-token", help="require 'Authorization: Bearer TOKEN' (default: $MGG_SERVE_TOKEN)"))
+    max_body_bytes: int = _limit("max_body_bytes", int, "largest accepted request body (413 above)")
+    max_bags: int = _limit("max_bags", int, "most bags in one request (413 above)")
+    max_reply_bytes: int = _limit("max_reply_bytes", int,
+                                  "largest reply one request may ask for: bags x dim floats (413 above)")
+    max_batch: int = _limit("max_batch", int, "most requests in one batched lookup")
+    max_wait_ms: float = _limit("max_wait_ms", float, "batching window after the first request")
+    max_batch_ids: int = _limit("max_batch_ids", int, "most ids + bags in one lookup pass; a larger request is "
+                                "looked up in parts of this size between the others' passes")
+    max_connections: int = _limit("max_connections", int,
+                                  "most open connections; a new one closes the oldest idle one")
+    idle_timeout_s: float = _limit("idle_timeout_s", float,
+                                   "seconds before a connection without a complete request is closed")
+    io_timeout_s: float = _limit("io_timeout_s", float, "seconds to receive a body or send an answer")
+    request_timeout_s: float = _limit("request_timeout_s", float,
+                                      "seconds a lookup may wait for its result (504 after)")
+    watchdog_timeout_s: float = _limit("watchdog_timeout_s", float, "seconds a collective step may take before the "
+                                       "job is aborted with a message (0: off); health fails after a third")
+    snapshot_dir: str | None = setting(None, Flag(
+        "--snapshot-dir", help="folder for POST /v1/snapshot (default: <tables dir>/snapshots)"))
+    backend: str = backend_setting(help="symmetric store backend (default cpu)", choices=("cpu", "gpu"), default="cpu")
+
+
+#: the ServeSettings fields that are limits of the service (ServiceConfig fields of the same names)
+LIMIT_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name in SERVICE_DEFAULTS and
+                     f.name not in ("host", "port"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .embedding.service import ServiceConfig
-
-    d = ServiceConfig()
     p = argparse.ArgumentParser(prog="python -m mgg.serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tables", required=True, help="tables.json: [{name, path, mode?, sharding?, key?}, ...]")
-    p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
-    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
-    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (needs a token)")
-    p.add_argument("--auth-token", default=None, help="require 'Authorization: Bearer TOKEN' (default: $MGG_SERVE_TOKEN)")
-    for flag, (field, typ, text) in LIMIT_FLAGS.items():
-        metavar = "N" if typ is int else ("MS" if field.endswith("_ms") else "SECONDS")
-        p.add_argument(flag, type=typ, default=getattr(d, field), dest=field, metavar=metavar,
-                       help=f"{text} (default {getattr(d, field)})")
-    p.add_argument("--snapshot-dir", default=None, help="folder for POST /v1/snapshot (default: <tables dir>/snapshots)")
-    p.add_argument("--backend", choices=("cpu", "gpu"), default="cpu", help="symmetric store backend (default cpu)")
+    add_flags(p, ServeSettings)
     return p
 
 
@@ -61,7 +84,7 @@ def _fail(msg: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_settings(build_parser(), ServeSettings, argv)
     from .embedding.service import is_loopback
 
     token = args.auth_token or os.environ.get("MGG_SERVE_TOKEN") or None
@@ -73,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
                          "(--auth-token TOKEN or MGG_SERVE_TOKEN)")
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be in [0, 65535], got {args.port}")
-    for flag, (field, typ, _) in LIMIT_FLAGS.items():
-        v = getattr(args, field)
-        if typ is int and v < 1:
+    for field in LIMIT_FIELDS:
+        v, flag = getattr(args, field), flag_display(ServeSettings, field)
+        if isinstance(v, int) and v < 1:
             return _fail(f"{flag} must be >= 1, got {v}")
-        if typ is float and not v >= 0:
+        if isinstance(v, float) and not v >= 0:
             return _fail(f"{flag} must be >= 0, got {v}")
-    for flag in ("--idle-timeout", "--io-timeout", "--request-timeout"):
-        if not getattr(args, LIMIT_FLAGS[flag][0]) > 0:
-            return _fail(f"{flag} must be > 0")
+    for field in ("idle_timeout_s", "io_timeout_s", "request_timeout_s"):
+        if not getattr(args, field) > 0:
+            return _fail(f"{flag_display(ServeSettings, field)} must be > 0")
 
     from .embedding.io import load_tables_json
     from .embedding.service import EmbeddingService, ServiceConfig
@@ -95,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = world()
     snap = args.snapshot_dir or os.path.join(os.path.dirname(os.path.abspath(args.tables)), "snapshots")
     cfg = ServiceConfig(host=args.host, port=args.port, token=token, snapshot_dir=snap,
-                        **{field: getattr(args, field) for field, _, _ in LIMIT_FLAGS.values()})
+                        **{field: getattr(args, field) for field in LIMIT_FIELDS})
     try:
         svc = EmbeddingService(specs, comm, cfg, make_store(comm, args.backend))
         svc.bind()

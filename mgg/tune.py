@@ -17,11 +17,13 @@ import os
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
+from .apps.flag_spec import Flag, OneOf, add_flags, parse_settings, setting
 from .kernels.variants import DEFAULT_VARIANT
 
-__all__ = ["main", "format_table", "plot_log"]
+__all__ = ["main", "build_parser", "TuneSettings", "format_table", "plot_log"]
 
 
 def _cfg(r: dict) -> tuple:
@@ -197,18 +199,31 @@ def _have_matplotlib() -> bool:
     return True
 
 
+_WHAT = OneOf(required=True)  # --report or --cache
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """The settings of `python -m mgg.tune`, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields); one of report and cache is given."""
+
+    report: str | None = setting(None, Flag("--report", metavar="PATH", exclusive=_WHAT,
+                                            help="a tuning log written by the tuner"))
+    cache: str | None = setting(None, Flag("--cache", metavar="PATH", exclusive=_WHAT,
+                                           help="a tuning cache: list its entries"))
+    plot: str | None = setting(None, Flag("--plot", metavar="PNG",
+                                          help="where to write the plot (default: PATH with .png)"))
+    no_plot: bool = setting(False, Flag("--no-plot", action="store_true", help="print the table only"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.tune", description=__doc__.split("\n\n")[0])
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--report", metavar="PATH", help="a tuning log written by the tuner")
-    g.add_argument("--cache", metavar="PATH", help="a tuning cache: list its entries")
-    p.add_argument("--plot", metavar="PNG", help="where to write the plot (default: PATH with .png)")
-    p.add_argument("--no-plot", action="store_true", help="print the table only")
+    add_flags(p, TuneSettings)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_settings(build_parser(), TuneSettings, argv)
     from .tuning.cache import TuningCache, read_log
 
     if args.cache:

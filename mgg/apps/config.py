@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 from ..kernels.variants import tuned_variant_names, variant_names
 from ..knobs import BACKENDS, KNOB_DEFAULTS, KNOB_MEANINGS, KNOB_RANGES, STORAGE_DTYPE_NAMES
+from .common_settings import (backend_setting, force_setting, ranks_per_node_setting, reorder_nodes_setting,
+                              scale_setting, seed_setting, undirected_setting)
 from .flag_spec import Flag, FloatRange, IntRange, fanout_list, per_run_fields, sampled_only_flags, setting, size
 
 __all__ = ["TrainConfig", "TrainResult", "UserError", "BACKENDS", "VARIANTS", "TUNED_VARIANTS", "tune_variants",
@@ -100,13 +102,12 @@ class TrainConfig:
 
     # -- training ---------------------------------------------------------------------------------
     dataset: str = setting("default", Flag("--dataset", help=_dataset_help))
-    scale: float = setting(1.0, Flag(
-        "--scale", type=FloatRange(0.0, 1.0, True, False, "in (0, 1]"), default=None,
-        help="size factor (0, 1] of a generated dataset (default {default:g}; refused with a file and with karate)"))
-    undirected: bool = setting(False, Flag(
-        "--undirected", action="store_true",
+    scale: float = scale_setting(
+        type=FloatRange(0.0, 1.0, True, False, "in (0, 1]"), parser_default=None,
+        help="size factor (0, 1] of a generated dataset (default {default:g}; refused with a file and with karate)")
+    undirected: bool = undirected_setting(
         help="symmetrise the dataset as it is loaded: every edge in both directions, duplicates removed (for "
-        "graphs stored directed, e.g. ogbn-arxiv); the graph is then held in memory"))
+        "graphs stored directed, e.g. ogbn-arxiv); the graph is then held in memory")
     model: str = setting("gcn", Flag("--model", choices=model_names, default=None,
                                      help="model (default: {default}; sage with --mode sampled)"))
     hidden: int | None = setting(None, Flag("--hidden", type=IntRange(1),
@@ -127,8 +128,8 @@ class TrainConfig:
     norm: str | None = setting(None, Flag(
         "--norm", choices=("batch", "layer", "none"),
         help="normalisation in GIN's MLP (default batch: statistics over all ranks); gin only"))
-    seed: int = setting(0, Flag("--seed", type=IntRange(0),
-                                help="seed of weights, dropout, generated datasets and splits (default {default})"))
+    seed: int = seed_setting(type=IntRange(0),
+                             help="seed of weights, dropout, generated datasets and splits (default {default})")
     num_classes: int | None = setting(None, Flag(
         "--num-classes", type=IntRange(1), metavar="C",
         help="classes of the model's output; every label must be below C (-1: unlabelled). Default: max(y) + 1, "
@@ -139,22 +140,19 @@ class TrainConfig:
     eval_every: int = setting(1, Flag("--eval-every", type=IntRange(1), help="evaluate every N epochs (and the last)"))
     progress: bool = setting(True, Flag("--no-progress", action="store_false", help="no progress bar or phase lines"),
                              per_run=True)
-    force: bool = setting(False, Flag("--force", action="store_true",
-                                      help="train even when the memory estimate says the run does not fit"))
+    force: bool = force_setting(help="train even when the memory estimate says the run does not fit")
     # -- how the graph is laid out and aggregated: partitioning, kernels, storage, profiling ------
-    reorder_nodes: str = setting("auto", Flag(
-        "--reorder-nodes", choices=("auto", "none", "degree", "rcm", "cluster", "metis"),
+    reorder_nodes: str = reorder_nodes_setting(
         help="relabel the nodes before partitioning (docs/partition.md). auto (default): a graph built in memory "
         "(a preset, an edge list) whose order has no locality gets the cluster order when it cuts the remote "
         "rows, the same for every P; a memory-mapped .npz keeps its order (mgg.prepare writes a local one); "
-        "none: the input order; metis needs pymetis"))
+        "none: the input order; metis needs pymetis")
     # ps/dist/wpb None: KNOB_DEFAULTS, or tuned with --tune (given: pinned)
     ps: int | None = setting(None, _knob_flag("ps", f"default {KNOB_DEFAULTS['ps']}; with --tune: pins ps"))
     dist: int | None = setting(None, _knob_flag("dist", f"default {KNOB_DEFAULTS['dist']}; with --tune: pins dist"))
     wpb: int | None = setting(None, _knob_flag("wpb", f"default {KNOB_DEFAULTS['wpb']}; with --tune: pins wpb"))
-    backend: str = setting("auto", Flag(
-        "--backend", choices=BACKENDS,
-        help="auto (default: gpu when CUDA and the gpu extra are usable, else cpu), cpu or gpu"))
+    backend: str = backend_setting(
+        help="auto (default: gpu when CUDA and the gpu extra are usable, else cpu), cpu or gpu")
     variant: str = setting("auto", Flag(
         "--variant", choices=VARIANTS,
         help="GPU kernel variant (docs/kernels.md; the CPU ignores it). With --tune: 'auto' lets the tuner "
@@ -205,10 +203,10 @@ class TrainConfig:
         help="write the tuning log here (rank 0), for python -m mgg.tune --report PATH"), per_run=True)
     # -- multi-node and reliability ---------------------------------------------------------------
     ps_inter: int | None = setting(None, _knob_flag("ps_inter", "default: --ps", group=_RELIABILITY))
-    ranks_per_node: int | None = setting(None, Flag(   # None: from MPI shared memory
-        "--ranks-per-node", type=IntRange(1), group=_RELIABILITY,
+    ranks_per_node: int | None = ranks_per_node_setting(   # None: from MPI shared memory
+        type=IntRange(1), group=_RELIABILITY,
         help="group ranks into nodes of this size (default: ranks sharing memory; e.g. mpirun -np 4 "
-        "--ranks-per-node 2 simulates 2 nodes)"))
+        "--ranks-per-node 2 simulates 2 nodes)")
     checkpoint_dir: str | None = setting(None, Flag(
         "--checkpoint-dir", metavar="DIR", group=_RELIABILITY,
         help="write checkpoints here (rank 0): every --checkpoint-every epochs, at the end and on SIGTERM"),

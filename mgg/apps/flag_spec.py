@@ -1,12 +1,15 @@
 """Command-line flags declared on the fields of a settings dataclass, and the parser built from them.
 
-A field of TrainConfig (mgg.apps.config) is declared with `setting(default, Flag(...), ...)`: its
-default, the flag(s) that set it (names, help, type, choices, argparse action), the help group it
-is listed under, and what the other parts of the command line need to know about it
+A field of a tool's settings (TrainConfig of mgg.train, mgg.apps.config; the settings of
+mgg.prepare, mgg.serve, mgg.predict, ...) is declared with `setting(default, Flag(...), ...)`: its
+default (`REQUIRED`: none, the flag must be given), the flag(s) that set it (names -- one name
+without dashes is a positional argument --, help, type, choices, argparse action), the help group
+it is listed under, and what the other parts of the command line need to know about it
 (`sampled_only`: only --mode sampled reads it; `per_run`: a --config file does not carry it over;
 `internal`: no flag sets it). `add_flags` turns the fields into argparse arguments, so adding a flag
 is one field plus the code that reads it. Help texts may name `{default}`, `{lo}` and `{hi}` (a
-range type's bounds); a help that is a function is called when the parser is built.
+range type's bounds; a literal brace is doubled); a help that is a function is called when the
+parser is built. Settings several tools share are declared once in mgg.apps.common_settings.
 
 Argument types: `IntRange`, `FloatRange` (one-line errors naming the range), `fanout_list`, `size`.
 """
@@ -17,11 +20,22 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-__all__ = ["Flag", "setting", "flags_of", "add_flags", "IntRange", "FloatRange", "fanout_list", "size",
+__all__ = ["Flag", "OneOf", "setting", "REQUIRED", "parse_settings",
+           "flags_of", "add_flags", "IntRange", "FloatRange", "fanout_list", "size",
            "SAME", "sampled_only_flags", "per_run_fields", "internal_fields", "flag_display"]
 
 #: Flag.default when the parser's default is the field's
 SAME = object()
+#: setting()'s default of a field the command line must give (a positional argument, or required=True)
+REQUIRED = dataclasses.MISSING
+
+
+class OneOf:
+    """A mutually exclusive group that flags of several fields share (`Flag(exclusive=OneOf(...))`,
+    the same object on each); `required`: one of them must be given."""
+
+    def __init__(self, required: bool = False):
+        self.required = required
 
 
 class Flag:
@@ -30,14 +44,18 @@ class Flag:
     `action` ("store_true", "store_false", "count", "store_const", or "bool": --x / --no-x),
     `const`, `nargs`, `metavar`; `default`: the parser's default where it is not the field's (a
     value parse_args resolves, such as None for "not given"); `group`: the --help section
-    (None: the top); `exclusive`: flags of one field sharing it are mutually exclusive."""
+    (None: the top); `exclusive`: True: flags of one field sharing it are mutually exclusive; a
+    OneOf: the flags (of any fields) given that OneOf are. One name without a leading '-' is a
+    positional argument named as the field."""
 
     def __init__(self, *names: str, help: str | Callable[[], str], type: Callable | None = None,  # noqa: A002
                  choices: tuple | Callable[[], tuple] | None = None, action: str | None = None, const: Any = None,
                  nargs: str | None = None, metavar: str | None = None, default: Any = SAME,
-                 group: str | None = None, exclusive: bool = False):
-        if not names or not all(n.startswith("-") for n in names):
-            raise ValueError(f"flag names must start with '-', got {names!r}")
+                 group: str | None = None, exclusive: bool | OneOf = False):
+        positional = len(names) == 1 and names[0].isidentifier()
+        if not names or not (positional or all(n.startswith("-") for n in names)):
+            raise ValueError(f"flag names must start with '-' (or be one positional name), got {names!r}")
+        self.positional = positional
         self.names, self.help, self.type, self.choices = names, help, type, choices
         self.action, self.const, self.nargs, self.metavar = action, const, nargs, metavar
         self.default, self.group, self.exclusive = default, group, exclusive
@@ -54,13 +72,22 @@ class Flag:
 
     def kwargs(self, dest: str, field_default: Any) -> dict:
         """The keyword arguments of argparse's add_argument for this flag."""
-        kw: dict[str, Any] = {"dest": dest, "help": self.help_text(field_default)}
+        kw: dict[str, Any] = {"help": self.help_text(field_default)}
+        if self.positional:
+            if self.names[0] != dest:
+                raise ValueError(f"positional argument {self.names[0]!r} must be named as its field {dest!r}")
+        else:
+            kw["dest"] = dest
         action = self.action
         if action == "bool":
             kw["action"] = argparse.BooleanOptionalAction
         elif action is not None:
             kw["action"] = action
-        kw["default"] = self.parser_default(field_default)
+        if field_default is REQUIRED:
+            if not self.positional:
+                kw["required"] = True
+        else:
+            kw["default"] = self.parser_default(field_default)
         if self.type is not None:
             kw["type"] = self.type
         if self.choices is not None:
@@ -73,11 +100,19 @@ class Flag:
 
 def setting(default: Any, *flags: Flag, sampled_only: bool = False, per_run: bool = False,
             internal: bool = False) -> Any:
-    """A dataclass field with its default and the flags that set it (none: `internal` must say so)."""
+    """A dataclass field with its default (REQUIRED: none) and the flags that set it (none:
+    `internal` must say so). A class with REQUIRED fields after defaulted ones is declared
+    `@dataclass(kw_only=True)`."""
     if not flags and not internal:
         raise ValueError("a setting without a flag must be declared internal=True")
     meta = {"flags": tuple(flags), "sampled_only": sampled_only, "per_run": per_run, "internal": internal}
     return dataclasses.field(default=default, metadata=meta)
+
+
+def parse_settings(parser: argparse.ArgumentParser, cls, argv) -> Any:
+    """`cls` from the command line `argv` (None: sys.argv[1:]) parsed by `parser` (built with
+    add_flags(parser, cls)); argparse exits with status 2 on a bad value."""
+    return cls(**vars(parser.parse_args(argv)))
 
 
 def flags_of(cls) -> list[tuple[dataclasses.Field, tuple[Flag, ...]]]:
@@ -111,6 +146,7 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     """Add the flags of every field of `cls` to `parser`, each under its group (groups in the order
     they first appear)."""
     groups: dict[str, Any] = {}
+    shared: dict[int, Any] = {}  # id(OneOf) -> its argparse group
     for field, flags in flags_of(cls):
         exclusive = None
         for flag in flags:
@@ -119,7 +155,12 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
                 if flag.group not in groups:
                     groups[flag.group] = parser.add_argument_group(flag.group)
                 target = groups[flag.group]
-            if flag.exclusive:
+            if isinstance(flag.exclusive, OneOf):
+                one_of = flag.exclusive
+                if id(one_of) not in shared:
+                    shared[id(one_of)] = target.add_mutually_exclusive_group(required=one_of.required)
+                target = shared[id(one_of)]
+            elif flag.exclusive:
                 exclusive = exclusive or target.add_mutually_exclusive_group()
                 target = exclusive
             target.add_argument(*flag.names, **flag.kwargs(field.name, field.default))

@@ -26,9 +26,13 @@ import os
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["main", "build_parser"]
+from .common_settings import force_setting, reorder_nodes_setting, scale_setting, seed_setting, undirected_setting
+from .flag_spec import REQUIRED, Flag, add_flags, parse_settings, setting
+
+__all__ = ["main", "build_parser", "PrepareSettings"]
 
 _MB = float(1 << 20)
 #: host bytes per CSR entry of relabelling a whole graph beyond two copies of it (the label
@@ -37,13 +41,33 @@ _MB = float(1 << 20)
 _REORDER_BYTES_PER_EDGE = 48
 
 
-def _reorder_choices() -> tuple[str, ...]:
-    from ..data.reorder import METHODS
+@dataclass(frozen=True, kw_only=True)
+class PrepareSettings:
+    """What `python -m mgg.prepare` is asked to do, each field with the flag that sets it
+    (mgg.apps.flag_spec: the parser is built from these fields)."""
 
-    return ("auto", *METHODS)
-
-
-REORDER_CHOICES = _reorder_choices()
+    dataset: str = setting(REQUIRED, Flag(
+        "dataset", help="a preset name (reddit-like, products-like, papers-like, sbm, karate) or a graph file"))
+    out: str | None = setting(None, Flag("--out", help="the .npz to write (omit to only size an existing .npz)"))
+    scale: float = scale_setting(help="presets: nodes and edges x scale, in (0, 1]")
+    seed: int = seed_setting(help="generator seed (the same as mgg.train's --seed)")
+    device: str = setting("cpu", Flag("--device", help="where presets draw their edges and features (cpu or cuda)"))
+    ranks: str = setting("", Flag("--ranks", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8"))
+    hidden: int = setting(16, Flag("--hidden", type=int, help="hidden width, for the symmetric heap column"))
+    reorder_nodes: str = reorder_nodes_setting(
+        help="relabel the nodes before writing (docs/partition.md): auto keeps a local input order "
+             "and otherwise writes the cluster order when it cuts the remote rows (mgg.apps.node_order; "
+             "--device cuda relabels on the GPU); metis needs pymetis; none keeps the input order. A relabelled file "
+             "stores user_ids (the input's id of every "
+             "node), and training needs no --reorder-nodes. The graph is held whole while it is "
+             "relabelled: a preset too large for this host is written in its generated order")
+    undirected: bool = undirected_setting(
+        help="symmetrise the graph before writing (every edge in both directions, duplicates removed)")
+    force: bool = force_setting(help="overwrite --out if it exists (still atomically)")
+    dry_run: bool = setting(False, Flag(
+        "--dry-run", action="store_true",
+        help="presets: draw every edge and feature and size them for --ranks, but write no file "
+             "(what a host can generate and partition, without the disk the file needs)"))
 
 
 class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
@@ -60,25 +84,7 @@ class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mgg.prepare", description=__doc__.split("\n\n")[0],
                                 formatter_class=_DefaultsShown)
-    p.add_argument("dataset", help="a preset name (reddit-like, products-like, papers-like, sbm, karate) or a graph file")
-    p.add_argument("--out", default=None, help="the .npz to write (omit to only size an existing .npz)")
-    p.add_argument("--scale", type=float, default=1.0, help="presets: nodes and edges x scale, in (0, 1]")
-    p.add_argument("--seed", type=int, default=0, help="generator seed (the same as mgg.train's --seed)")
-    p.add_argument("--device", default="cpu", help="where presets draw their edges and features (cpu or cuda)")
-    p.add_argument("--ranks", default="", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8")
-    p.add_argument("--hidden", type=int, default=16, help="hidden width, for the symmetric heap column")
-    p.add_argument("--reorder-nodes", choices=REORDER_CHOICES, default="auto",
-                   help="relabel the nodes before writing (docs/partition.md): auto keeps a local input order "
-                        "and otherwise writes the cluster order when it cuts the remote rows (mgg.apps.node_order; "
-                        "--device cuda relabels on the GPU); metis needs pymetis; none keeps the input order. A relabelled file stores user_ids (the input's id of every "
-                        "node), and training needs no --reorder-nodes. The graph is held whole while it is "
-                        "relabelled: a preset too large for this host is written in its generated order")
-    p.add_argument("--undirected", action="store_true",
-                   help="symmetrise the graph before writing (every edge in both directions, duplicates removed)")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists (still atomically)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="presets: draw every edge and feature and size them for --ranks, but write no file "
-                        "(what a host can generate and partition, without the disk the file needs)")
+    add_flags(p, PrepareSettings)
     return p
 
 
@@ -110,7 +116,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _write(ns: argparse.Namespace) -> None:
+def _write(ns: PrepareSettings) -> None:
     from ..data.generators import PRESETS, save_preset
 
     out = ns.out
@@ -152,7 +158,7 @@ def _reorder_bytes(num_nodes: int, num_edges: int, num_features: int, method: st
     return 2 * graph + order
 
 
-def _auto_for_preset(ns: argparse.Namespace) -> str:
+def _auto_for_preset(ns: PrepareSettings) -> str:
     """``auto`` for a generated preset: "auto" when the whole graph can be relabelled on this host
     (its ids are random, so the rule will reorder it), else "none" with a line saying why."""
     from ..data.generators import PRESETS, preset_sizes
@@ -168,7 +174,7 @@ def _auto_for_preset(ns: argparse.Namespace) -> str:
     return "none"
 
 
-def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
+def _write_reordered(ns: PrepareSettings, method: str) -> tuple[int, int]:
     """Load (or generate) the dataset whole, relabel it by `method` ("auto": mgg.apps.node_order's
     rule), write it with its user_ids (atomically); returns (nodes, edges)."""
     from ..data import load_dataset
@@ -190,7 +196,7 @@ def _write_reordered(ns: argparse.Namespace, method: str) -> tuple[int, int]:
     return g.num_nodes, g.num_edges
 
 
-def _dry_run(ns: argparse.Namespace, ps: list[int]) -> None:
+def _dry_run(ns: PrepareSettings, ps: list[int]) -> None:
     """Draw a preset chunk by chunk (edges and features), size it for every P, keep nothing."""
     from ..data.generators import PRESETS, preset_parts
     from ..runtime.footprint import footprints_from_chunks
@@ -284,7 +290,7 @@ def _print_table(what: str, num_nodes: int, num_edges: int, f: int, p: int, fps,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns 0, exits 2 with one line on bad input."""
-    ns = build_parser().parse_args(argv)
+    ns = parse_settings(build_parser(), PrepareSettings, argv)
     try:
         ps = _ranks(ns.ranks)
         if not (0 < ns.scale <= 1):

@@ -18,6 +18,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
+from ..knobs import SERVICE_DEFAULTS as _DEFAULTS
 from ..runtime.comm import Communicator
 from .bag import MultiTableEmbeddingBag
 from .batcher import LookupBatcher
@@ -42,23 +43,23 @@ class ServiceConfig:
     Connections: `max_connections` open (the oldest idle one makes room), closed after
     `idle_timeout_s` without a complete request; `io_timeout_s` to read a body or write an answer.
     Ranks: `watchdog_timeout_s` a step may take before the job is aborted (0: no watchdog; health
-    still turns failing after 10 s).
+    still turns failing after 10 s). The defaults are mgg.knobs.SERVICE_DEFAULTS.
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8700
+    host: str = _DEFAULTS["host"]
+    port: int = _DEFAULTS["port"]
     token: str | None = None
-    max_body_bytes: int = 16 << 20
-    max_bags: int = 65536
-    max_reply_bytes: int = 16 << 20
-    max_batch: int = 64
-    max_wait_ms: float = 2.0
-    max_batch_ids: int = 2048
-    request_timeout_s: float = 60.0
-    max_connections: int = 4096
-    idle_timeout_s: float = 15.0
-    io_timeout_s: float = 30.0
-    watchdog_timeout_s: float = 30.0
+    max_body_bytes: int = _DEFAULTS["max_body_bytes"]
+    max_bags: int = _DEFAULTS["max_bags"]
+    max_reply_bytes: int = _DEFAULTS["max_reply_bytes"]
+    max_batch: int = _DEFAULTS["max_batch"]
+    max_wait_ms: float = _DEFAULTS["max_wait_ms"]
+    max_batch_ids: int = _DEFAULTS["max_batch_ids"]
+    request_timeout_s: float = _DEFAULTS["request_timeout_s"]
+    max_connections: int = _DEFAULTS["max_connections"]
+    idle_timeout_s: float = _DEFAULTS["idle_timeout_s"]
+    io_timeout_s: float = _DEFAULTS["io_timeout_s"]
+    watchdog_timeout_s: float = _DEFAULTS["watchdog_timeout_s"]
     snapshot_dir: str = "snapshots"
 
     @property
