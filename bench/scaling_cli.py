@@ -10,7 +10,9 @@ prints every rank's distinct remote rows under mgg's ranges for each P (the rows
 moves). Then for every model and P of `--ranks` the machine has GPUs for, `mpirun -np P python -m
 mgg.train --dataset FILE --model M --epochs E --metrics-json ...` (P = 1 without mpirun) -- no
 other flag, so the run is what a user gets -- and the table: median epoch ms, speedup over the
-same order's P = 1, time to the first epoch, and the largest rank's remote rows.
+same order's P = 1, time to the first epoch, the largest rank's remote rows, the largest rank's
+peak GPU and host memory, and the validation accuracy and final loss (which P ranks should share
+with one rank).
 """
 from __future__ import annotations
 
@@ -79,6 +81,14 @@ def train_once(path: str, model: str, p: int, epochs: int, out: str) -> dict | N
         return json.load(f)
 
 
+def peak_memory_gb(doc: dict | None) -> dict:
+    """{"gpu_peak_gb", "host_peak_gb"}: the largest rank's peaks from a metrics JSON's `memory`
+    (None where the run failed or did not record them)."""
+    mem = (doc or {}).get("memory") or {}
+    gpu, host = mem.get("max_gpu_peak_mb"), mem.get("max_host_peak_mb")
+    return {"gpu_peak_gb": None if gpu is None else gpu / 1024, "host_peak_gb": None if host is None else host / 1024}
+
+
 def cli_rows(args) -> list[dict]:
     from bench.scaling import _gpus
 
@@ -105,20 +115,24 @@ def cli_rows(args) -> list[dict]:
                                  "speedup_vs_P1": base / ms if base and ms else None,
                                  "first_epoch_s": doc.get("time_to_first_epoch_s") if doc else None,
                                  "remote_rows_max": max(rr[p]), "prepare_s": prep_s,
-                                 "val_acc": doc.get("val_acc") if doc else None})
+                                 "val_acc": doc.get("val_acc") if doc else None,
+                                 "final_loss": doc.get("final_loss") if doc else None,
+                                 **peak_memory_gb(doc)})
     return rows
 
 
 def print_cli_table(rows: list[dict]) -> None:
-    def f(v, spec):
-        return "-" if v is None else format(v, spec)
+    def f(v, spec):  # a missing value: a dash in the column's width
+        return format("-", ">" + spec.split(".")[0]) if v is None else format(v, spec)
 
     print(f"\n{'dataset':>16} {'order':>6} {'model':>5} {'P':>2} | {'epoch ms':>9} {'vs P=1':>7} | "
-          f"{'first epoch s':>13} | {'remote rows max':>15} | {'val acc':>7}")
+          f"{'first epoch s':>13} | {'remote rows max':>15} | {'GPU GB':>6} {'host GB':>7} | {'val acc':>7} "
+          f"{'final loss':>10}")
     for r in rows:
         print(f"{r['dataset']:>16} {r['order']:>6} {r['model']:>5} {r['P']:>2} | {f(r['epoch_ms'], '9.2f')} "
               f"{f(r['speedup_vs_P1'], '7.2f')} | {f(r['first_epoch_s'], '13.1f')} | {r['remote_rows_max']:>15,} | "
-              f"{f(r['val_acc'], '7.4f')}")
+              f"{f(r.get('gpu_peak_gb'), '6.1f')} {f(r.get('host_peak_gb'), '7.1f')} | {f(r['val_acc'], '7.4f')} "
+              f"{f(r.get('final_loss'), '10.6f')}")
 
 
 def add_cli_args(ap) -> None:

@@ -55,3 +55,22 @@ def test_cli_mode_writes_each_order_once_and_counts_remote_rows(tmp_path, capsys
         assert remote_rows(str(path), [2])[2] == [f.remote_rows for f in rank_footprints(g.indptr, g.indices, 2)]
         assert graph_file(str(tmp_path), "sbm:0.1", order, "cpu") == (str(path), 0.0)  # reused
     assert json.loads((tmp_path / "scaling-cli.json").read_text())["rows"] == []
+
+
+def test_cli_table_shows_the_largest_ranks_memory_and_loss(capsys):
+    """The --cli table reads the largest rank's peaks from the metrics JSON (GB) and prints them
+    beside the final loss; a failed run prints dashes."""
+    from bench.scaling_cli import peak_memory_gb, print_cli_table
+
+    doc = {"memory": {"max_gpu_peak_mb": 2816.0, "max_host_peak_mb": 4300.8}}
+    assert peak_memory_gb(doc) == {"gpu_peak_gb": 2.75, "host_peak_gb": 4.2}
+    assert peak_memory_gb(None) == {"gpu_peak_gb": None, "host_peak_gb": None}
+    row = {"dataset": "reddit-like:1", "order": "none", "model": "gcn", "P": 4, "epoch_ms": 1.69,
+           "speedup_vs_P1": 2.69, "first_epoch_s": 10.2, "remote_rows_max": 175_000, "val_acc": 0.9989,
+           "final_loss": 0.056402, **peak_memory_gb(doc)}
+    failed = dict(row, epoch_ms=None, speedup_vs_P1=None, final_loss=None, **peak_memory_gb(None))
+    print_cli_table([row, failed])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "GPU GB" in lines[0] and "final loss" in lines[0]
+    assert "2.8" in lines[1] and "4.2" in lines[1] and "0.056402" in lines[1]
+    assert lines[2].split().count("-") == 5 and len(lines[2]) == len(lines[1])  # aligned dashes
