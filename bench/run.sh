@@ -19,7 +19,9 @@
 #              alone at D = 16, 64 with its floors (bench/local_csr.py, wpb 4/8/16, packed rows
 #              and bundles); GAT against PyG
 #              (products-like@0.5, bench/gat.py)
-#   scaling    bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has; with 3+ GPUs P = 1 runs on
+#   scaling    python -m mgg.train with default flags at P = 1, 2, 4, 8 on reddit-like and products-like in
+#              the input order and mgg.prepare's (bench/scaling.py --cli; SCALING_CLI_ARGS); then
+#              bench/fullgraph.py at P = 1, 2, 4, 8 (those the machine has; with 3+ GPUs P = 1 runs on
 #              the last GPU beside P = 2 on the first two), then bench/scaling.py's table (speedup over P = 1 and over NCCL, GPU memory, NVLink MB and floor per epoch);
 #              bench/overlap.py (local, remote, both) at P = all GPUs when there are several
 #
@@ -46,7 +48,7 @@ declare -A STAGES=(
   [embedding]="embedding-lookup embedding-serve dlrm"
   [e2e]="e2e e2e-papers"
   [one-gpu]="one-gpu-epochs one-gpu-kernels one-gpu-gat"
-  [scaling]="scaling overlap"
+  [scaling]="scaling-cli scaling overlap"
 )
 SAVED_REDDIT_GRID=bench/results/2026-11-23-h200x2-394dc46/tune-grid-reddit-like-P2-20261123-030756.json
 
@@ -334,6 +336,14 @@ stage_scaling() {
   done
   run_cmd 60 1 scaling-table.txt "." python3 bench/scaling.py --summarize "$RUN/scaling" || rc=1
   return $rc
+}
+# what users run: python -m mgg.train with default flags at P = 1, 2, 4, 8 (those the machine has)
+# on each graph in its input order and in the order mgg.prepare writes (bench/scaling_cli.py)
+SCALING_CLI_DEFAULT="--ranks 1,2,4,8 --datasets reddit-like:1,products-like:1 --orders none,auto --models gcn,gin --epochs 30"
+stage_scaling-cli() {
+  # shellcheck disable=SC2086  # SCALING_CLI_ARGS is a list of words
+  run_cmd 1800 1 scaling-cli.log "^ +(reddit|products|papers)|dataset|P=|Error" python3 bench/scaling.py --cli \
+    --out "$RUN/scaling-cli" ${SCALING_CLI_ARGS:-$SCALING_CLI_DEFAULT}
 }
 stage_overlap() {
   if ((NGPU < 2)); then skip "one GPU: no remote work to overlap"; return 0; fi

@@ -21,7 +21,7 @@ SUITES = {
     "embedding": ["embedding-lookup", "embedding-serve", "dlrm"],
     "e2e": ["e2e", "e2e-papers"],
     "one-gpu": ["one-gpu-epochs", "one-gpu-kernels", "one-gpu-gat"],
-    "scaling": ["scaling", "overlap"],
+    "scaling": ["scaling-cli", "scaling", "overlap"],
 }
 
 
@@ -119,6 +119,8 @@ def test_begin_and_end_write_the_folder(tmp_path):
 def test_scaling_runs_p1_beside_p2_when_a_third_gpu_is_free():
     r = dry("scaling", NGPU="4")
     assert r.returncode == 0, r.stderr
+    cli = [ln for ln in r.stdout.splitlines() if "bench/scaling.py --cli" in ln]
+    assert len(cli) == 1 and "mpirun" not in cli[0]  # it launches mpirun itself, for each P
     lines = [ln for ln in r.stdout.splitlines() if "bench/fullgraph.py" in ln]
     assert len(lines) == 3  # P = 1, 2, 4
     assert "env CUDA_VISIBLE_DEVICES=3 python3" in lines[0] and "mpirun" not in lines[0]
