@@ -424,9 +424,9 @@ extern "C" __global__ void mgg_halo_gather(long long nrows, const int* __restric
 // buffer, halo[h] = scale[h] * x_{hpe[h]}[hrow[h]] (scale null: a copy; scale is float32 rows
 // only). Narrow rows do not idle a warp: G = 32 / L rows per warp at once, L = pow2ceil(D4)
 // lanes per row (at most 32), each lane a float4 column c, c + L, ... of its row.
-// Latency, not the thread count, bounds an NVLink copy: each lane group keeps GATHER_ILP rows'
-// loads in flight (rows h, h + S, ..., S = the grid's lane groups), so a grid of a few blocks an
-// SM saturates NVLink and leaves the other warp slots to the local pass running beside it.
+// Each lane group keeps GATHER_ILP rows' loads in flight (rows h, h + S, ..., S = the grid's lane
+// groups) before it stores any: an NVLink load waits microseconds, and independent loads overlap
+// those waits. The grid is halo_csr.GATHER_BLOCKS_PER_SM blocks an SM (where that is measured).
 // Geometry: blockDim.x = 32 * wpb, grid-stride over GATHER_ILP * S rows.
 #define GATHER_ILP 8
 extern "C" __global__ void mgg_halo_gather_rows(long long nrows, const int* __restrict__ hpe,
