@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..streams import LaunchCache
-from ..variants import CSR_ROWS_MAX_DIM_PADDED, CSR_ROWS_MAX_VPL, lane_layout
+from ..variants import CSR_ROWS_MAX_VPL, lane_layout
 from .schedule import SCAN_LANES, RowSchedule
 from .weights import WEIGHT_MODES
 
