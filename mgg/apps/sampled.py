@@ -201,7 +201,7 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         drop_gen = torch.Generator(device=dg.device).manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
         opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         res = TrainResult(model=model, world_size=comm.size, backend=dg.backend, mode="sampled")
-        state = LoopState(cfg, comm, dg, data, res, stop=stop)
+        state = LoopState(cfg, comm, dg, data, res, stop=stop, clock=clock)
         hooks = SampledHooks(state, model, opt, drop_gen, loader)
         state.bar = progress_bar(cfg, comm, 0) if verbose else None
         run_epochs(state, hooks)

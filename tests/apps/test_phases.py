@@ -39,3 +39,12 @@ def test_reorder_nodes_flag_relabels_before_partitioning(tmp_path):
     doc = json.loads(out.read_text())
     assert "reorder" in doc["phases"] and doc["config"]["reorder_nodes"] == "rcm"
     assert doc["val_acc"] > 0.6  # relabelling does not change what is learnt (sbm, 1,000 nodes)
+
+
+def test_sampled_mode_reports_its_phases(tmp_path):
+    out = tmp_path / "m.json"
+    assert main(["--dataset", "sbm", "--scale", "0.1", "--epochs", "2", "--backend", "cpu", "--no-progress",
+                 "--mode", "sampled", "--fanout", "5,5", "--batch-size", "64", "--metrics-json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert {"init", "load", "build", "first_epoch"} <= set(doc["phases"])
+    assert sum(doc["phases"].values()) <= doc["time_to_first_epoch_s"]
