@@ -1,7 +1,16 @@
 """Remote work beside local work on the degree-aware CSR kernels: the `halo_csr` variant.
 
 `HaloCsrExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with remote work
-(P > 1) in four steps, on this rank's GPU (collective):
+(P > 1) on this rank's GPU (collective), in one of two forms.
+
+Fused (`fused`, the default): x goes into this PE's symmetric slice, which is published; one
+`mgg_halo_gather_rows` launch copies this rank's own rows and every unique remote row the plan
+reads into a private table [n + H, Dp] (own rows first, halo slot h at row n + h; each row scaled
+by its column factor where the GCN table is prescaled); one `mgg_csr_rows` pass then runs the
+joined CSR (mgg/kernels/fused_rows.py: each row's local entries, then its remote entries at
+columns n + h) over that table and writes every row once. Then release.
+
+Two passes (`fused = False`), in four steps:
 
   1. x goes into this PE's symmetric slice, which is published (other ranks read it).
   2. `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies every unique remote row the plan
@@ -15,8 +24,11 @@
      whose columns are halo slots (`plan.remote_slot`), and *adds* each row's sum to the row the
      local pass wrote (`add = 1`; rows without remote entries get no task). Then release.
 
-So each remote row crosses NVLink once (as in `halo`), and both passes are the atomics-free row
-kernels of `csr_rows` instead of the partition kernels. By default (`overlap`) the publish barrier
+So each remote row crosses NVLink once (as in `halo`), and the passes are the atomics-free row
+kernels of `csr_rows` instead of the partition kernels. The fused form reads each row's whole
+neighbourhood in one task (a row split over the two passes pays its setup, its hub chunks and
+its output twice) but waits for the barrier and the gather before its pass; the two-pass form
+runs the local pass beside them. By default (`overlap`) the publish barrier
 and the gather run on a high-priority side stream while the local pass runs on the current stream:
 the local pass reads only this rank's rows, so it waits neither for the slowest rank nor for
 NVLink.
@@ -40,8 +52,12 @@ import torch
 from ..runtime.plan import AggregationPlan
 from .csr_rows import (CSR_ROWS_MAX_DIM_PADDED, DEFAULT_CHUNK, STORAGE_SUFFIX, WEIGHT_MODES, CsrRowsExecutor, RowSchedule,
                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
+from .fused_rows import fused_csr
 
-__all__ = ["HaloCsrExecutor", "remote_factors"]
+__all__ = ["HaloCsrExecutor", "remote_factors", "FUSED_DEFAULT"]
+
+#: whether a HaloCsrExecutor runs the fused form (one pass over [own | halo] rows) by default
+FUSED_DEFAULT = True
 
 #: rows per block of the gather: 8 warps
 _GATHER_WPB = 8
@@ -119,7 +135,9 @@ class HaloCsrExecutor:
         storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
 
     Attributes:
-        overlap: True (default) runs the publish barrier and the gather on the side stream beside
+        fused: True (FUSED_DEFAULT) runs the fused form (module docstring); False the two passes.
+            Calls with `only` run the two passes.
+        overlap: (two passes) True (default) runs the publish barrier and the gather on the side stream beside
             the local pass; False runs barrier, gather, local pass and remote pass one after the
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
             at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
@@ -128,6 +146,8 @@ class HaloCsrExecutor:
         gather_blocks: the gather's grid cap (None: GATHER_BLOCKS_PER_SM blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
+        rows: the CsrRowsExecutor that aggregates this rank's rows in the current form (the
+            joined CSR's when fused, built on first use; else `local`).
 
     float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
     """
@@ -142,6 +162,7 @@ class HaloCsrExecutor:
                                      storage_dtype=storage_dtype, local_part=True)
         self.plan, self.store, self.kind = plan, store, kind
         self.storage_dtype = storage_dtype
+        self.fused = FUSED_DEFAULT
         self.overlap = True
         self.gather_blocks: int | None = None
         dev = self.local.device
@@ -166,6 +187,10 @@ class HaloCsrExecutor:
         self._gathered = torch.cuda.Event()
         self.num_sms = self.local.num_sms
         self._wide = None
+        self._joined: CsrRowsExecutor | None = None
+        self._table_pe = self._table_row = None  # the fused gather's (pe, row) list: own rows, then the halo
+        if self.fused and plan.halo_size:
+            self.joined  # built with the executor (DistGraph.prepare: the build phase), not in the first step
 
     @property
     def takes_scaled_input(self) -> bool:
@@ -181,10 +206,37 @@ class HaloCsrExecutor:
     @poison.setter
     def poison(self, value: bool) -> None:
         self.local.poison = bool(value)
+        if self._joined is not None:
+            self._joined.poison = bool(value)
 
     @property
     def prep_seconds(self) -> float:
-        return self.local.prep_seconds
+        return self.local.prep_seconds + (self._joined.prep_seconds if self._joined is not None else 0.0)
+
+    @property
+    def rows(self) -> CsrRowsExecutor:
+        """The executor of this rank's rows in the current form (see the class docstring)."""
+        return self.joined if self.fused and self.plan.halo_size else self.local
+
+    @property
+    def joined(self) -> CsrRowsExecutor:
+        """The CsrRowsExecutor of the joined CSR over [own | halo] rows (built on first use, with
+        the local executor's knobs; its weights checked entry by entry, mgg.kernels.fused_rows)."""
+        if self._joined is None:
+            p, loc, dev = self.plan, self.local, self.device
+            csr = fused_csr((loc.indptr, loc.src, _dev(p.local_weight, np.float32, dev)), loc.factors,
+                            (self.indptr, self.src, _dev(p.remote_weight, np.float32, dev)), self.factors,
+                            p.n_local, p.halo_size)
+            self._joined = CsrRowsExecutor(p, self.store, self.kind, wpb=loc.wpb, long_threshold=loc.long_threshold,
+                                           chunk=loc.chunk, storage_dtype=self.storage_dtype,
+                                           row_mapping=loc.row_mapping, bundle_batches=loc.bundle_batches,
+                                           bundle_window=loc.bundle_window, source_segments=loc.source_segments,
+                                           scan_run=loc.scan_run, csr=csr)
+            self._joined.poison = self.poison
+            me = np.full(p.n_local, p.rank, np.int32)
+            self._table_pe = torch.cat([_dev(me, np.int32, dev), self.hpe])
+            self._table_row = torch.cat([torch.arange(p.n_local, dtype=torch.int32, device=dev), self.hrow])
+        return self._joined
 
     def schedule(self, groups: int) -> RowSchedule:
         """The remote CSR's row schedule for `groups` lane groups (rows with remote entries only)."""
@@ -194,8 +246,10 @@ class HaloCsrExecutor:
         return self._schedules[groups]
 
     def retune(self, wpb: int | None = None, long_threshold: int | None = None, chunk: int | None = None) -> None:
-        """The row kernels' knobs, for both passes (schedules are rebuilt lazily)."""
+        """The row kernels' knobs, for both forms (schedules are rebuilt lazily)."""
         self.local.retune(wpb, long_threshold, chunk)
+        if self._joined is not None:
+            self._joined.retune(wpb, long_threshold, chunk)
         self._schedules.clear()
 
     def _halo(self, rows: int, width: int) -> torch.Tensor:
@@ -204,20 +258,23 @@ class HaloCsrExecutor:
             return torch.full((rows, width), float("nan"), dtype=dt, device=self.device)
         return torch.empty((rows, width), dtype=dt, device=self.device)
 
-    def _gather(self, sym, halo: torch.Tensor, dv: int, lanes: int, scale: bool) -> None:
+    def _gather(self, sym, halo: torch.Tensor, dv: int, lanes: int, scale: bool, table: bool = False) -> None:
         """mgg_halo_gather_rows on the current stream: halo[h] = (cf[h] *) x_{pe[h]}[row[h]]
         (cf with `scale`); `lanes` per row as the kernel picks them (pow2ceil(dv), at most 32:
-        `_layout`'s)."""
-        h = self.plan.halo_size
+        `_layout`'s). `table`: the fused form's list (own rows, then the halo) and column factor
+        (the joined executor's)."""
+        h = self.plan.halo_size + (self.plan.n_local if table else 0)
         if not h:
             return
+        pe, row = (self._table_pe, self._table_row) if table else (self.hpe, self.hrow)
+        cf = (self.joined.cf if table else self.cf) if scale else None
         rows_per_block = _GATHER_WPB * (32 // lanes) * _GATHER_ILP
         blocks = max(1, min(-(-h // rows_per_block), self.gather_blocks or self.num_sms * GATHER_BLOCKS_PER_SM))
         cache = self.local.launch_cache
         fn = cache.function(self.gather_module, "mgg_halo_gather_rows")
         with cache.stream():
-            fn((blocks,), (32 * _GATHER_WPB,), (np.int64(h), _p(self.hpe), _p(self.hrow), np.uint64(sym.data_ptr),
-                                               np.int32(dv), _p(self.cf if scale else None), _p(halo)))
+            fn((blocks,), (32 * _GATHER_WPB,), (np.int64(h), _p(pe), _p(row), np.uint64(sym.data_ptr),
+                                               np.int32(dv), _p(cf), _p(halo)))
 
     def _remote_pass(self, halo: torch.Tensor, out: torch.Tensor, dv: int, lanes: int, vpl: int,
                      scaled: bool, row_factor: bool) -> None:
@@ -264,6 +321,8 @@ class HaloCsrExecutor:
             raise ValueError(f"halo_csr: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
                              f"expected {self.storage_dtype} [*, {dp}]")
         sym.write(x)
+        if self.fused and only is None and p.halo_size and (not factored or self.joined.takes_scaled_input):
+            return self._fused_call(x, sym, dim, dv, dp, lanes, scaled_input, row_factor)
         cur = torch.cuda.current_stream(self.device)
         halo = self._halo(max(p.halo_size, 1), dp)
         run_remote = only != "local" and p.halo_size > 0
@@ -291,6 +350,19 @@ class HaloCsrExecutor:
             if gathered is not None:
                 cur.wait_event(gathered)
             self._remote_pass(halo, out, dv, lanes, vpl, self.prescale or factored, row_factor)
+        sym.release()
+        return out if out.shape[1] == dim else out[:, :dim].contiguous()
+
+    def _fused_call(self, x: torch.Tensor, sym, dim: int, dv: int, dp: int, lanes: int, scaled_input: bool,
+                    row_factor: bool) -> torch.Tensor:
+        """The fused form, x already in my slice (cf * x when `scaled_input`): publish, the table
+        of own and halo rows (scaled by the joined cf where it prescales), one pass, release."""
+        rows, p = self.joined, self.plan
+        prescale = not scaled_input and rows.can_prescale and rows.prescale
+        table = self._halo(p.n_local + p.halo_size, dp)
+        sym.publish()
+        self._gather(sym, table, dv, lanes, prescale, table=True)
+        out = rows.aggregate_local(x, sym, scaled_input or prescale, row_factor, table=table)
         sym.release()
         return out if out.shape[1] == dim else out[:, :dim].contiguous()
 

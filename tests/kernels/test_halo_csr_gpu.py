@@ -2,8 +2,8 @@
 against the float64 reference, on a power-law graph with hub rows split over several warps.
 
 Runs at P = 1 (no remote work: the local pass alone) and under `mpirun -np 2 python -m pytest
---with-mpi tests/kernels/test_halo_csr_gpu.py` (P = 2: the gather beside the local pass, then the
-remote pass adding to the rows). Every output, partial and halo buffer is NaN-poisoned. Needs CUDA,
+--with-mpi tests/kernels/test_halo_csr_gpu.py` (P = 2: the fused pass over [own | halo] rows; the
+two passes: the gather beside the local pass, then the remote pass adding to the rows). Every output, partial and halo buffer is NaN-poisoned. Needs CUDA,
 cupy and nvshmem4py.
 """
 import numpy as np
@@ -34,22 +34,26 @@ def test_matches_reference(kind, dim, transposed):
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr")) as dg:
         plan = dg.plan(kind, transposed)
         xl = torch.from_numpy(dg.local(x).copy()).cuda()
-        for chunk, overlap in ((2048, True), (300, True), (300, False)):  # 300: hubs split over warps
+        # fused (one pass over [own | halo] rows), then the two passes with and without overlap
+        for chunk, fused, overlap in ((2048, True, True), (300, True, True), (2048, False, True),
+                                      (300, False, True), (300, False, False)):  # 300: hubs split over warps
             ex = HaloCsrExecutor(plan, dg.store, kind, chunk=chunk)
-            ex.poison, ex.overlap = True, overlap
-            # the local pass in its default mapping, then in runs of rows (mgg_csr_scan where the
+            ex.poison, ex.fused, ex.overlap = True, fused, overlap
+            # the rows' pass in its default mapping, then in runs of rows (mgg_csr_scan where the
             # width has a scan kernel, else the default's kernels)
             for mapping in ("default", "scan"):
-                ex.local.retune(row_mapping=mapping)
+                ex.rows.retune(row_mapping=mapping)
                 for _ in range(2):  # buffers and schedules reused
                     out = ex(xl, dg.symmetric(dim)).cpu().numpy()
                     assert not np.isnan(out).any()
-                    assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5, (chunk, overlap, mapping)
-        if world().size > 1:
-            assert plan.num_remote_edges > 0
-            want = {"sum": "one", "sum_self": "one", "mean": "column" if transposed else "one", "gcn": "column"}[kind]
-            assert ex.factors.mode == want
-            assert ex.prescale == (want == "column")
+                    assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5, (chunk, fused, overlap, mapping)
+            if world().size > 1:
+                assert plan.num_remote_edges > 0
+                want = {"sum": "one", "sum_self": "one", "mean": "column" if transposed else "one",
+                        "gcn": "column"}[kind]
+                assert ex.factors.mode == want and ex.rows.factors.mode == want
+                assert ex.prescale == (want == "column")
+                assert (ex.rows is ex.local) != fused
 
 
 def test_halves_and_the_wide_fallback():

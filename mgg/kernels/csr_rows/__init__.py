@@ -27,10 +27,11 @@ Modules, by job:
     weights     the weight factorisation (factor_weights: one / column / weighted)
     launchers   the kernels' launch ABI (launch_csr_rows, launch_csr_scan, the scale and 16-bit
                 table passes), lane layouts and width limits
-    executor    CsrRowsExecutor: a plan's device arrays, its schedules and source segments, and
-                the choice of kernel, weight form and passes per call
+    executor    CsrRowsExecutor: a plan's device arrays (or a SourceCsr given instead), its
+                schedules and source segments, and the choice of kernel, weight form and passes
+                per call
 """
-from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor
+from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor, SourceCsr
 from ..variants import CSR_ROWS_MAX_DIM_PADDED, MAX_DIM_16
 from .launchers import (ALL_ROWS, DEFAULT_WPB, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
                         launch_csr_scan, lanes_for_width, pack_row_ends)
@@ -40,7 +41,7 @@ from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WIND
                        visit_order)
 from .weights import WEIGHT_MODES, WeightFactors, factor_weights
 
-__all__ = ["CsrRowsExecutor", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES",
+__all__ = ["CsrRowsExecutor", "SourceCsr", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES",
            "launch_csr_rows", "launch_csr_scan", "pack_row_ends", "lanes_for_width", "ALL_ROWS", "DEFAULT_WPB",
            "CSR_ROWS_MAX_DIM_PADDED", "MAX_DIM_16", "SCAN_WPB", "STORAGE_SUFFIX",
            "RowSchedule", "row_schedule", "bundle_rows", "bundles_pay", "visit_order", "entries_per_batch",

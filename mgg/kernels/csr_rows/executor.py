@@ -8,6 +8,7 @@ or a table scaled by the column factor) and the passes (source segments), then l
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,9 +25,9 @@ from .launchers import (DEFAULT_WPB, STORAGE_SUFFIX, launch_csr_rows, launch_csr
 from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_SCAN_RUN,
                        SCAN_DEFAULT_LANES, SCAN_LANES, SCAN_LONG_THRESHOLD, RowSchedule, bundles_pay,
                        check_row_knobs, default_long_threshold, entries_per_batch, row_schedule, visit_order)
-from .weights import WEIGHT_MODES, factor_weights
+from .weights import WEIGHT_MODES, WeightFactors, factor_weights
 
-__all__ = ["CsrRowsExecutor", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES"]
+__all__ = ["CsrRowsExecutor", "SourceCsr", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES"]
 
 #: the scan runs take GCN's self weight from the packed row factor (where the scaled self weight
 #: equals it) at this many lanes or more: products-like on a producer-scaled table, D = 16
@@ -37,6 +38,23 @@ SELF_FROM_RF_MIN_LANES = 4
 #: products-like GCN (one H200, bench/results/2026-11-27-h200x1-e7cb465 c3) validated at 0.8639
 #: with the fold against 0.8786 without it; bf16 (float32's range) read 0.8788 both ways.
 SCALED_INPUT_STORAGE = (torch.float32, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class SourceCsr:
+    """A CSR on the GPU that an executor runs instead of its plan's local CSR: the plan's n_local
+    rows over a table of `n_src` >= n_local rows whose first n_local rows are this rank's own
+    (mgg.kernels.halo_csr's fused pass: own rows, then the halo rows).
+
+    indptr int64 [n_local + 1]; src int32 [E] in [0, n_src); weight float32 [E] (the plan's
+    weights, read where the factors do not reproduce them); factors: the WeightFactors of the
+    CSR (row factor [n_local], column factor [n_src])."""
+
+    indptr: torch.Tensor
+    src: torch.Tensor
+    weight: torch.Tensor
+    n_src: int
+    factors: WeightFactors
 
 
 def _dev(a: np.ndarray | None, dtype, device) -> torch.Tensor | None:
@@ -70,6 +88,8 @@ class CsrRowsExecutor:
         source_segments: run the CSR as this many passes over contiguous source ranges (the
             first writes, the others add; see mgg/kernels/source_segments.py), or None: per
             width, `auto_source_segments` of the table's bytes and the GPU's L2.
+        csr: a SourceCsr to run instead of the plan's local CSR (its rows are the plan's, its
+            columns index a table of csr.n_src rows passed to `aggregate_local`).
 
     Attributes:
         storage_dtype: the element type the kernels read x in (float32, bfloat16, float16): x is
@@ -91,19 +111,22 @@ class CsrRowsExecutor:
                  storage_dtype: torch.dtype = torch.float32, local_part: bool = False,
                  row_mapping: str = "default", bundle_batches: int = DEFAULT_BUNDLE_BATCHES,
                  bundle_window: int = DEFAULT_BUNDLE_WINDOW, source_segments: int | None = None,
-                 scan_run: int = DEFAULT_SCAN_RUN):
+                 scan_run: int = DEFAULT_SCAN_RUN, csr: SourceCsr | None = None):
         check_row_knobs(row_mapping, bundle_batches, bundle_window, source_segments, scan_run)
         self.scan_run = int(scan_run)
         if storage_dtype not in STORAGE_SUFFIX:
             raise ValueError(f"csr_rows: storage dtype must be one of {list(STORAGE_SUFFIX)}, got {storage_dtype}")
         self.storage_dtype = storage_dtype
-        if plan.num_remote_edges and not local_part:
+        if plan.num_remote_edges and not local_part and csr is None:
             raise ValueError(f"csr_rows: rank {plan.rank}'s plan has {plan.num_remote_edges} remote edges; "
                              f"this kernel aggregates local rows only (use GPUExecutor)")
         if not 1 <= wpb <= 32:
             raise ValueError(f"csr_rows: wpb must be in [1, 32], got {wpb}")
-        if plan.num_local_edges >= 2**31 or plan.n_local >= 2**31:
-            raise ValueError(f"csr_rows: {plan.num_local_edges} edges / {plan.n_local} rows exceed int32 indices")
+        #: rows of the table the kernels read (own rows first) and entries of the CSR they run
+        self.n_src = plan.n_local if csr is None else int(csr.n_src)
+        self.num_edges = plan.num_local_edges if csr is None else int(csr.src.shape[0])
+        if self.num_edges >= 2**31 or self.n_src >= 2**31:
+            raise ValueError(f"csr_rows: {self.num_edges} edges / {self.n_src} table rows exceed int32 indices")
         t0 = time.perf_counter()
         self.plan, self.store, self.kind, self.wpb = plan, store, kind, wpb
         self.long_threshold, self.chunk = long_threshold, chunk
@@ -115,10 +138,13 @@ class CsrRowsExecutor:
         self.poison = False
         dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
-        self.indptr = _dev(plan.local_indptr, np.int64, dev)
-        self.src = _dev(plan.local_indices, np.int32, dev)
-        wt = _dev(plan.local_weight, np.float32, dev)  # kept only when the kernel reads it
-        self.factors = factor_weights(plan, kind, device=dev, on_device=(self.indptr, self.src, wt))
+        if csr is None:
+            self.indptr = _dev(plan.local_indptr, np.int64, dev)
+            self.src = _dev(plan.local_indices, np.int32, dev)
+            wt = _dev(plan.local_weight, np.float32, dev)  # kept only when the kernel reads it
+            self.factors = factor_weights(plan, kind, device=dev, on_device=(self.indptr, self.src, wt))
+        else:
+            self.indptr, self.src, wt, self.factors = csr.indptr, csr.src, csr.weight, csr.factors
         self.prep_seconds = time.perf_counter() - t0
         self._schedules: dict[int, RowSchedule] = {}
         self._pays: dict[int, bool] = {}  # groups -> bundles_pay, for the "default" mapping
@@ -142,11 +168,12 @@ class CsrRowsExecutor:
         # A table scaled by cf (by the producer: `scaled_input`; or by a factored call itself) runs
         # w = 1 in float32 and bf16 storage: bf16 then rounds the scaled row, cf * x, once.
         self.column_scalable = (f.mode == "column" and storage_dtype in SCALED_INPUT_STORAGE
-                                and self.cf is not None and self.cf.shape[0] == plan.n_local
+                                and self.cf is not None and self.cf.shape[0] == self.n_src
                                 and (self.diag is None or (self.diag.shape[0] == plan.n_local
                                                            and bool((self.cf > 0).all()))))
         self.can_prescale = self.column_scalable and storage_dtype == torch.float32
-        self.diag_prescaled = self.diag / self.cf if self.column_scalable and self.diag is not None else None
+        self.diag_prescaled = (self.diag / self.cf[:plan.n_local] if self.column_scalable and self.diag is not None
+                               else None)
         # Scaling once beats reading cf[src] per edge. One H200, gcn, default knobs
         # (bench/results/2026-11-26-h200x1-ae8f2a8/c1): products-like D = 16 1.637 ms scaled against
         # 1.978 per edge, reddit-like D = 16 0.922 against 1.555.
@@ -258,22 +285,22 @@ class CsrRowsExecutor:
         if self.source_segments is not None:
             return self.source_segments
         dv, _, lanes, vpl = self._layout(dim)
-        if vpl != 1 or not self.plan.num_local_edges:
+        if vpl != 1 or not self.num_edges:
             return 1
-        table = self.plan.n_local * dv * 16
+        table = self.n_src * dv * 16
         most, min_l2 = MAX_AUTO_SEGMENTS, None
         if self.uses_scan(lanes, vpl):
             most = MAX_AUTO_SEGMENTS_SCAN
             if self.storage_dtype != torch.float32:
                 most, min_l2 = MAX_AUTO_SEGMENTS_SCAN_16, AUTO_MIN_TABLE_L2_SCAN_16
-        return auto_source_segments(table, self.l2_bytes, self.plan.num_local_edges / max(self.plan.n_local, 1), most,
+        return auto_source_segments(table, self.l2_bytes, self.num_edges / max(self.plan.n_local, 1), most,
                                     min_l2)
 
     def segments(self, count: int) -> list[SourceSegment]:
         """The local CSR cut into `count` source segments (cached; built on the GPU)."""
         if count not in self._segments:
             t0 = time.perf_counter()
-            self._segments[count] = split_by_source(self.indptr, self.src, self.wt, self.plan.n_local, count)
+            self._segments[count] = split_by_source(self.indptr, self.src, self.wt, self.n_src, count)
             self.prep_seconds += time.perf_counter() - t0
         return self._segments[count]
 
@@ -286,7 +313,7 @@ class CsrRowsExecutor:
         count = self.segments_for(dim)
         if count == 1:
             return visit_order(self.schedule(32 // lanes, mapping), self.indptr)
-        order = source_segment_order(self.src, self.plan.n_local, count)
+        order = source_segment_order(self.src, self.n_src, count)
         parts, start = [], 0
         for k, seg in enumerate(self.segments(count)):
             pos = order[start:start + seg.num_entries]
@@ -411,11 +438,13 @@ class CsrRowsExecutor:
         return launch_scale_rows(self.module, self.launch_cache, self.cf, table, dv)
 
     def aggregate_local(self, x: torch.Tensor, sym=None, scaled_input: bool = False,
-                        row_factor: bool = True) -> torch.Tensor:
+                        row_factor: bool = True, table: torch.Tensor | None = None) -> torch.Tensor:
         """The local CSR's part, W_local x' + diag * x', on torch's current stream, touching no
         other rank (with 16-bit storage at world_size > 1, x' is read from `sym`, which must
         hold x already). Returns float32 [n_local, Dp] (Dp = D padded, see `_layout`).
-        scaled_input / row_factor: see __call__ (callers check `takes_scaled_input`)."""
+        scaled_input / row_factor: see __call__ (callers check `takes_scaled_input`).
+        table: the rows the kernels read, [n_src, Dp] in the storage dtype (own rows first, as
+        written: scaled by cf when `scaled_input`), instead of x (which then gives the width only)."""
         n = self.plan.n_local
         dim = int(x.shape[1])
         dv, dp, lanes, vpl = self._layout(dim)
@@ -423,7 +452,10 @@ class CsrRowsExecutor:
         sixteen = self.storage_dtype != torch.float32
         factored = scaled_input or not row_factor
         # a factored call on an unscaled 16-bit x scales it in the copy that rounds it (cf x, rounded once)
-        xin = self._table(x, sym, dim, dp, self.cf if factored and sixteen and not scaled_input else None)
+        if table is not None:
+            xin = table
+        else:
+            xin = self._table(x, sym, dim, dp, self.cf if factored and sixteen and not scaled_input else None)
         width = 4 * self.quads(dv)  # float32 output row: 4 columns a quad
         out = self._buf(n, width)
         mapping = self.short_mapping(lanes, vpl)
