@@ -3,14 +3,14 @@
 `HaloCsrExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with remote work
 (P > 1) on this rank's GPU (collective), in one of two forms.
 
-Fused (`fused`, the default): x goes into this PE's symmetric slice, which is published; one
+Fused (`fused`; by default where the halo buffer is large, `uses_fused`): x goes into this PE's symmetric slice, which is published; one
 `mgg_halo_gather_rows` launch copies this rank's own rows and every unique remote row the plan
 reads into a private table [n + H, Dp] (own rows first, halo slot h at row n + h; each row scaled
 by its column factor where the GCN table is prescaled); one `mgg_csr_rows` pass then runs the
 joined CSR (mgg/kernels/fused_rows.py: each row's local entries, then its remote entries at
 columns n + h) over that table and writes every row once. Then release.
 
-Two passes (`fused = False`), in four steps:
+Two passes (`fused = False`; by default where the halo buffer is small), in four steps:
 
   1. x goes into this PE's symmetric slice, which is published (other ranks read it).
   2. `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies every unique remote row the plan
@@ -28,7 +28,11 @@ So each remote row crosses NVLink once (as in `halo`), and the passes are the at
 kernels of `csr_rows` instead of the partition kernels. The fused form reads each row's whole
 neighbourhood in one task (a row split over the two passes pays its setup, its hub chunks and
 its output twice) but waits for the barrier and the gather before its pass; the two-pass form
-runs the local pass beside them. By default (`overlap`) the publish barrier
+runs the local pass beside them, which pays while the halo buffer is a few L2s (its remote pass
+then reads it from the L2). `python -m mgg.train` at P = 4 on 4x H200 (L2 50 MB), two passes /
+fused, ms an epoch (bench/results/2026-11-28-h200x4-3ab174d, member c11/): products-like GIN
+(halo 315 MB a rank) 26.77 / 22.48; products-like GCN (halo 79 MB) 2.49 / 2.64; reddit-like GCN
+(11 MB) 1.65 / 1.70, GIN (45 MB) 9.59 / 9.78. So the default is fused from FUSED_MIN_HALO_L2 L2s. By default (`overlap`) the publish barrier
 and the gather run on a high-priority side stream while the local pass runs on the current stream:
 the local pass reads only this rank's rows, so it waits neither for the slowest rank nor for
 NVLink.
@@ -54,10 +58,13 @@ from .csr_rows import (CSR_ROWS_MAX_DIM_PADDED, DEFAULT_CHUNK, STORAGE_SUFFIX, W
                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
 from .fused_rows import fused_csr
 
-__all__ = ["HaloCsrExecutor", "remote_factors", "FUSED_DEFAULT"]
+__all__ = ["HaloCsrExecutor", "remote_factors", "FUSED_DEFAULT", "FUSED_MIN_HALO_L2"]
 
-#: whether a HaloCsrExecutor runs the fused form (one pass over [own | halo] rows) by default
-FUSED_DEFAULT = True
+#: the default form of a HaloCsrExecutor: None (by the halo buffer's size, `uses_fused`), True
+#: (fused: one pass over [own | halo] rows) or False (the two passes)
+FUSED_DEFAULT: bool | None = None
+#: the auto form is fused where the call's halo buffer (H rows as stored) is this many L2s or more
+FUSED_MIN_HALO_L2 = 4
 
 #: rows per block of the gather: 8 warps
 _GATHER_WPB = 8
@@ -135,8 +142,9 @@ class HaloCsrExecutor:
         storage_dtype: float32, or bfloat16 / float16 rows (gathered unchanged, float32 sums).
 
     Attributes:
-        fused: True (FUSED_DEFAULT) runs the fused form (module docstring); False the two passes.
-            Calls with `only` run the two passes.
+        fused: True runs the fused form (module docstring), False the two passes, None
+            (FUSED_DEFAULT) picks per call by the halo buffer's size (`uses_fused`). Calls with
+            `only` run the two passes.
         overlap: (two passes) True (default) runs the publish barrier and the gather on the side stream beside
             the local pass; False runs barrier, gather, local pass and remote pass one after the
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
@@ -146,8 +154,8 @@ class HaloCsrExecutor:
         gather_blocks: the gather's grid cap (None: GATHER_BLOCKS_PER_SM blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
-        rows: the CsrRowsExecutor that aggregates this rank's rows in the current form (the
-            joined CSR's when fused, built on first use; else `local`).
+        rows: the CsrRowsExecutor that aggregates this rank's rows when `fused` is True (the
+            joined CSR's, built on first use), else `local`.
 
     float32 rows wider than 512 floats go to the `halo` partition kernels (mgg/kernels/gpu.py).
     """
@@ -189,8 +197,6 @@ class HaloCsrExecutor:
         self._wide = None
         self._joined: CsrRowsExecutor | None = None
         self._table_pe = self._table_row = None  # the fused gather's (pe, row) list: own rows, then the halo
-        if self.fused and plan.halo_size:
-            self.joined  # built with the executor (DistGraph.prepare: the build phase), not in the first step
 
     @property
     def takes_scaled_input(self) -> bool:
@@ -215,8 +221,17 @@ class HaloCsrExecutor:
 
     @property
     def rows(self) -> CsrRowsExecutor:
-        """The executor of this rank's rows in the current form (see the class docstring)."""
-        return self.joined if self.fused and self.plan.halo_size else self.local
+        """The executor of this rank's rows when `fused` is True (see the class docstring)."""
+        return self.joined if self.fused is True and self.plan.halo_size else self.local
+
+    def uses_fused(self, dim: int) -> bool:
+        """Whether a call at width `dim` runs the fused form: `fused` where set; else where this
+        rank's halo buffer, H rows of the stored width, is FUSED_MIN_HALO_L2 L2s or more. Ranks may
+        differ (each runs one publish and one release either way)."""
+        if self.fused is not None:
+            return bool(self.fused)
+        dv = self.local._layout(dim)[0]
+        return self.plan.halo_size * dv * 16 >= FUSED_MIN_HALO_L2 * max(self.local.l2_bytes, 1)
 
     @property
     def joined(self) -> CsrRowsExecutor:
@@ -321,7 +336,8 @@ class HaloCsrExecutor:
             raise ValueError(f"halo_csr: symmetric array is {sym.dtype} [*, {sym.dim_padded}], "
                              f"expected {self.storage_dtype} [*, {dp}]")
         sym.write(x)
-        if self.fused and only is None and p.halo_size and (not factored or self.joined.takes_scaled_input):
+        if (only is None and p.halo_size and self.uses_fused(dim)
+                and (not factored or self.joined.takes_scaled_input)):
             return self._fused_call(x, sym, dim, dv, dp, lanes, scaled_input, row_factor)
         cur = torch.cuda.current_stream(self.device)
         halo = self._halo(max(p.halo_size, 1), dp)

@@ -65,6 +65,10 @@ def test_halves_and_the_wide_fallback():
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr")) as dg:
         ex = dg.executor("gcn")
         assert isinstance(ex, HaloCsrExecutor)
+        if world().size > 1:  # a halo of a few hundred rows: far below FUSED_MIN_HALO_L2 L2s
+            assert ex.fused is None and not ex.uses_fused(40)
+            ex.fused = True
+            assert ex.uses_fused(40)
         ex.poison = True
         xl = torch.from_numpy(dg.local(x[:, :40]).copy()).cuda()
         whole = ex(xl, dg.symmetric(40)).cpu().numpy()
@@ -78,8 +82,9 @@ def test_halves_and_the_wide_fallback():
         assert rel_err(out, ref[dg.lo: dg.hi]) < 1e-5
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_16bit_storage(dtype):
+def test_16bit_storage(dtype, fused):
     """16-bit rows gathered unchanged, float32 sums: the reference of the rounded table."""
     indptr, indices = hub_graph()
     x = np.random.default_rng(4).standard_normal((len(indptr) - 1, 24)).astype(np.float32)
@@ -89,15 +94,16 @@ def test_16bit_storage(dtype):
                                                            storage_dtype=dtype)) as dg:
         for kind in ("sum", "gcn"):
             ex = dg.executor(kind)
-            ex.poison = True
+            ex.poison, ex.fused = True, fused
             out = dg.aggregate(torch.from_numpy(dg.local(x).copy()).cuda(), kind).cpu().numpy()
             ref = aggregate_reference(indptr, indices, xr, kind)[dg.lo: dg.hi]
             assert not np.isnan(out).any() and rel_err(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("dim", [16, 33])
-def test_scaled_input_natively_over_ranks(dtype, dim):
+def test_scaled_input_natively_over_ranks(dtype, dim, fused):
     """gcn on a table its producer scaled by the column factor, at any P: every rank's slice
     holds f * x (rounded once in bf16), the gather copies rows unchanged and both passes run
     w = 1. SCALED_INPUT: W x; GcnFactors(row=False) (transposed): (A + I)^T diag(f) g; both from an
@@ -121,7 +127,7 @@ def test_scaled_input_natively_over_ranks(dtype, dim):
         for t in (False, True):
             ex = dg.executor("gcn", t)
             assert isinstance(ex, HaloCsrExecutor) and ex.takes_scaled_input
-            ex.poison = True
+            ex.poison, ex.fused = True, fused
         if world().size > 1:
             assert dg.plan("gcn").num_remote_edges > 0
         f = dg.gcn_factor()
