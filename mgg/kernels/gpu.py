@@ -84,18 +84,31 @@ def _part_ptr(parts: np.ndarray, n: int) -> np.ndarray:
     return ptr
 
 
-def halo_gather(sym, pe: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-    """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] in sym's dtype (kernel
-    mgg_halo_gather, which copies 16-byte vectors: float32 and 16-bit rows alike)."""
+#: warps a block and rows in flight a lane group of mgg_halo_gather_rows (GATHER_ILP in aggregate.cu),
+#: and its grid cap in blocks an SM (mgg.kernels.halo_csr's)
+_ROWS_WPB, _ROWS_ILP, _ROWS_BLOCKS_PER_SM = 8, 8, 16
+
+
+def halo_gather(sym, pe, rows) -> torch.Tensor:
+    """Rows rows[i] of PE pe[i]'s slice of symmetric array `sym` -> [k, D] in sym's dtype, in the
+    order given (any PE, this one included: its rows come from local memory, the others' over
+    NVLink). pe / rows: int32 [k] numpy arrays or tensors on sym's GPU (not copied). One launch of
+    mgg_halo_gather_rows, which copies 16-byte vectors (float32 and 16-bit rows alike) with
+    several rows in flight a lane group, on torch's current stream."""
     dev = sym.padded.device
     k, dp = len(rows), sym.dim_padded
     out = torch.empty((k, dp), dtype=sym.dtype, device=dev)
     if k:
-        fn = kernel("aggregate", "mgg_halo_gather", dev, nvshmem=True)
-        hp, hr = _dev(pe, np.int32, dev), _dev(rows, np.int32, dev)
+        hp = pe.to(dev, torch.int32) if isinstance(pe, torch.Tensor) else _dev(pe, np.int32, dev)
+        hr = rows.to(dev, torch.int32) if isinstance(rows, torch.Tensor) else _dev(rows, np.int32, dev)
+        lanes = min(32, 1 << (int(sym.vecs) - 1).bit_length())
+        rows_per_block = _ROWS_WPB * (32 // lanes) * _ROWS_ILP
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        blocks = max(1, min(-(-k // rows_per_block), sms * _ROWS_BLOCKS_PER_SM))
+        fn = kernel("aggregate", "mgg_halo_gather_rows", dev, nvshmem=True)
         with on_device(dev):
-            fn((min(-(-k // 8), 65535),), (256,), (np.int64(k), _p(hp), _p(hr), np.uint64(sym.data_ptr),
-                                                 np.int32(sym.vecs), _p(out)))
+            fn((blocks,), (32 * _ROWS_WPB,), (np.int64(k), _p(hp), _p(hr), np.uint64(sym.data_ptr),
+                                             np.int32(sym.vecs), np.uint64(0), _p(out)))
     return out[:, : sym.dim]
 
 

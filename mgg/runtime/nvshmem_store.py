@@ -49,9 +49,10 @@ def padded_width(dim: int, dtype: torch.dtype) -> int:
         return padded_dim(dim)
     return max(8, (int(dim) + 7) // 8 * 8)
 
-#: (array, pe int32 [k], rows int32 [k]) -> [k, array.dim] of array.dtype on the GPU: row rows[i]
+#: (array, pe int32 [k], rows int32 [k], numpy arrays or tensors on the array's GPU) -> [k, array.dim]
+#: of array.dtype on the GPU: row rows[i]
 #: of PE pe[i]'s slice of the symmetric array (a kernel launch on torch's current stream)
-RowGather = Callable[["_NvshmemArray", np.ndarray, np.ndarray], torch.Tensor]
+RowGather = Callable[["_NvshmemArray", "np.ndarray | torch.Tensor", "np.ndarray | torch.Tensor"], torch.Tensor]
 
 
 class _NvshmemArray(SymmetricArray):
@@ -100,6 +101,15 @@ class _NvshmemArray(SymmetricArray):
             return rows
         out.copy_(rows)
         return out
+
+    def gather(self, pe: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Row rows[i] of PE pe[i]'s slice for every i, in that order (this PE's rows too): int32
+        [k] tensors on this GPU, trusted to be in range -> [k, dim] (one kernel launch, no host
+        round trip; the store's `gather_rows`)."""
+        if self.store.gather_rows is None:
+            raise RuntimeError("NvshmemStore has no row-gather kernel: build it with "
+                               "mgg.runtime.make_store(comm, 'gpu') or pass gather_rows=")
+        return self.store.gather_rows(self, pe, rows)
 
     def get_rows(self, pe: int, rows: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         rows = np.asarray(rows, dtype=np.int64)

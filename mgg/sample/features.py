@@ -2,9 +2,12 @@
 
 * `StoreFeatures`: the feature matrix is row-partitioned like the node embeddings of full-graph
   training: rank r publishes rows [bounds[r], bounds[r+1]) in its slice of a `SymmetricArray`
-  (MPI RMA window on the CPU, NVSHMEM on the GPU). A gather reads its own rows from `.local`
-  and every other row with one-sided gets (`get_halo`: all PEs' gets in flight, one flush), so
-  it is not collective and never goes through the host on the GPU path.
+  (MPI RMA window on the CPU, NVSHMEM on the GPU). A gather is not collective. On the GPU it
+  is one kernel launch in the ids' order (`_NvshmemArray.gather`: own rows from local memory,
+  the others' over NVLink, several rows in flight a lane group), with the owners and rows worked
+  out on the device and one small device-to-host read (the ids' range and the remote count); on
+  the CPU it reads its own rows from `.local` and every other row with one-sided gets
+  (`get_halo`: all PEs' gets in flight, one flush).
 * `HostTierFeatures` (PyTorch-Direct's zero-copy tier): one copy of the whole matrix per *node*
   (machine) in an MPI shared-memory window, mapped by every rank of the node. The CPU gathers with
   `index_select`; on CUDA the pages are registered with `cudaHostRegister` (pinned, mapped) and a
@@ -174,6 +177,8 @@ class StoreFeatures(FeatureSource):
         return np.searchsorted(self.bounds, ids, side="right") - 1
 
     def gather(self, n_id) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return self._gather_on_device(n_id)
         ids = self._ids(n_id)
         owner = self.owner(ids)
         row = ids - self.bounds[owner]
@@ -195,6 +200,29 @@ class StoreFeatures(FeatureSource):
             out[dev(pos[order])] = fetched.to(self.device)
         self._count(len(ids), remote=n_remote)
         return out
+
+    def _gather_on_device(self, n_id) -> torch.Tensor:
+        """`gather` on the GPU: owners and rows from the ids on the device, one launch."""
+        if isinstance(n_id, torch.Tensor):
+            if n_id.dim() != 1 or n_id.dtype.is_floating_point or n_id.dtype == torch.bool:
+                raise TypeError(f"gather: n_id must be a 1-D integer array, got {n_id.dtype} {tuple(n_id.shape)}")
+            ids = n_id.to(self.device, torch.int64)
+        else:
+            ids = torch.from_numpy(self._ids(n_id)).to(self.device)
+        k = int(ids.numel())
+        if not k:
+            self._count(0)
+            return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
+        if getattr(self, "_bounds_t", None) is None:
+            self._bounds_t = torch.from_numpy(np.asarray(self.bounds, np.int64)).to(self.device)
+        b = self._bounds_t
+        owner = (torch.searchsorted(b, ids, right=True) - 1).clamp_(0, self.world_size - 1)
+        lo, hi, remote = torch.stack([ids.min(), ids.max(), (owner != self.rank).sum()]).tolist()
+        if lo < 0 or hi >= self.num_nodes:
+            raise IndexError(f"gather: node id {lo if lo < 0 else hi} out of range [0, {self.num_nodes})")
+        rows = self.array.gather(owner.to(torch.int32), (ids - b[owner]).to(torch.int32))
+        self._count(k, remote=int(remote))
+        return rows if rows.is_contiguous() else rows.contiguous()
 
     def close(self) -> None:
         if self.array is not None:
