@@ -3,14 +3,14 @@
 `HaloCsrExecutor(plan, store, kind)` runs `out = W x + diag * x` for a plan with remote work
 (P > 1) on this rank's GPU (collective), in one of two forms.
 
-Fused (`fused`; by default where the halo buffer is large, `uses_fused`): x goes into this PE's symmetric slice, which is published; one
+Fused (`fused`; by default for wide rows and a halo buffer of an L2 or more, `uses_fused`): x goes into this PE's symmetric slice, which is published; one
 `mgg_halo_gather_rows` launch copies this rank's own rows and every unique remote row the plan
 reads into a private table [n + H, Dp] (own rows first, halo slot h at row n + h; each row scaled
 by its column factor where the GCN table is prescaled); one `mgg_csr_rows` pass then runs the
 joined CSR (mgg/kernels/fused_rows.py: each row's local entries, then its remote entries at
 columns n + h) over that table and writes every row once. Then release.
 
-Two passes (`fused = False`; by default where the halo buffer is small), in four steps:
+Two passes (`fused = False`; by default for narrow rows or a small halo buffer), in four steps:
 
   1. x goes into this PE's symmetric slice, which is published (other ranks read it).
   2. `mgg_halo_gather_rows` (mgg/kernels/aggregate.cu) copies every unique remote row the plan
@@ -28,11 +28,16 @@ So each remote row crosses NVLink once (as in `halo`), and the passes are the at
 kernels of `csr_rows` instead of the partition kernels. The fused form reads each row's whole
 neighbourhood in one task (a row split over the two passes pays its setup, its hub chunks and
 its output twice) but waits for the barrier and the gather before its pass; the two-pass form
-runs the local pass beside them, which pays while the halo buffer is a few L2s (its remote pass
-then reads it from the L2). `python -m mgg.train` at P = 4 on 4x H200 (L2 50 MB), two passes /
-fused, ms an epoch (bench/results/2026-11-28-h200x4-3ab174d, member c11/): products-like GIN
-(halo 315 MB a rank) 26.77 / 22.48; products-like GCN (halo 79 MB) 2.49 / 2.64; reddit-like GCN
-(11 MB) 1.65 / 1.70, GIN (45 MB) 9.59 / 9.78. So the default is fused from FUSED_MIN_HALO_L2 L2s. By default (`overlap`) the publish barrier
+runs the local pass beside them. That overlap pays for narrow rows, whose gather waits on NVLink
+latency more than it moves bytes, and for a halo buffer inside the L2; for wide rows and a large
+halo the gather and the local pass contend for the same memory and the fused pass wins.
+`python -m mgg.train` at P = 4 on 4x H200 (L2 50 MB), two passes / fused, ms an epoch
+(bench/results/2026-11-28-h200x4-3ab174d, member c11/): products-like GIN (64-wide rows, halo
+315 MB a rank) 26.77 / 22.48; products-like GCN (16-wide, halo 79 MB) 2.49 / 2.64; reddit-like
+GCN (16-wide, 11 MB) 1.65 / 1.70, GIN (64-wide, 45 MB) 9.59 / 9.78. So the default is fused for
+rows of FUSED_MIN_VECTORS 16-byte vectors or more and a halo buffer of FUSED_MIN_HALO_L2 L2s or
+more (a halo-size rule alone left products-like GIN's smaller row-set halos on two passes: 25.27
+ms, member c13/). By default (`overlap`) the publish barrier
 and the gather run on a high-priority side stream while the local pass runs on the current stream:
 the local pass reads only this rank's rows, so it waits neither for the slowest rank nor for
 NVLink.
@@ -58,13 +63,15 @@ from .csr_rows import (CSR_ROWS_MAX_DIM_PADDED, DEFAULT_CHUNK, STORAGE_SUFFIX, W
                        WeightFactors, launch_csr_rows, row_schedule, DEFAULT_WPB)
 from .fused_rows import fused_csr
 
-__all__ = ["HaloCsrExecutor", "remote_factors", "FUSED_DEFAULT", "FUSED_MIN_HALO_L2"]
+__all__ = ["HaloCsrExecutor", "remote_factors", "FUSED_DEFAULT", "FUSED_MIN_VECTORS", "FUSED_MIN_HALO_L2"]
 
 #: the default form of a HaloCsrExecutor: None (by the halo buffer's size, `uses_fused`), True
 #: (fused: one pass over [own | halo] rows) or False (the two passes)
 FUSED_DEFAULT: bool | None = None
-#: the auto form is fused where the call's halo buffer (H rows as stored) is this many L2s or more
-FUSED_MIN_HALO_L2 = 4
+#: the auto form is fused where the call's rows are this many 16-byte vectors or more (64 float32) ...
+FUSED_MIN_VECTORS = 16
+#: ... and its halo buffer (H rows as stored) is this many L2s or more
+FUSED_MIN_HALO_L2 = 1
 
 #: rows per block of the gather: 8 warps
 _GATHER_WPB = 8
@@ -225,13 +232,15 @@ class HaloCsrExecutor:
         return self.joined if self.fused is True and self.plan.halo_size else self.local
 
     def uses_fused(self, dim: int) -> bool:
-        """Whether a call at width `dim` runs the fused form: `fused` where set; else where this
-        rank's halo buffer, H rows of the stored width, is FUSED_MIN_HALO_L2 L2s or more. Ranks may
-        differ (each runs one publish and one release either way)."""
+        """Whether a call at width `dim` runs the fused form: `fused` where set; else where the
+        stored rows are FUSED_MIN_VECTORS 16-byte vectors or more and this rank's halo buffer, H
+        such rows, is FUSED_MIN_HALO_L2 L2s or more. Ranks may differ (each runs one publish and
+        one release either way)."""
         if self.fused is not None:
             return bool(self.fused)
         dv = self.local._layout(dim)[0]
-        return self.plan.halo_size * dv * 16 >= FUSED_MIN_HALO_L2 * max(self.local.l2_bytes, 1)
+        return (dv >= FUSED_MIN_VECTORS
+                and self.plan.halo_size * dv * 16 >= FUSED_MIN_HALO_L2 * max(self.local.l2_bytes, 1))
 
     @property
     def joined(self) -> CsrRowsExecutor:

@@ -65,7 +65,7 @@ def test_halves_and_the_wide_fallback():
     with DistGraph(indptr, indices, world(), RuntimeConfig(backend="gpu", variant="halo_csr")) as dg:
         ex = dg.executor("gcn")
         assert isinstance(ex, HaloCsrExecutor)
-        if world().size > 1:  # a halo of a few hundred rows: far below FUSED_MIN_HALO_L2 L2s
+        if world().size > 1:  # 40-wide rows (10 vectors) and a halo of a few hundred rows: two passes
             assert ex.fused is None and not ex.uses_fused(40)
             ex.fused = True
             assert ex.uses_fused(40)
