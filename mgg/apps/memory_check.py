@@ -21,15 +21,26 @@ classes, P ranks, n = ceil(N / P) rows and e = E / P edges of a rank):
                                                        aggregation and its dropped input; H-wide
                                                        activations and gradients; logits; labels,
                                                        masks and per-row plan arrays; weights
-    gpu  = 48 e + 12 n F + 16 n H L + W + 0.5 GiB      (GPU backend: plans of both directions and
-                                                       the row sets; x, one F-wide temporary and
-                                                       the cached input aggregation; H-wide
-                                                       activations, the models aggregating on the
-                                                       narrow side)
+    gpu  = 4 n F + max(B e, T e + 12 n H L             (GPU backend, full graph: x; the startup peak,
+                 + 4 n C + 6.4 h H) + W + 0.5 GiB      whose transposed rows and plans are built on
+                                                       the GPU, or the training peak: plans of both
+                                                       directions and the row sets, H-wide
+                                                       activations and gradients, the logits, and
+                                                       the halo buffers; B = 60, T = 16 at P = 1;
+                                                       B = 76, T = 32 and h = min(N - n, e) halo
+                                                       rows (at most) at P > 1)
+           or 48 e + 12 n F + W + 0.5 GiB              (GPU backend, --mode sampled)
 
 with W = 16 (F H + H^2 (L - 2) + C H): weights, gradients and Adam's moments. C = 64 before the
 labels are read; once they are (mgg.apps.classes) the run is checked again with its C (a stray
 label of 10^9, given as --num-classes, is refused here rather than in an allocation).
+
+The full-graph GPU coefficients are fitted to torch's peak allocation on the largest rank
+(`max_gpu_peak_mb` of the metrics JSON) of `python -m mgg.train --dataset FILE --model M`
+(default flags) on 4x H200 (bench/results/2026-11-28-h200x4-71eded6, members c10/-c14/):
+reddit-like, products-like and papers-like@0.3, GCN and GIN, P = 1 and 4; the estimate is
+0.99-1.22x the measured peak on all eleven (papers-like@0.3 GCN at P = 1: 61.1 GB estimated,
+60.3 GB measured, on a GPU with 141 GB).
 
 The host coefficients are fitted to the peak RSS of every rank (`/usr/bin/time -f %M`) of
 `mpirun -np P python -m mgg.train --dataset FILE --epochs 2 --backend cpu` (GCN 2x16, the
@@ -150,10 +161,15 @@ def estimate(size: GraphSize, hidden: int, layers: int, world_size: int, gpu: bo
         host += n * (4 * f + 19)
     else:
         host += n * (12 * f + 24 * hidden * layers + 8 * classes + 64) + params
-    gpu_layers = 0 if mode == "sampled" else layers
-    logits = 16 * n * max(0, classes - ASSUMED_CLASSES) if mode != "sampled" else 0
-    gpu_bytes = (48 * e + 12 * n * f + 16 * n * hidden * gpu_layers + params + logits + _BASE_GPU
-                 if gpu else 0)
+    gpu_bytes = 0
+    if gpu and mode == "sampled":
+        gpu_bytes = 48 * e + 12 * n * f + params + _BASE_GPU
+    elif gpu:
+        halo = min(n_all - n, e) if p > 1 else 0  # rows a rank may read from the others (at most)
+        build = (60 if p == 1 else 76) * e
+        train = ((16 if p == 1 else 32) * e + 12 * n * hidden * layers + 4 * n * classes
+                 + 6.4 * halo * hidden)
+        gpu_bytes = 4 * n * f + max(build, train) + params + _BASE_GPU
     return MemoryEstimate(int(host), int(gpu_bytes))
 
 

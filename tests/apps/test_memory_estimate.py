@@ -4,6 +4,7 @@ the README states."""
 import re
 
 import numpy as np
+import pytest
 
 from mgg.apps import memory_check
 from mgg.apps.memory_check import GraphSize, check_memory, estimate, graph_size
@@ -81,3 +82,35 @@ def test_the_readme_example_is_accepted_on_the_stated_budget(tmp_path, monkeypat
     assert check_memory(str(tmp_path / "p.npz"), 1.0, 16, 2, 4, 4, False) == ""
     monkeypatch.setenv("MGG_MEMORY_AVAILABLE", str(need - 1))
     assert check_memory(str(tmp_path / "p.npz"), 1.0, 16, 2, 4, 4, False) != ""
+
+
+#: torch's peak allocation (MiB, largest rank) of `python -m mgg.train --dataset FILE --model M` with
+#: default flags on 4x H200 (bench/results/2026-11-28-h200x4-71eded6): (nodes, edges, features,
+#: classes, model, P, peak)
+GPU_PEAKS = [
+    (232965, 114615892, 602, 41, "gcn", 1, 7459.0), (232965, 114615892, 602, 41, "gcn", 4, 2755.4),
+    (232965, 114615892, 602, 41, "gin", 1, 7459.0), (232965, 114615892, 602, 41, "gin", 4, 2755.4),
+    (2449029, 61859140, 100, 47, "gcn", 1, 4507.8), (2449029, 61859140, 100, 47, "gcn", 4, 1535.7),
+    (2449029, 61859140, 100, 47, "gin", 1, 11768.0), (2449029, 61859140, 100, 47, "gin", 4, 3534.8),
+    (33317987, 484705762, 128, 172, "gcn", 1, 57513.4), (33317987, 484705762, 128, 172, "gcn", 4, 19034.1),
+    (33317987, 484705762, 128, 172, "gin", 4, 53800.1),
+]
+WIDTHS = {"gcn": (16, 2), "gin": (64, 5)}
+
+
+@pytest.mark.parametrize("nodes,edges,features,classes,model,ranks,peak_mib", GPU_PEAKS)
+def test_gpu_estimate_tracks_measured_peaks(nodes, edges, features, classes, model, ranks, peak_mib):
+    hidden, layers = WIDTHS[model]
+    est = estimate(GraphSize(nodes, edges, features, mapped=True), hidden, layers, ranks, True, classes=classes)
+    assert 0.95 <= est.gpu_per_rank / (peak_mib * 2**20) <= 1.3
+
+
+def test_a_run_that_fits_one_h200_is_not_refused(tmp_path, monkeypatch):
+    """papers-like@0.3 GCN (33M nodes, 485M edges) trained on one H200 with a peak of 57,513 MiB;
+    GIN 5x64 needs about 4 x the 53,800 MiB a rank it took at P = 4 and is refused."""
+    monkeypatch.setenv("MGG_MEMORY_AVAILABLE", str(500 * 2**30))
+    size = GraphSize(33317987, 484705762, 128, mapped=True)
+    free = int(139.3 * 2**30)
+    assert check_memory("papers.npz", 1.0, 16, 2, 1, 1, True, free, classes=172, size=size) == ""
+    why = check_memory("papers.npz", 1.0, 64, 5, 1, 1, True, free, classes=172, size=size)
+    assert why.startswith("not enough GPU memory")
