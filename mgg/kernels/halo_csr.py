@@ -32,12 +32,11 @@ runs the local pass beside them. That overlap pays for narrow rows, whose gather
 latency more than it moves bytes, and for a halo buffer inside the L2; for wide rows and a large
 halo the gather and the local pass contend for the same memory and the fused pass wins.
 `python -m mgg.train` at P = 4 on 4x H200 (L2 50 MB), two passes / fused, ms an epoch
-(bench/results/2026-11-28-h200x4-3ab174d, member c11/): products-like GIN (64-wide rows, halo
+(bench/results/2026-11-28-h200x4-71eded6, member c11/): products-like GIN (64-wide rows, halo
 315 MB a rank) 26.77 / 22.48; products-like GCN (16-wide, halo 79 MB) 2.49 / 2.64; reddit-like
 GCN (16-wide, 11 MB) 1.65 / 1.70, GIN (64-wide, 45 MB) 9.59 / 9.78. So the default is fused for
 rows of FUSED_MIN_VECTORS 16-byte vectors or more and a halo buffer of FUSED_MIN_HALO_L2 L2s or
-more (a halo-size rule alone left products-like GIN's smaller row-set halos on two passes: 25.27
-ms, member c13/). By default (`overlap`) the publish barrier
+more: products-like GIN 23.7 ms, reddit-like GIN 9.56 (member c14/). By default (`overlap`) the publish barrier
 and the gather run on a high-priority side stream while the local pass runs on the current stream:
 the local pass reads only this rank's rows, so it waits neither for the slowest rank nor for
 NVLink.
@@ -80,7 +79,7 @@ _GATHER_ILP = 8
 #: the gather's default grid: blocks an SM (the hardware keeps 8 of its 256-thread blocks resident).
 #: Fewer blocks leave warp slots to the local pass beside it, but the two share L2 and the
 #: owners' memory, and a smaller gather is a slower one: products-like GCN at P = 4 (4x H200,
-#: bench/results/2026-11-28-h200x4-ea76e1f, member c7/): 2.69 / 2.66 / 2.54 / 2.51 ms an epoch at 1 / 2 / 4 / 16.
+#: bench/results/2026-11-28-h200x4-71eded6, member c7/): 2.69 / 2.66 / 2.54 / 2.51 ms an epoch at 1 / 2 / 4 / 16.
 GATHER_BLOCKS_PER_SM = 16
 
 
@@ -157,7 +156,7 @@ class HaloCsrExecutor:
             other on the current stream. Two H200s, `python -m mgg.train` GCN with default flags
             at P = 2: reddit-like 2.68 -> 2.63 ms an epoch, products-like 3.81 -> 3.63
             (bench/results/2026-11-28-h200x2-47c293c); products-like at P = 4, 2.78 -> 2.63
-            (bench/results/2026-11-28-h200x4-ea76e1f, member c6/).
+            (bench/results/2026-11-28-h200x4-71eded6, member c6/).
         gather_blocks: the gather's grid cap (None: GATHER_BLOCKS_PER_SM blocks an SM).
         poison: NaN-fill the output, partial and halo buffers before the kernels run (tests).
         local: the CsrRowsExecutor of the local part; factors: the remote part's WeightFactors.
