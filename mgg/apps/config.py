@@ -342,6 +342,7 @@ class TrainResult:
     mode: str = "full"
     sampling: dict = field(default_factory=dict)  # --mode sampled: loader settings and byte totals
     phases: dict = field(default_factory=dict)    # startup phase -> seconds, max over ranks (mgg.apps.phases)
+    phase_peaks_mb: dict = field(default_factory=dict)  # phase -> {"host", "gpu"} peak MiB so far at its end
     time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
     memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step

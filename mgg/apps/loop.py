@@ -315,6 +315,7 @@ def finish(state: LoopState, tuner=None) -> None:
     res, last = state.res, state.last
     if state.clock is not None:
         res.phases, res.time_to_first_epoch_s = state.clock.reduced()
+        res.phase_peaks_mb = state.clock.reduced_peaks_mb
     res.memory = memory_report(state.comm, state.dg)
     if state.bar is not None:
         state.bar.close()

@@ -11,6 +11,10 @@ transposed plans of the model's aggregation kind), build (the rest of the run's 
 builds, which start in the background before load -- mgg.apps.kernel_prebuild --, the run's
 modules loaded onto its GPU, the executors with their plans uploaded), model (the model replica,
 its broadcast and the optimizer), first_epoch (the first training epoch and its evaluation). Together they cover the time to the end of the first epoch.
+
+At each phase's end the clock also reads the process's peak host memory so far and torch's peak
+GPU allocation so far (`phase_peaks_mb` in the metrics JSON, max over ranks, and rank 0's phase
+line), so the phase that raised a peak is the first whose figure reaches it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import numpy as np
+
+from .memory_report import gpu_peak_mb, host_peak_mb
 
 __all__ = ["PhaseClock", "process_age_s", "PHASES"]
 
@@ -59,6 +65,7 @@ class PhaseClock:
         self.comm = comm
         self.show = bool(show) and comm.rank == 0
         self.seconds: dict[str, float] = {}
+        self.peaks_mb: dict[str, tuple[float, float]] = {}  # phase -> (host, GPU) peak so far at its end
         self.first_epoch_end_s: float | None = None
 
     @contextmanager
@@ -70,8 +77,11 @@ class PhaseClock:
     def add(self, name: str, seconds: float) -> None:
         """Record `seconds` of phase `name` (measured elsewhere, e.g. inside DistGraph)."""
         self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
+        host, gpu = host_peak_mb(), gpu_peak_mb()
+        self.peaks_mb[name] = (host, gpu)
         if self.show:
-            sys.stdout.write(f"phase {name}: {seconds:.2f} s\n")
+            gpu_part = f", GPU {gpu:,.0f} MiB" if gpu else ""
+            sys.stdout.write(f"phase {name}: {seconds:.2f} s (peak so far: host {host:,.0f} MiB{gpu_part})\n")
             sys.stdout.flush()
 
     def first_epoch_done(self) -> None:
@@ -81,10 +91,15 @@ class PhaseClock:
 
     def reduced(self) -> tuple[dict[str, float], float | None]:
         """({phase: max seconds over ranks} in PHASES order, max time to the first epoch's end).
-        Collective: every rank calls it once, after training."""
+        Collective: every rank calls it once, after training; `reduced_peaks_mb` is filled too."""
         names = [p for p in PHASES if p in self.seconds] + [p for p in self.seconds if p not in PHASES]
-        vals = [self.seconds[p] for p in names] + [self.first_epoch_end_s if self.first_epoch_end_s is not None
-                                                   else -1.0]
+        peaks = [v for p in names for v in self.peaks_mb.get(p, (0.0, 0.0))]
+        vals = [self.seconds[p] for p in names] + peaks + [self.first_epoch_end_s if self.first_epoch_end_s
+                                                           is not None else -1.0]
         got = self.comm.allreduce_(np.asarray(vals, dtype=np.float64), "max").tolist()
         first = got[-1] if got[-1] >= 0 else None
-        return dict(zip(names, got[:-1])), first
+        k = len(names)
+        #: {phase: {"host": MiB, "gpu": MiB}}: the peaks so far at each phase's end, max over ranks
+        self.reduced_peaks_mb = {p: {"host": round(got[k + 2 * i], 1), "gpu": round(got[k + 2 * i + 1], 1)}
+                                 for i, p in enumerate(names)}
+        return dict(zip(names, got[:k])), first

@@ -62,6 +62,7 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
     doc["epoch_definition"] = EPOCH_DEFINITION
     if res.phases:
         doc["phases"] = res.phases
+        doc["phase_peaks_mb"] = res.phase_peaks_mb
         doc["time_to_first_epoch_s"] = res.time_to_first_epoch_s
     if res.memory:
         doc["memory"] = res.memory

@@ -18,6 +18,10 @@ def test_phases_and_memory_in_metrics(tmp_path, capsys):
     first = doc["time_to_first_epoch_s"]
     # the phases happen one after another inside the process, before the first epoch ends
     assert sum(doc["phases"].values()) <= first <= process_age_s()
+    peaks = doc["phase_peaks_mb"]  # the peaks so far at each phase's end: never falling
+    assert list(peaks) == ran and all(v["gpu"] == 0.0 for v in peaks.values())
+    host = [v["host"] for v in peaks.values()]
+    assert host == sorted(host) and 10 < host[-1] <= doc["memory"]["max_host_peak_mb"] + 1
     ranks = doc["memory"]["ranks"]
     assert [r["rank"] for r in ranks] == [0] and ranks[0]["host_peak_mb"] > 10
     assert ranks[0]["gpu_peak_mb"] == 0.0 and ranks[0]["sym_mb"] > 0
@@ -25,6 +29,7 @@ def test_phases_and_memory_in_metrics(tmp_path, capsys):
     out_text = capsys.readouterr().out
     lines = [ln for ln in out_text.splitlines() if ln.startswith("phase ")]
     assert [ln.split()[1].rstrip(":") for ln in lines] == ran
+    assert all("(peak so far: host " in ln for ln in lines)
 
 
 def test_no_phase_lines_without_progress(tmp_path, capsys):
