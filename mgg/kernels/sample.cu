@@ -8,7 +8,10 @@
 //    positions of the seed's CSR row *without replacement* by Floyd's algorithm (k draws, each
 //    checked against the <= k positions already taken: O(k^2) with k = fanout, ~25). Randoms are
 //    counter-based (splitmix64 of seed, seed index and draw), so a batch is reproducible.
-//    Launch: 1-D, 256 threads per block, ceil(B / 256) blocks.
+//    For k <= FLOYD_SHARED_K the taken positions live in shared memory (32-bit, one column per
+//    thread: conflict-free), so the k^2 / 2 checks never touch global memory; larger k keep them
+//    in the output row. Both give the same sample (mgg.testing.sample_reference is the spec).
+//    Launch: 1-D, SAMPLE_THREADS (256) threads per block, ceil(B / 256) blocks.
 // 2. fused_map_insert / fused_map_lookup (FastGL's Fused-Map): an open-addressing GPU hash table
 //    (linear probing, capacity a power of two >= 2 n) keyed by the global id; insert does
 //    atomicCAS on the key and atomicMin of the element's position into the value (keys and
@@ -41,6 +44,8 @@ typedef unsigned long long u64;
 
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 #define GATHER_UNROLL 4
+#define SAMPLE_THREADS 256
+#define FLOYD_SHARED_K 32
 
 __device__ __forceinline__ u64 splitmix64(u64 x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -57,6 +62,8 @@ __device__ __forceinline__ i64 bounded(u64 h, i64 n) {
 extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const i64* __restrict__ indices,
                                           const i64* __restrict__ seeds, const i64* __restrict__ out_ptr,
                                           i64 n_seeds, int fanout, u64 rng_seed, i64* __restrict__ out_nbr) {
+  __shared__ unsigned int taken_all[FLOYD_SHARED_K * SAMPLE_THREADS];
+  unsigned int* taken = taken_all + threadIdx.x;  // this thread's column: taken[q * SAMPLE_THREADS]
   for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < n_seeds; s += (i64)gridDim.x * blockDim.x) {
     const i64 node = seeds[s];
     const i64 beg = indptr[node], deg = indptr[node + 1] - beg;
@@ -69,6 +76,18 @@ extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const 
     // Floyd: for j = deg-k .. deg-1: t = uniform[0, j]; take t unless taken, else take j.
     // The taken *positions* are kept in out[] (as positions) and mapped to ids at the end.
     const u64 base = splitmix64(rng_seed ^ splitmix64((u64)s));
+    if (k <= FLOYD_SHARED_K && deg <= 0xFFFFFFFFll) {
+      for (i64 q = 0; q < k; ++q) {
+        const i64 j = deg - k + q;
+        unsigned int t = (unsigned int)bounded(splitmix64(base + (u64)q), j + 1);
+        for (i64 r = 0; r < q; ++r) {
+          if (taken[r * SAMPLE_THREADS] == t) { t = (unsigned int)j; break; }
+        }
+        taken[q * SAMPLE_THREADS] = t;
+      }
+      for (i64 q = 0; q < k; ++q) out[q] = indices[beg + taken[q * SAMPLE_THREADS]];
+      continue;
+    }
     for (i64 q = 0; q < k; ++q) {
       const i64 j = deg - k + q;
       i64 t = bounded(splitmix64(base + (u64)q), j + 1);

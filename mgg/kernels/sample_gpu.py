@@ -18,7 +18,7 @@ from .launch import blocks_for, kernel, launch
 __all__ = ["sample_neighbors_cuda", "fused_map_cuda", "sample_hop_cuda", "sample_counts_cuda", "SampledHop",
            "gather_host_rows_cuda", "THREADS"]
 
-THREADS = 256
+THREADS = 256   # == SAMPLE_THREADS of sample.cu (sample_uniform's shared memory is sized for it)
 #: blocks per SM of the zero-copy gather: 8 warps, each lane 4 loads in flight (1-32 blocks/SM
 #: measured the same 38-44 GB/s on H200; one leaves the most of every SM to compute)
 HOST_GATHER_BLOCKS_PER_SM = 1

@@ -383,3 +383,19 @@ def test_loader_batch_synchronises_a_few_times_only():
         batch = {}
         assert _synchronisations(lambda: batch.update(b=next(it))) <= len(loader.fanouts) + 2
         assert batch["b"].rows_reused > 0  # the cached gather ran (hits and misses)
+
+
+@pytest.mark.parametrize("fanout", [1, 5, 32, 33, 60, -1])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_sample_kernel_follows_its_random_stream_exactly(fanout, pinned):
+    """sample_uniform's output for a kernel seed is the Python spec's, bit for bit, for k up to
+    FLOYD_SHARED_K (positions in shared memory) and above it (positions in the output row)."""
+    from mgg.testing.sample_reference import floyd_sample_reference
+
+    indptr, indices = random_csr(600, 40000, seed=13)  # mean degree ~67: rows above and below every fanout
+    seeds = np.random.default_rng(1).choice(600, 250, replace=False)
+    ip, ix = torch.from_numpy(indptr), torch.from_numpy(indices)
+    ip, ix = (ip.pin_memory(), ix.pin_memory()) if pinned else (ip.to(DEV), ix.to(DEV))
+    ptr, nbr = sample_neighbors_cuda(ip, ix, torch.from_numpy(seeds).to(DEV), fanout, seed=2 ** 61 + 12345)
+    want_ptr, want_nbr = floyd_sample_reference(indptr, indices, seeds, fanout, 2 ** 61 + 12345)
+    assert np.array_equal(ptr.cpu().numpy(), want_ptr) and np.array_equal(nbr.cpu().numpy(), want_nbr)
