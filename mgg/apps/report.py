@@ -114,7 +114,11 @@ def sampling_line(s: dict) -> str:
             f"without reuse {_mb(s['bytes_no_reuse_total'])}")
     if "bytes_identity_order_total" in s:
         line += f"; reuse without reorder {_mb(s['bytes_identity_order_total'])}"
-    return line + f") rows_reused={s['rows_reused_total']}"
+    line += f") rows_reused={s['rows_reused_total']}"
+    if s.get("sampled_edges_per_s") is not None:
+        line += (f" sampled_edges={s['edges_total']} sample_rate={s['sampled_edges_per_s'] / 1e6:.2f}M edges/s "
+                 f"per rank")
+    return line
 
 
 def tuning_line(t: dict) -> str:

@@ -24,7 +24,8 @@ import numpy as np
 from .config import DEFAULT_BATCH_SIZE, TrainConfig, TrainResult, UserError, check_model_support
 from .loop import EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar, run_epochs
 
-__all__ = ["train_sampled", "check_sampled_config", "sampled_batch_size", "check_feature_budget", "SUMMED"]
+__all__ = ["train_sampled", "check_sampled_config", "sampled_batch_size", "check_feature_budget", "SUMMED",
+           "sampled_edges_per_s"]
 
 #: per-epoch loader counters summed over the ranks (EpochStats fields)
 SUMMED = ("steps", "seeds", "nodes", "edges", "rows_fetched", "rows_reused", "bytes_fetched", "bytes_remote",
@@ -93,6 +94,7 @@ class SampledHooks(EpochHooks):
         self.cfg, self.comm, self.dg, self.res = state.cfg, state.comm, state.dg, state.res
         self.model, self.opt, self.drop_gen, self.loader = model, opt, drop_gen, loader
         self.totals = dict.fromkeys(SUMMED + ("bytes_identity_order",), 0)
+        self.sample_ms_ranks = 0.0   # sampling milliseconds of the run, summed over the ranks
 
     def train_step(self, epoch: int):
         import torch
@@ -134,6 +136,7 @@ class SampledHooks(EpochHooks):
         for name in SUMMED:
             self.totals[name] += counters[name]
         self.totals["bytes_identity_order"] += int(values["bytes_identity_order"])
+        self.sample_ms_ranks += values["sample_ms"]
 
 
 def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, seeds: np.ndarray, teardown):
@@ -163,7 +166,17 @@ def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, res: T
     }
     if not cfg.reorder:
         doc.pop("bytes_identity_order_total")
+    doc["sample_ms_total"] = hooks.sample_ms_ranks / comm.size
+    doc["sampled_edges_per_s"] = sampled_edges_per_s(hooks.totals["edges"], hooks.sample_ms_ranks)
     return doc
+
+
+def sampled_edges_per_s(edges: int, sample_ms: float) -> float | None:
+    """The sampler's speed on one rank: sampled edges (every block's edges of every batch) per
+    second of the loader's sampling time (host time from a batch's seeds to its blocks, which
+    ends with the last hop's size read, so it covers the sampling kernels), over all ranks'
+    edges and all ranks' sampling time; None when nothing was timed."""
+    return edges / (sample_ms / 1e3) if sample_ms > 0 else None
 
 
 def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool = False,

@@ -8,16 +8,29 @@
 //    positions of the seed's CSR row *without replacement* by Floyd's algorithm (k draws, each
 //    checked against the <= k positions already taken: O(k^2) with k = fanout, ~25). Randoms are
 //    counter-based (splitmix64 of seed, seed index and draw), so a batch is reproducible.
-//    Launch: 1-D, 256 threads per block, ceil(B / 256) blocks.
+//    For k <= FLOYD_SHARED_K the taken positions live in shared memory (32-bit, one column per
+//    thread: conflict-free), so the k^2 / 2 checks never touch global memory; larger k keep them
+//    in the output row. Both give the same sample (mgg.testing.sample_reference is the spec).
+//    Launch: 1-D, SAMPLE_THREADS (256) threads per block, ceil(B / 256) blocks.
 // 2. fused_map_insert / fused_map_lookup (FastGL's Fused-Map): an open-addressing GPU hash table
 //    (linear probing, capacity a power of two >= 2 n) keyed by the global id; insert does
-//    atomicCAS on the key and atomicMin of the element's position into the value, so each slot
-//    ends with the *first* position the id occurs at; lookup finds each element's slot and flags
-//    first occurrences. A prefix sum over the flags (torch.cumsum) then numbers the unique ids in
-//    first-occurrence order (seeds, which come first and are unique, keep ids 0..B-1) and one
-//    gather gives every element its local id: no sort, no unique, one pass over the ids.
-//    Launch: 1-D, 256 threads per block, ceil(n / 256) blocks.
-// 3. gather_rows_aligned (PyTorch-Direct's zero-copy access): one warp per output row; the warp
+//    atomicCAS on the key and atomicMin of the element's position into the value (keys and
+//    values both start at all ones: EMPTY_KEY and the largest unsigned position, so one fill
+//    sets the table), so each slot ends with the *first* position the id occurs at; lookup finds
+//    each element's slot and flags first occurrences. A prefix sum over the flags (torch.cumsum)
+//    then numbers the unique ids in first-occurrence order (seeds, which come first and are
+//    unique, keep ids 0..B-1) and fused_map_compact gives every element its local id: no sort,
+//    no unique, one pass over the ids.
+//    The element count is n = n_fixed + *n_var (n_var may be null: n = n_fixed), read on the
+//    device, so a hop's kernels can run on buffers sized by an upper bound before the host knows
+//    how many neighbors were sampled. Launch: 1-D, 256 threads per block, grid over the bound.
+// 3. fused_map_compact: from the inclusive prefix sum `rank` of the first-occurrence flags, writes
+//    the unique ids (n_id[rank[i] - 1] = ids[i] where i is a first occurrence), the local id of
+//    every element past the first n_fixed (local[i - n_fixed] = rank[first_pos[i]] - 1), and, when
+//    next_count is given, the next hop's sample count of every unique id, min(deg, next_fanout),
+//    at its local id (the next hop's edge count is then a sum on the device, read with this
+//    hop's sizes in one copy). Replaces a boolean-mask compaction (a host synchronisation).
+// 4. gather_rows_aligned (PyTorch-Direct's zero-copy access): one warp per output row; the warp
 //    walks the source row in 128-byte segments *aligned to 128 bytes* (starting at the aligned
 //    address at or below the row start, lanes outside the row idle), so every warp request is one
 //    whole, aligned PCIe/C2C transaction even when the row stride is not a multiple of 128 bytes.
@@ -30,8 +43,9 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
-#define NO_POS 0x7FFFFFFFFFFFFFFFll
 #define GATHER_UNROLL 4
+#define SAMPLE_THREADS 256
+#define FLOYD_SHARED_K 32
 
 __device__ __forceinline__ u64 splitmix64(u64 x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -48,6 +62,8 @@ __device__ __forceinline__ i64 bounded(u64 h, i64 n) {
 extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const i64* __restrict__ indices,
                                           const i64* __restrict__ seeds, const i64* __restrict__ out_ptr,
                                           i64 n_seeds, int fanout, u64 rng_seed, i64* __restrict__ out_nbr) {
+  __shared__ unsigned int taken_all[FLOYD_SHARED_K * SAMPLE_THREADS];
+  unsigned int* taken = taken_all + threadIdx.x;  // this thread's column: taken[q * SAMPLE_THREADS]
   for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < n_seeds; s += (i64)gridDim.x * blockDim.x) {
     const i64 node = seeds[s];
     const i64 beg = indptr[node], deg = indptr[node + 1] - beg;
@@ -60,6 +76,18 @@ extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const 
     // Floyd: for j = deg-k .. deg-1: t = uniform[0, j]; take t unless taken, else take j.
     // The taken *positions* are kept in out[] (as positions) and mapped to ids at the end.
     const u64 base = splitmix64(rng_seed ^ splitmix64((u64)s));
+    if (k <= FLOYD_SHARED_K && deg <= 0xFFFFFFFFll) {
+      for (i64 q = 0; q < k; ++q) {
+        const i64 j = deg - k + q;
+        unsigned int t = (unsigned int)bounded(splitmix64(base + (u64)q), j + 1);
+        for (i64 r = 0; r < q; ++r) {
+          if (taken[r * SAMPLE_THREADS] == t) { t = (unsigned int)j; break; }
+        }
+        taken[q * SAMPLE_THREADS] = t;
+      }
+      for (i64 q = 0; q < k; ++q) out[q] = indices[beg + taken[q * SAMPLE_THREADS]];
+      continue;
+    }
     for (i64 q = 0; q < k; ++q) {
       const i64 j = deg - k + q;
       i64 t = bounded(splitmix64(base + (u64)q), j + 1);
@@ -72,15 +100,21 @@ extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const 
   }
 }
 
-extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n, u64* __restrict__ keys,
-                                            i64* __restrict__ vals, i64 mask) {
+// the element count of a Fused-Map pass: n_fixed plus the device-side count *n_var (if given)
+__device__ __forceinline__ i64 element_count(i64 n_fixed, const i64* n_var) {
+  return n_var ? n_fixed + *n_var : n_fixed;
+}
+
+extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+                                            u64* __restrict__ keys, u64* __restrict__ vals, i64 mask) {
+  const i64 n = element_count(n_fixed, n_var);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     const u64 key = (u64)ids[i];
     i64 slot = (i64)(splitmix64(key) & (u64)mask);
     while (true) {
       const u64 prev = atomicCAS(keys + slot, EMPTY_KEY, key);
       if (prev == EMPTY_KEY || prev == key) {
-        atomicMin(vals + slot, i);
+        atomicMin(vals + slot, (u64)i);
         break;
       }
       slot = (slot + 1) & mask;
@@ -88,16 +122,37 @@ extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n, 
   }
 }
 
-extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n, const u64* __restrict__ keys,
-                                            const i64* __restrict__ vals, i64 mask, i64* __restrict__ first_pos,
-                                            unsigned char* __restrict__ is_first) {
+extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+                                            const u64* __restrict__ keys, const u64* __restrict__ vals, i64 mask,
+                                            i64* __restrict__ first_pos, unsigned char* __restrict__ is_first) {
+  const i64 n = element_count(n_fixed, n_var);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     const u64 key = (u64)ids[i];
     i64 slot = (i64)(splitmix64(key) & (u64)mask);
     while (keys[slot] != key) slot = (slot + 1) & mask;  // inserted: always found
-    const i64 p = vals[slot];
+    const i64 p = (i64)vals[slot];
     first_pos[i] = p;
     is_first[i] = (p == i);
+  }
+}
+
+extern "C" __global__ void fused_map_compact(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+                                             const i64* __restrict__ first_pos,
+                                             const unsigned char* __restrict__ is_first,
+                                             const i64* __restrict__ rank, const i64* __restrict__ indptr,
+                                             i64 next_fanout, i64* __restrict__ n_id, i64* __restrict__ local,
+                                             i64* __restrict__ next_count) {
+  const i64 n = element_count(n_fixed, n_var);
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    if (is_first[i]) {
+      const i64 j = rank[i] - 1, node = ids[i];
+      n_id[j] = node;
+      if (next_count) {
+        const i64 deg = indptr[node + 1] - indptr[node];
+        next_count[j] = deg < next_fanout ? deg : next_fanout;
+      }
+    }
+    if (i >= n_fixed) local[i - n_fixed] = rank[first_pos[i]] - 1;
   }
 }
 

@@ -8,14 +8,17 @@ All launches go to torch's current CUDA stream of the tensors' GPU.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from .launch import blocks_for, kernel, launch
 
-__all__ = ["sample_neighbors_cuda", "fused_map_cuda", "gather_host_rows_cuda", "THREADS"]
+__all__ = ["sample_neighbors_cuda", "fused_map_cuda", "sample_hop_cuda", "sample_counts_cuda", "SampledHop",
+           "gather_host_rows_cuda", "THREADS"]
 
-THREADS = 256
+THREADS = 256   # == SAMPLE_THREADS of sample.cu (sample_uniform's shared memory is sized for it)
 #: blocks per SM of the zero-copy gather: 8 warps, each lane 4 loads in flight (1-32 blocks/SM
 #: measured the same 38-44 GB/s on H200; one leaves the most of every SM to compute)
 HOST_GATHER_BLOCKS_PER_SM = 1
@@ -60,6 +63,15 @@ def sample_neighbors_cuda(indptr: torch.Tensor, indices: torch.Tensor, seeds: to
     return ptr, nbr
 
 
+def _hash_table(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, np.int64]:
+    """(keys, values, mask) of an empty Fused-Map table for n elements: capacity a power of two
+    >= 2 n (load factor <= 1/2), keys and values all ones (EMPTY_KEY; the largest unsigned
+    position), set by one fill."""
+    cap = 1 << max(4, int(2 * n - 1).bit_length())
+    table = torch.full((2, cap), -1, dtype=torch.int64, device=dev)
+    return table[0], table[1], np.int64(cap - 1)
+
+
 def fused_map_cuda(ids: torch.Tensor, n_seeds: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Deduplicate ids and map each to its local index with one GPU hash-table pass (Fused-Map).
 
@@ -74,12 +86,10 @@ def fused_map_cuda(ids: torch.Tensor, n_seeds: int) -> tuple[torch.Tensor, torch
     n = ids.numel()
     if n == 0:
         return ids.clone(), ids.clone()
-    cap = 1 << max(4, int(2 * n - 1).bit_length())   # power of two >= 2n: load factor <= 1/2
-    keys = torch.full((cap,), -1, dtype=torch.int64, device=dev)   # 0xFF..F = EMPTY_KEY
-    vals = torch.full((cap,), 2 ** 63 - 1, dtype=torch.int64, device=dev)
+    keys, vals, mask = _hash_table(n, dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.empty(n, dtype=torch.uint8, device=dev)
-    args = (_ptr(ids), np.int64(n), _ptr(keys), _ptr(vals), np.int64(cap - 1))
+    args = (_ptr(ids), np.int64(n), np.uint64(0), _ptr(keys), _ptr(vals), mask)
     _launch("fused_map_insert", n, args, dev)
     _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
     flag = is_first.to(torch.int64)
@@ -87,6 +97,100 @@ def fused_map_cuda(ids: torch.Tensor, n_seeds: int) -> tuple[torch.Tensor, torch
     n_id = ids[is_first.bool()]
     local = lid.index_select(0, first_pos)
     return n_id, local
+
+
+#: next_fanout of fused_map_compact for "every neighbor" (-1): larger than any degree
+_ALL = np.int64(1 << 62)
+
+
+def sample_counts_cuda(indptr: torch.Tensor, nodes: torch.Tensor, fanout: int) -> torch.Tensor:
+    """int64 [n] on nodes' device: min(deg(nodes[i]), fanout) (fanout -1: the degree)."""
+    dev = nodes.device
+    lo = indptr.index_select(0, nodes.to(indptr.device)).to(dev)
+    hi = indptr.index_select(0, (nodes + 1).to(indptr.device)).to(dev)
+    deg = hi - lo
+    return deg if fanout < 0 else deg.clamp_(max=int(fanout))
+
+
+@dataclass
+class SampledHop:
+    """One hop of a sampled batch on the GPU (every tensor on the nodes' device).
+
+    Attributes:
+        ptr: int64 [n_dst + 1] CSR row pointer of the hop's sampled edges over its dst nodes.
+        local: int64 [edges] local id (position in n_id) of every sampled neighbor.
+        n_id: int64 [U] the hop's src nodes: its dst nodes first, then new neighbors in order of
+            first occurrence.
+        count: int64 [n_dst] sampled neighbors of every dst node (diff of ptr).
+        edges: sampled edges (ptr[-1]).
+        next_count: int64 [U] the next hop's sample counts of n_id (None after the last hop).
+        next_edges: their sum, the next hop's edge count (0 after the last hop).
+    """
+
+    ptr: torch.Tensor
+    local: torch.Tensor
+    n_id: torch.Tensor
+    count: torch.Tensor
+    edges: int
+    next_count: torch.Tensor | None
+    next_edges: int
+
+
+def sample_hop_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, count: torch.Tensor,
+                    fanout: int, seed: int, edges: int | None = None, next_fanout: int = 0) -> SampledHop:
+    """One hop of sampling plus its Fused-Map with a single device-to-host copy.
+
+    The sampled neighbors are written straight behind the dst nodes into the id buffer the map
+    reads; the map kernels take the element count from the device (ptr[-1]), so nothing waits
+    for it; one copy at the end brings (edges, U, next hop's edges) to the host. The output
+    equals sample_neighbors_cuda followed by fused_map_cuda on [nodes, nbr] with the same seed.
+
+    Args:
+        indptr: int64 [N + 1], indices: int64 [E] -- on the GPU or in pinned host memory.
+        nodes: int64 [n_dst] CUDA tensor, unique node ids (the dst nodes of the hop).
+        count: int64 [n_dst] sample_counts_cuda(indptr, nodes, fanout).
+        fanout: >= 1, or -1 for every neighbor. seed: the kernel's random stream.
+        edges: count.sum() when the host knows it (from the previous hop's copy); None: the
+            buffers are sized for n_dst * fanout (fanout >= 1 then).
+        next_fanout: the next hop's fanout (>= 1 or -1), 0 when this is the last hop.
+    """
+    dev = nodes.device
+    nodes = nodes.to(torch.int64).contiguous()
+    n_dst = nodes.numel()
+    ptr = torch.zeros(n_dst + 1, dtype=torch.int64, device=dev)
+    if n_dst == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        return SampledHop(ptr, empty, empty, count, 0, empty if next_fanout else None, 0)
+    if edges is None and fanout < 1:
+        raise ValueError("sample_hop_cuda: fanout -1 (every neighbor) needs the hop's edge count")
+    bound = n_dst * int(fanout) if edges is None else int(edges)
+    torch.cumsum(count, 0, out=ptr[1:])
+    n = n_dst + bound
+    ids = torch.empty(n, dtype=torch.int64, device=dev)
+    ids[:n_dst].copy_(nodes)
+    n_var = ptr[n_dst:]   # the hop's edge count, on the device
+    _launch("sample_uniform", n_dst,
+            (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(n_dst),
+             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(ids[n_dst:])), dev)
+    keys, vals, mask = _hash_table(n, dev)
+    first_pos = torch.empty(n, dtype=torch.int64, device=dev)
+    is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the sampled count
+    args = (_ptr(ids), np.int64(n_dst), _ptr(n_var), _ptr(keys), _ptr(vals), mask)
+    _launch("fused_map_insert", n, args, dev)
+    _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
+    rank = torch.cumsum(is_first, 0, dtype=torch.int64)
+    u_bound = min(n, indptr.numel() - 1)
+    n_id = torch.empty(u_bound, dtype=torch.int64, device=dev)
+    local = torch.empty(bound, dtype=torch.int64, device=dev)
+    next_count = torch.zeros(u_bound, dtype=torch.int64, device=dev) if next_fanout else None
+    _launch("fused_map_compact", n,
+            (_ptr(ids), np.int64(n_dst), _ptr(n_var), _ptr(first_pos), _ptr(is_first), _ptr(rank), _ptr(indptr),
+             _ALL if next_fanout < 0 else np.int64(next_fanout), _ptr(n_id), _ptr(local), _ptr(next_count)), dev)
+    sizes = [ptr[-1], rank[-1]] + ([next_count.sum()] if next_count is not None else [])
+    got = torch.stack(sizes).tolist()   # the hop's one host synchronisation
+    e, u = int(got[0]), int(got[1])
+    nxt = None if next_count is None else next_count[:u]
+    return SampledHop(ptr, local[:e], n_id[:u], count, e, nxt, int(got[2]) if nxt is not None else 0)
 
 
 def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor,

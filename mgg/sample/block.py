@@ -55,9 +55,11 @@ class Block:
 
     @property
     def row(self) -> torch.Tensor:
-        """int64 [nnz] dst index of every edge (computed once)."""
+        """int64 [nnz] dst index of every edge (computed once, with its size given: no host
+        synchronisation on a GPU; the GPU sampler makes it with the block)."""
         if self._row is None:
-            self._row = torch.repeat_interleave(torch.arange(self.n_dst, device=self.ptr.device), self.deg)
+            self._row = torch.repeat_interleave(torch.arange(self.n_dst, device=self.ptr.device), self.deg,
+                                                output_size=self.num_edges)
         return self._row
 
     def to(self, device: torch.device | str) -> "Block":

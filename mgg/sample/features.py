@@ -94,6 +94,20 @@ class FeatureSource(abc.ABC):
             raise IndexError(f"gather: node id {bad} out of range [0, {self.num_nodes})")
         return ids
 
+    def _device_ids(self, n_id) -> torch.Tensor:
+        """n_id as int64 on self.device (a GPU), range-checked by one read of its (min, max)
+        instead of a copy of every id to the host."""
+        if not isinstance(n_id, torch.Tensor):
+            return torch.from_numpy(self._ids(n_id)).to(self.device)
+        if n_id.dim() != 1 or n_id.dtype.is_floating_point or n_id.dtype == torch.bool:
+            raise TypeError(f"gather: n_id must be a 1-D integer array, got {n_id.dtype} {tuple(n_id.shape)}")
+        ids = n_id.to(self.device, torch.int64)
+        if ids.numel():
+            lo, hi = torch.stack([ids.min(), ids.max()]).tolist()
+            if lo < 0 or hi >= self.num_nodes:
+                raise IndexError(f"gather: node id {lo if lo < 0 else hi} out of range [0, {self.num_nodes})")
+        return ids
+
     def _count(self, rows: int, remote: int = 0, host: int = 0) -> None:
         self.last = FetchStats(rows, remote, host, 4 * self.dim)
         self.stats.add(self.last)
@@ -125,6 +139,10 @@ class TensorFeatures(FeatureSource):
         self._init_stats()
 
     def gather(self, n_id) -> torch.Tensor:
+        if self.device.type == "cuda":
+            ids = self._device_ids(n_id)
+            self._count(int(ids.numel()))
+            return self.x[ids]
         ids = self._ids(n_id)
         self._count(len(ids))
         return self.x[torch.from_numpy(ids).to(self.device)]
@@ -294,14 +312,14 @@ class HostTierFeatures(FeatureSource):
         self._registered = True
 
     def gather(self, n_id) -> torch.Tensor:
-        ids = self._ids(n_id)
-        self._count(len(ids), host=len(ids))
         if self.device.type == "cuda":
             from ..kernels.sample_gpu import gather_host_rows_cuda
 
-            rows = n_id.to(self.device, torch.int64) if isinstance(n_id, torch.Tensor) else \
-                torch.from_numpy(ids).to(self.device)
+            rows = self._device_ids(n_id)
+            self._count(int(rows.numel()), host=int(rows.numel()))
             return gather_host_rows_cuda(self.host_tensor, rows)
+        ids = self._ids(n_id)
+        self._count(len(ids), host=len(ids))
         return self.host_tensor.index_select(0, torch.from_numpy(ids))
 
     def close(self) -> None:

@@ -47,6 +47,7 @@ import torch
 from .batching import BatchPlan, epoch_order, seeds_fingerprint
 from .block import Block, SampledBatch
 from .features import FeatureSource, TensorFeatures
+from .gpu_blocks import sample_blocks_cuda
 from .idmap import fused_map, unique_map
 from .neighbor import check_fanouts, place_adjacency, sample_neighbors
 from .reorder import MATCH_METRICS, ResidentCache, fetch_cost, match_reorder, overlap_matrix
@@ -55,6 +56,9 @@ __all__ = ["NeighborLoader", "EpochStats", "sample_blocks", "PREFETCH_DEPTH"]
 
 #: batches a prefetching loader keeps ready ahead of the caller (plus one in the making)
 PREFETCH_DEPTH = 2
+#: CUDA priority of the prefetch thread's sampling stream (lower is higher; torch maps it into
+#: the device's range): sampling is latency-bound, the caller's training throughput-bound
+SAMPLE_STREAM_PRIORITY = -1
 _END = object()
 
 
@@ -79,8 +83,11 @@ def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], 
 
     fanouts[0] is the hop from the seeds (the last GNN layer), fanouts[-1] the hop to the input
     nodes, as in PyG's `num_neighbors`. Every hop samples for all nodes of the current set.
-    Returns (n_id int64 [U], blocks input layer first).
+    Returns (n_id int64 [U], blocks input layer first). On the GPU with the Fused-Map id map this
+    is `sample_blocks_cuda` (one host synchronisation per hop, same batches).
     """
+    if id_map == "fused" and isinstance(indptr, torch.Tensor) and indptr.is_cuda:
+        return sample_blocks_cuda(indptr, indices, seeds, fanouts, generator)
     fn = fused_map if id_map == "fused" else unique_map
     nodes = seeds
     blocks: list[Block] = []
@@ -261,7 +268,9 @@ class NeighborLoader:
         self.history.append(st)
         self.cache.clear()
         self._gpu_events = []
-        seed_batches = [torch.from_numpy(np.ascontiguousarray(b)).to(self.device) for b in self.batches(self.epoch)]
+        shares = self.batches(self.epoch)
+        flat = torch.from_numpy(np.concatenate(shares) if shares else np.zeros(0, np.int64)).to(self.device)
+        seed_batches = list(torch.split(flat, [len(b) for b in shares]))  # one host-to-device copy an epoch
         if self.reorder:
             t0 = time.perf_counter()
             sampled = [sample_blocks(self.indptr, self.indices, b, self.fanouts, gen, self.id_map)
@@ -290,7 +299,9 @@ class NeighborLoader:
 
     def _prefetched(self, work: Iterator) -> Iterator[SampledBatch]:
         """Make the batches of `work` in a background thread on the sample and gather streams."""
-        sample_stream = torch.cuda.Stream(device=self.device)
+        # high priority: the sampler's small kernels (and the host waiting on their sizes) are
+        # scheduled ahead of the caller's queued training kernels
+        sample_stream = torch.cuda.Stream(device=self.device, priority=SAMPLE_STREAM_PRIORITY)
         gather_stream = torch.cuda.Stream(device=self.device)
         caller = torch.cuda.current_stream(self.device)
         sample_stream.wait_stream(caller)  # the loader's tensors were made on the caller's stream

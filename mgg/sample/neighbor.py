@@ -29,7 +29,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["sample_neighbors", "sample_edge_positions", "check_fanouts", "place_adjacency", "KEYS_FACTOR"]
+__all__ = ["sample_neighbors", "sample_edge_positions", "check_fanouts", "place_adjacency", "kernel_seed",
+           "KEYS_FACTOR"]
 
 #: degree / fanout ratio above which a seed is sampled by rejection instead of random keys
 KEYS_FACTOR = 4
@@ -176,6 +177,12 @@ def _rejection(sel: torch.Tensor, start: torch.Tensor, deg: torch.Tensor, fanout
     return sel[slot], start[sel[slot]] + (got - vstart[slot])
 
 
+def kernel_seed(generator: torch.Generator | None) -> int:
+    """The 62-bit seed of one GPU sampling launch, drawn from the (CPU) generator: one draw per
+    hop, so a seeded generator gives the same batches on every run."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator).item())
+
+
 def sample_neighbors(indptr, indices, seeds, fanout: int,
                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One hop of uniform neighbor sampling without replacement.
@@ -196,7 +203,7 @@ def sample_neighbors(indptr, indices, seeds, fanout: int,
         from ..kernels.sample_gpu import sample_neighbors_cuda
 
         (fanout,) = check_fanouts([fanout], "fanout")
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        seed = kernel_seed(generator)
         seeds = torch.as_tensor(seeds).to(device=indptr.device, dtype=torch.int64)
         return sample_neighbors_cuda(indptr, indices, seeds, fanout, seed)
     indices_t = _as_long(indices, "indices")

@@ -178,7 +178,7 @@ class ResidentCache:
         else:
             if miss.numel():
                 out[miss.to(out.device)] = source.gather(n_id[miss])
-            sel = torch.nonzero(hit).flatten()
+            sel = torch.nonzero_static(hit, size=u - miss.numel()).flatten()  # size known: no second sync
             out[sel.to(out.device)] = self.x[res_row[sel].to(self.x.device)].to(out.device)
         self.last_fetched, self.last_reused = int(miss.numel()), int(u - miss.numel())
         self.total_fetched += self.last_fetched

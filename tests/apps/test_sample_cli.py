@@ -192,3 +192,24 @@ def test_bad_sampled_input_under_mpirun_is_one_line_once(args, needle):
                         "--epochs", "1", *args], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.count(needle) == 1, r.stderr  # every rank stops with it; rank 0 prints it once
+
+
+def test_sampled_summary_reports_sampled_edges_per_second():
+    """The metrics' sampling block and the summary line carry the sampler's rate: every epoch's
+    sampled edges over every epoch's sampling time (the per-epoch records are the reference)."""
+    from mgg.apps.report import sampling_line
+    from mgg.apps.sampled import sampled_edges_per_s
+
+    g = cached_dataset("sbm")
+    res = train(TrainConfig(dataset="sbm", mode="sampled", model="sage", fanout=(5, 3), batch_size=40, epochs=2,
+                            backend="cpu", progress=False), Communicator(comm=None), g)
+    s = res.sampling
+    edges = sum(e["edges"] for e in res.epochs)
+    ms = sum(e["sample_ms"] for e in res.epochs)
+    assert edges == s["edges_total"] > 0 and ms > 0
+    assert s["sample_ms_total"] == pytest.approx(ms)
+    assert s["sampled_edges_per_s"] == pytest.approx(edges / (ms / 1e3))
+    line = sampling_line(s)
+    assert f"sampled_edges={edges} sample_rate={s['sampled_edges_per_s'] / 1e6:.2f}M edges/s per rank" in line
+    assert "sample_rate" not in sampling_line({**s, "sampled_edges_per_s": None})
+    assert sampled_edges_per_s(10, 0.0) is None and sampled_edges_per_s(3000, 1.5) == pytest.approx(2e6)

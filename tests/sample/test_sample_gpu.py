@@ -291,3 +291,111 @@ def test_block_convs_on_cuda_equal_the_cpu(conv_name):
     (gxd,) = torch.autograd.grad(out_d.square().sum(), xd)
     assert out_d.is_cuda
     assert torch.allclose(out_d.cpu(), out, atol=1e-10) and torch.allclose(gxd.cpu(), gx, atol=1e-10)
+
+
+def _hop_by_hop(indptr, indices, seeds, fanouts, gen, id_map):
+    """The reference composition: sample_neighbors then the id map, hop by hop, exact-size tensors."""
+    from mgg.sample import Block, unique_map
+
+    nodes, blocks = seeds, []
+    for f in fanouts:
+        ptr, nbr = sample_neighbors(indptr, indices, nodes, f, gen)
+        n_dst = int(nodes.numel())
+        n_id, local = (fused_map if id_map == "fused" else unique_map)(torch.cat([nodes, nbr]), n_dst)
+        blocks.append(Block(ptr, local[n_dst:], int(n_id.numel()), n_dst))
+        nodes = n_id
+    return nodes, blocks[::-1]
+
+
+@pytest.mark.parametrize("fanouts", [[5, 3], [25, 10, 5], [-1, 4], [3, -1, 2], [40, 40]])
+@pytest.mark.parametrize("pinned", [False, True])
+@pytest.mark.parametrize("n_seeds", [0, 1, 300])
+def test_sample_blocks_on_gpu_equal_the_hop_by_hop_path(fanouts, pinned, n_seeds):
+    """sample_blocks on CUDA (one size read a hop, buffers sized on the device) makes exactly the
+    batch of sampling then mapping hop by hop with the same generator (both id maps), and every
+    Block's row is its ptr expanded."""
+    from mgg.sample import sample_blocks
+
+    indptr, indices = random_csr(4000, 70000, seed=len(fanouts) + n_seeds)
+    ip = torch.from_numpy(indptr).to(DEV)
+    ix = torch.from_numpy(indices).pin_memory() if pinned else torch.from_numpy(indices).to(DEV)
+    seeds = torch.from_numpy(np.random.default_rng(n_seeds).choice(4000, n_seeds, replace=False)).to(DEV)
+    n_id, blocks = sample_blocks(ip, ix, seeds, fanouts, torch.Generator().manual_seed(17))
+    for id_map in ("fused", "unique"):
+        ref_nid, ref_blocks = _hop_by_hop(ip, ix, seeds, fanouts, torch.Generator().manual_seed(17), id_map)
+        assert torch.equal(n_id, ref_nid)
+        for got, want in zip(blocks, ref_blocks):
+            assert (got.n_src, got.n_dst) == (want.n_src, want.n_dst)
+            assert torch.equal(got.ptr, want.ptr) and torch.equal(got.col, want.col)
+    A = {(int(t), int(s)) for t in range(4000) for s in indices[indptr[t]:indptr[t + 1]]}
+    nid = n_id.cpu().numpy()
+    for blk in blocks:
+        ptr = blk.ptr.cpu().numpy()
+        assert np.array_equal(blk.row.cpu().numpy(), np.repeat(np.arange(blk.n_dst), np.diff(ptr)))
+        for i, c in zip(blk.row.cpu().numpy(), blk.col.cpu().numpy()):
+            assert (int(nid[i]), int(nid[c])) in A
+    assert blocks[-1].n_dst == n_seeds and blocks[0].n_src == len(nid) == len(np.unique(nid))
+
+
+def _synchronisations(fn) -> int:
+    """How many synchronising CUDA calls torch reports while fn() runs."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("fanouts,reads", [([30, 30, 30], 3), ([10, 5], 2), ([-1, 5], 3)])
+def test_gpu_sampling_reads_sizes_once_per_hop(fanouts, reads):
+    """One device-to-host read a hop (plus the first hop's edge count for fanout -1); the blocks'
+    rows come with them, so the training step's Block.row does not synchronise either."""
+    from mgg.sample import sample_blocks
+
+    indptr, indices = random_csr(5000, 80000, seed=3)
+    ip, ix = torch.from_numpy(indptr).to(DEV), torch.from_numpy(indices).to(DEV)
+    seeds = torch.arange(0, 5000, 9, device=DEV)
+    sample_blocks(ip, ix, seeds, fanouts, torch.Generator().manual_seed(0))  # loads the kernels
+    torch.cuda.synchronize()
+    out = {}
+    assert _synchronisations(lambda: out.update(b=sample_blocks(ip, ix, seeds, fanouts,
+                                                                torch.Generator().manual_seed(1)))) == reads
+    assert _synchronisations(lambda: [blk.row for blk in out["b"][1]]) == 0
+
+
+def test_loader_batch_synchronises_a_few_times_only():
+    """A whole batch of the loader (no prefetch): one read a hop, one range check of the ids by
+    the feature source, one count of the rows the resident cache misses."""
+    indptr, indices = random_csr(3000, 45000, seed=8)
+    x = np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32)
+    loader = NeighborLoader((indptr, indices), x, np.zeros(3000, np.int64), np.arange(3000), [10, 5],
+                            batch_size=300, device=DEV, prefetch=False, shuffle=False)
+    list(loader)  # loads the kernels
+    it = iter(loader)
+    next(it)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        batch = {}
+        assert _synchronisations(lambda: batch.update(b=next(it))) <= len(loader.fanouts) + 2
+        assert batch["b"].rows_reused > 0  # the cached gather ran (hits and misses)
+
+
+@pytest.mark.parametrize("fanout", [1, 5, 32, 33, 60, -1])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_sample_kernel_follows_its_random_stream_exactly(fanout, pinned):
+    """sample_uniform's output for a kernel seed is the Python spec's, bit for bit, for k up to
+    FLOYD_SHARED_K (positions in shared memory) and above it (positions in the output row)."""
+    from mgg.testing.sample_reference import floyd_sample_reference
+
+    indptr, indices = random_csr(600, 40000, seed=13)  # mean degree ~67: rows above and below every fanout
+    seeds = np.random.default_rng(1).choice(600, 250, replace=False)
+    ip, ix = torch.from_numpy(indptr), torch.from_numpy(indices)
+    ip, ix = (ip.pin_memory(), ix.pin_memory()) if pinned else (ip.to(DEV), ix.to(DEV))
+    ptr, nbr = sample_neighbors_cuda(ip, ix, torch.from_numpy(seeds).to(DEV), fanout, seed=2 ** 61 + 12345)
+    want_ptr, want_nbr = floyd_sample_reference(indptr, indices, seeds, fanout, 2 ** 61 + 12345)
+    assert np.array_equal(ptr.cpu().numpy(), want_ptr) and np.array_equal(nbr.cpu().numpy(), want_nbr)
