@@ -23,7 +23,7 @@ duplicates there; the optimizers in `mgg.embedding.optim` apply it to the owner'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
