@@ -56,7 +56,18 @@ __device__ __forceinline__ void record_bad_id(long long* status, long long id) {
   else atomicMax(status + ST_HI, id);
 }
 
-extern "C" __global__ void emb_bag_lookup(
+// the fallback read of one 16-byte vector of another PE's row (kept out of line: it is rare, and
+// inlined it would cost the common path registers)
+__device__ __noinline__ float4 get_vector(const float* src, int pe) {
+  float4 v;
+  v.x = nvshmem_float_g(src, pe);
+  v.y = nvshmem_float_g(src + 1, pe);
+  v.z = nvshmem_float_g(src + 2, pe);
+  v.w = nvshmem_float_g(src + 3, pe);
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256) emb_bag_lookup(
     float* __restrict__ out, const float* sym, int ld4, int D,
     const void* __restrict__ ids, int ids64, long long n_ids,
     const void* __restrict__ offsets, int off64, long long n_offsets, long long n_bags, long long bag_size,
@@ -150,7 +161,7 @@ extern "C" __global__ void emb_bag_lookup(
         }
         bad |= __any_sync(gmask, k < e && pe < 0);
         const int m = (int)((e - k0) < L ? (e - k0) : L);
-#pragma unroll 4
+#pragma unroll 4  // up to 4 rows' loads in flight per lane group (no spills at 256 threads)
         for (int j = 0; j < m; ++j) {
           const float4* rj = reinterpret_cast<const float4*>(
               __shfl_sync(gmask, reinterpret_cast<unsigned long long>(row), j, L));
@@ -162,11 +173,7 @@ extern "C" __global__ void emb_bag_lookup(
           if (rj != nullptr) {
             v = rj[col];
           } else {  // no load path to that PE: element gets
-            const float* src = sym + (lj * ld4 + col) * 4;
-            v.x = nvshmem_float_g(src, pej);
-            v.y = nvshmem_float_g(src + 1, pej);
-            v.z = nvshmem_float_g(src + 2, pej);
-            v.w = nvshmem_float_g(src + 3, pej);
+            v = get_vector(sym + (lj * ld4 + col) * 4, pej);
           }
           if (mode == MGG_EMB_MAX) {
             acc.x = fmaxf(acc.x, v.x); acc.y = fmaxf(acc.y, v.y);
