@@ -28,6 +28,8 @@ class BagInput:
 
 
 def as_tensor(x, what: str) -> torch.Tensor:
+    """A tensor, numpy array or list of numbers as a tensor (no copy for a tensor or an array);
+    TypeError / ValueError naming `what` for anything else."""
     if isinstance(x, torch.Tensor):
         return x
     if isinstance(x, np.ndarray):
@@ -64,7 +66,8 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
                     device: torch.device | str | None = None) -> BagInput:
     """Validate one table's input; returns flat int64 indices and offsets [B + 1] (the last = end
     of the last bag) on `device` (None: the CPU). On a GPU the checks run there, with one
-    synchronisation for all of them (the GPU lookup path: ids given on the GPU stay there)."""
+    synchronisation for all of them. (The GPU lookup checks inside its kernel instead,
+    mgg.embedding.device_input, and calls this only to word the error of a bad input.)"""
     if mode not in MODES:
         raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
     idx = as_tensor(indices, f"{what}: indices")
