@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..kernels.embedding_gpu import (DECREASING_BIT, FIRST_OFFSET_BIT, ID_RANGE_BIT, LAST_OFFSET_BIT, ST_DEC,
                                      ST_FIRST, ST_FLAGS, ST_HI, ST_LAST, ST_LO, ST_REMOTE, ST_ROWS, STATUS_SLOTS,
-                                     TableGeometry, clear_status_errors, lookup_bags, new_status)
+                                     TableGeometry, clear_status_errors, lookup_bags, new_status, table_view)
 from .device_input import DeviceBags, device_bag_input
 from .lookup_counters import LookupCounters
 from .validate import check_bag_input
@@ -40,7 +40,8 @@ class GpuLookup:
 
     def __init__(self, module):
         self.module = module
-        self.device = module.array.local.device
+        self.table = table_view(module.array)  # checked once; the array lives as long as the module
+        self.device = self.table.device
         lay = module.layout
         self.geometry = [TableGeometry(int(cfg.num_embeddings), lay.slice_rows(t), int(lay.base[t]),
                                        cfg.sharding == "hash", lay.world, int(cfg.embedding_dim), cfg.mode)
@@ -54,6 +55,8 @@ class GpuLookup:
     # -- input --------------------------------------------------------------------------------
     def _bags(self, indices, offsets, psws) -> list[DeviceBags | None]:
         m = self.module
+        if m.array is None:
+            raise RuntimeError("the embedding module was freed")
         bags: list[DeviceBags | None] = []
         for t, cfg in enumerate(m.tables):
             if indices[t] is None:
@@ -67,7 +70,7 @@ class GpuLookup:
         return bags
 
     def _launch(self, t: int, b: DeviceBags, out: torch.Tensor | None) -> None:
-        lookup_bags(self.module.array, self.geometry[t], b.ids, b.offsets, b.bag_size, b.num_bags,
+        lookup_bags(self.table, self.geometry[t], b.ids, b.offsets, b.bag_size, b.num_bags,
                     b.per_sample_weights, self.status[t], out)
         if b.ids.numel() or b.num_bags:
             self.counters.launches += 1

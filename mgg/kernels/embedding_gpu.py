@@ -28,7 +28,7 @@ import torch
 from .launch import blocks_for, kernel
 from .streams import LaunchCache
 
-__all__ = ["build", "gather_rows", "lookup_bags", "TableGeometry", "new_status", "clear_status_errors",
+__all__ = ["build", "gather_rows", "lookup_bags", "table_view", "TableGeometry", "new_status", "clear_status_errors",
            "MODES", "STATUS_SLOTS", "ST_FLAGS", "ST_LO", "ST_HI", "ST_DEC", "ST_FIRST", "ST_LAST", "ST_ROWS",
            "ST_REMOTE", "ID_RANGE_BIT", "FIRST_OFFSET_BIT", "DECREASING_BIT", "LAST_OFFSET_BIT"]
 
@@ -89,9 +89,10 @@ def _p(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-def _table(array, what: str) -> torch.Tensor:
+def table_view(array, what: str = "embedding lookup") -> torch.Tensor:
     """This PE's [rows_per_pe, D] view of the symmetric table: float32, unit column stride, rows
-    `stride(0)` floats apart (the store pads D to 16 bytes, so the view is usually not contiguous)."""
+    `stride(0)` floats apart (the store pads D to 16 bytes, so the view is usually not contiguous).
+    Valid until the array is freed; a lookup that runs many times takes it once."""
     table = array.local
     if table.dtype != torch.float32 or not table.is_cuda or table.stride(1) != 1 or table.stride(0) % 4:
         raise TypeError(f"{what}: the table must be a float32 CUDA tensor with unit column stride and rows "
@@ -112,7 +113,7 @@ def clear_status_errors(status: torch.Tensor) -> None:
     status[:, : ST_LAST + 1] = torch.tensor(_CLEAN, dtype=torch.int64).to(status.device)
 
 
-def lookup_bags(array, geometry: TableGeometry, ids: torch.Tensor, offsets: torch.Tensor | None,
+def lookup_bags(table: torch.Tensor, geometry: TableGeometry, ids: torch.Tensor, offsets: torch.Tensor | None,
                 bag_size: int, num_bags: int, per_sample_weights: torch.Tensor | None,
                 status: torch.Tensor, out: torch.Tensor | None) -> None:
     """One launch of emb_bag_lookup on torch's current stream of the table's GPU.
@@ -122,8 +123,7 @@ def lookup_bags(array, geometry: TableGeometry, ids: torch.Tensor, offsets: torc
     num_bags: B = R (the last bag ends at n) or R - 1 (include_last_offset: offsets[-1] ends it),
     or n / bag_size without offsets. per_sample_weights: float32 [n] contiguous, or None.
     status: this table's record, an int64 [STATUS_SLOTS] view. out: float32 [B, dim] contiguous
-    (written), or None to check the input only."""
-    table = _table(array, "lookup_bags")
+    (written), or None to check the input only. table: `table_view` of the symmetric array."""
     dev = table.device
     n = int(ids.numel())
     R = 0 if offsets is None else int(offsets.numel())
@@ -148,7 +148,7 @@ def lookup_bags(array, geometry: TableGeometry, ids: torch.Tensor, offsets: torc
 def gather_rows(array, owner, local) -> torch.Tensor:
     """Rows (owner[i], local[i]) of the symmetric table -> [U, D] on this GPU; owner[i] < 0 gives
     a zero row. owner, local: numpy arrays or tensors on the table's GPU (int32 / int64)."""
-    table = _table(array, "gather_rows")
+    table = table_view(array, "gather_rows")
     dev = table.device
     n, D = len(owner), table.shape[1]
     out = torch.empty((n, D), dtype=torch.float32, device=dev)
