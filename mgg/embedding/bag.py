@@ -150,7 +150,11 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         if self._gpu:
             from .gpu_lookup import GpuLookup
 
-            self._lookup = GpuLookup(self)
+            try:
+                self._lookup = GpuLookup(self)
+            except BaseException:
+                self.array.free()
+                raise
 
     @staticmethod
     def _rows_from(w: Any, rows: np.ndarray, cfg: TableConfig) -> torch.Tensor:
