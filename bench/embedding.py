@@ -6,8 +6,11 @@
 Lookup mode, every rank looks up its own batch of B bags x L ids (Zipf-distributed ids, scattered
 over the id space) from one table of N rows x D, hash-sharded over the P ranks:
 
-* ``mgg``: `ShardedEmbeddingBag` forward -- unique rows fetched by one-sided gets from their owners
-  (MPI RMA on CPU, NVSHMEM kernel on GPU), pooled locally.
+* ``mgg``: `ShardedEmbeddingBag` forward -- CPU: unique rows fetched by one-sided MPI RMA gets
+  from their owners, pooled locally; GPU: one kernel launch that checks, routes, reads (NVLink
+  loads through nvshmem_ptr) and pools, plus with ``--checks sync`` one status read. On the GPU the
+  table also reports per call what the module counted: kernel launches (torch operations
+  included), host synchronisations, and bytes its kernel read from other PEs (NVLink on one node).
 * ``a2a``: the TorchRec-style row-wise exchange -- unique ids sent to their owners (all-to-all of
   counts, then ids), owners read their rows, rows sent back (all-to-all), pooled locally.
   CPU: mpi4py Alltoallv; GPU: torch.distributed NCCL all_to_all_single.
@@ -46,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mgg.embedding import ShardedEmbeddingBag  # noqa: E402
+from mgg.embedding.device_input import CHECKS  # noqa: E402
 from mgg.runtime import world  # noqa: E402
 
 
@@ -149,7 +153,7 @@ def bench_lookup(args) -> dict:
         os.environ.setdefault("MASTER_PORT", str(comm.bcast(29500 + os.getpid() % 1000)))
         dist.init_process_group("nccl", rank=rank, world_size=P)
     N, D, L = args.rows, args.dim, args.pooling
-    emb = ShardedEmbeddingBag(N, D, args.mode_pool, "hash", comm=comm, seed=0, backend=backend)
+    emb = ShardedEmbeddingBag(N, D, args.mode_pool, "hash", comm=comm, seed=0, backend=backend, checks=args.checks)
     emb.eval()
     a2a = AllToAllLookup(emb, backend)
     single = None
@@ -178,9 +182,13 @@ def bench_lookup(args) -> dict:
         res = {}
         with torch.no_grad():
             ref = emb(*batches[0])
+            emb.raise_input_errors()
             chk = a2a(*batches[0], args.mode_pool)
             assert torch.allclose(ref, chk.to(ref.device)), "a2a and mgg disagree"
             for name, fn in (("mgg", lambda b: emb(*b)), ("a2a", lambda b: a2a(*b, args.mode_pool))):
+                if name == "mgg":
+                    _, _, remote0 = emb.rows_read()
+                    emb.counters.reset()
                 ts = []
                 for it, b in enumerate(batches):
                     comm.barrier()
@@ -192,6 +200,14 @@ def bench_lookup(args) -> dict:
                     if it >= args.warmup:
                         ts.append(dt)
                 res[name] = float(np.median(ts))
+                if name == "mgg":
+                    per_call = emb.counters.per_call()
+                    calls = emb.counters.calls
+                    _, _, remote1 = emb.rows_read()
+                    if backend == "gpu":
+                        per_call["nvlink_bytes"] = (remote1 - remote0) / calls
+                    else:  # the CPU store's calls are not counted
+                        per_call = {}
             if single is not None:
                 ts = []
                 for it, (i, o) in enumerate(batches):
@@ -203,6 +219,7 @@ def bench_lookup(args) -> dict:
                         ts.append(time.perf_counter() - t0)
                 res["single"] = float(np.median(ts))
         res = comm.bcast(res)
+        per_call = comm.bcast(per_call)
         uniq_ids = np.unique(ref_ids)
         uniq = comm.allreduce_scalar(float(len(uniq_ids)) / (B * L)) / P
         floor = lookup_floor(emb, uniq_ids, B, bw, comm)
@@ -210,13 +227,14 @@ def bench_lookup(args) -> dict:
                      "median_s": res, "lookups_per_s": {k: (P if k != "single" else 1) * B * L / v for k, v in res.items()},
                      "ratio_a2a_over_mgg": res["a2a"] / res["mgg"],
                      "ratio_single_over_mgg": res.get("single", float("nan")) / res["mgg"],
-                     "floor_s": floor, "mgg_over_floor": res["mgg"] / floor if floor > 0 else float("nan")})
+                     "floor_s": floor, "mgg_over_floor": res["mgg"] / floor if floor > 0 else float("nan"),
+                     "mgg_per_call": per_call})
         if rank == 0:
             print(f"B={B:6d}  mgg {res['mgg'] * 1e3:8.2f} ms  a2a {res['a2a'] * 1e3:8.2f} ms  "
                   f"single {res.get('single', float('nan')) * 1e3:8.2f} ms", flush=True)
     emb.free()
     return {"mode": "lookup", "backend": backend, "P": P, "rows": N, "dim": D, "pooling": L, "pool": args.mode_pool,
-            "zipf": args.zipf, "iters": args.iters, "results": rows}
+            "zipf": args.zipf, "iters": args.iters, "checks": args.checks, "results": rows}
 
 
 def lookup_floor(emb, uniq_ids: np.ndarray, bags: int, bw: dict, comm) -> float:
@@ -237,15 +255,18 @@ def lookup_floor(emb, uniq_ids: np.ndarray, bags: int, bw: dict, comm) -> float:
 
 def print_lookup_table(r: dict) -> None:
     print(f"\n{r['label']}: P={r['P']}, table {r['rows']:,} x {r['dim']} (hash-sharded), {r['pooling']} ids/bag, "
-          f"Zipf {r['zipf']}, median of {r['iters']} batches")
+          f"Zipf {r['zipf']}, median of {r['iters']} batches, checks {r.get('checks', 'sync')}")
     print(f"{'B/rank':>7} {'uniq':>5} | {'mgg ms':>8} {'a2a ms':>8} {'single ms':>9} | {'mgg Mlk/s':>9} {'a2a Mlk/s':>9} "
-          f"{'1p Mlk/s':>8} | {'a2a/mgg':>7} {'1p/mgg':>6} | {'floor ms':>8} {'mgg/floor':>9}")
+          f"{'1p Mlk/s':>8} | {'a2a/mgg':>7} {'1p/mgg':>6} | {'floor ms':>8} {'mgg/floor':>9} | "
+          f"{'launch':>6} {'syncs':>5} {'NVLink KB':>9}  (mgg per call, rank 0)")
     for x in r["results"]:
-        m, l = x["median_s"], x["lookups_per_s"]
+        m, l, c = x["median_s"], x["lookups_per_s"], x.get("mgg_per_call", {})
         print(f"{x['batch']:>7} {x['unique_fraction']:5.2f} | {m['mgg'] * 1e3:8.2f} {m['a2a'] * 1e3:8.2f} "
               f"{m.get('single', float('nan')) * 1e3:9.2f} | {l['mgg'] / 1e6:9.2f} {l['a2a'] / 1e6:9.2f} "
               f"{l.get('single', float('nan')) / 1e6:8.2f} | {x['ratio_a2a_over_mgg']:7.2f} {x['ratio_single_over_mgg']:6.2f}"
-              f" | {x.get('floor_s', float('nan')) * 1e3:8.3f} {x.get('mgg_over_floor', float('nan')):9.1f}")
+              f" | {x.get('floor_s', float('nan')) * 1e3:8.3f} {x.get('mgg_over_floor', float('nan')):9.1f}"
+              f" | {c.get('launches', float('nan')):6.1f} {c.get('host_syncs', float('nan')):5.1f} "
+              f"{c.get('nvlink_bytes', float('nan')) / 1e3:9.1f}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,6 +352,8 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-single", action="store_true")
+    p.add_argument("--checks", choices=CHECKS, default=CHECKS[0],
+                   help="lookup mode, GPU: when bad ids raise (mgg.embedding.device_input.CHECKS)")
     p.add_argument("--np", type=int, default=2, help="serve mode: ranks of the service")
     p.add_argument("--requests", type=int, default=2000, help="serve mode: requests in total")
     p.add_argument("--concurrency", type=int, default=16, help="serve mode: client threads")

@@ -4,13 +4,17 @@ All tables of a `MultiTableEmbeddingBag` live in ONE symmetric array (`TableLayo
 table its row offset inside each PE's slice; tables narrower than the widest are zero-padded), so a
 batch touching several tables is one exchange:
 
-forward (SPMD, every rank its own batch; no collective):
+forward (SPMD, every rank its own batch; no collective). CPU store:
     keys = table_offset[t] + indices  ->  unique keys (each row fetched once per batch)
     own rows: read from my slice; others: one-sided gets from their owners (`get_halo`,
     all PEs' gets in flight before one flush)
     pooling: `torch.nn.functional.embedding_bag` over the fetched unique rows with remapped
     indices -- the same rows in the same bag order, so sum/mean/max, empty bags,
     per_sample_weights, include_last_offset and the max-mode gradient are torch's own.
+GPU store (NVSHMEM): `mgg.embedding.gpu_lookup` -- inference is one fused check + route + read +
+pool kernel per table with no host synchronisation on the way and no barrier; training gathers the
+unique rows on the device (no host round trip) and pools them with torch as above. `checks`
+("sync" / "deferred", mgg.embedding.device_input.CHECKS) says when bad ids raise.
 
 backward: the gradient of the fetched rows (one per unique key) is kept on the module;
 `reduce_gradients()` (collective) sends (key, grad) to the owners with one MPI Alltoallv and sums
@@ -19,7 +23,7 @@ duplicates there; the optimizers in `mgg.embedding.optim` apply it to the owner'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +32,9 @@ import torch.nn.functional as F
 from ..graph.backends import make_store
 from ..runtime.comm import Communicator, world
 from ..runtime.store import SymmetricStore
+from .device_input import CHECKS
 from .init import INITS, init_rows
+from .lookup_counters import LookupCounters
 from .sharding import TableLayout
 from .table import TableConfig
 from .validate import check_bag_input
@@ -45,17 +51,25 @@ class SparseRowGrad:
 
 
 class _Fetch(torch.autograd.Function):
-    """Fetched unique rows as an autograd node: backward hands their gradient to the module."""
+    """Fetched unique rows as an autograd node: backward hands their gradient to the module.
+
+    keys: the rows' keys (numpy, CPU store; or an int64 tensor on the GPU where -1 marks an unused
+    slot); owner, local: None (the rows are located here) or their owner PE and local row as
+    tensors on the GPU (the GPU store's training path)."""
 
     @staticmethod
-    def forward(ctx, anchor, module, uniq):  # noqa: ARG004 - anchor only connects the graph
-        ctx.module, ctx.uniq = module, uniq
-        return module._fetch(uniq)
+    def forward(ctx, anchor, module, keys, owner, local):  # noqa: ARG004 - anchor only connects the graph
+        ctx.module, ctx.keys = module, keys
+        if owner is None:
+            return module._fetch(keys)
+        from ..kernels.embedding_gpu import gather_rows
+
+        return gather_rows(module.array, owner, local)
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.module._pending.append((ctx.uniq, grad.detach()))
-        return None, None, None
+        ctx.module._pending.append((ctx.keys, grad.detach()))
+        return None, None, None, None, None
 
 
 class MultiTableEmbeddingBag(torch.nn.Module):
@@ -72,13 +86,19 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             rows -> [len(rows), D_t]; None entries fall back to `init`.
         dtype: table dtype (float32 or float64).
         backend: "cpu" or "gpu" (only used when `store` is None).
+        checks: GPU store: "sync" (bad input raises before the call returns; one synchronisation
+            a call) or "deferred" (no synchronisation; `raise_input_errors()` raises), see
+            mgg.embedding.device_input.CHECKS. The CPU store always checks before the lookup.
     """
 
     def __init__(self, tables: Sequence[TableConfig | dict], comm: Communicator | None = None,
                  store: SymmetricStore | None = None, *, include_last_offset: bool = False, seed: int = 0,
                  init: str = "normal", weights: Sequence[Any] | None = None, dtype: torch.dtype = torch.float32,
-                 backend: str = "cpu"):
+                 backend: str = "cpu", checks: str = "sync"):
         super().__init__()
+        if checks not in CHECKS:
+            raise ValueError(f"checks must be one of {CHECKS}, got {checks!r}")
+        self.checks = checks
         self.tables = [t if isinstance(t, TableConfig) else TableConfig(**t) for t in tables]
         if not self.tables:
             raise ValueError("MultiTableEmbeddingBag needs at least one table")
@@ -126,6 +146,15 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             self.array.free()
             raise
         self.array.publish()
+        self._lookup = None
+        if self._gpu:
+            from .gpu_lookup import GpuLookup
+
+            try:
+                self._lookup = GpuLookup(self)
+            except BaseException:
+                self.array.free()
+                raise
 
     @staticmethod
     def _rows_from(w: Any, rows: np.ndarray, cfg: TableConfig) -> torch.Tensor:
@@ -193,26 +222,25 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         psws = [None] * T if per_sample_weights is None else per_sample_weights
         if len(offsets) != T or len(psws) != T:
             raise ValueError(f"offsets and per_sample_weights need one entry per table ({T})")
-        fused = self._gpu and not (torch.is_grad_enabled() and self.training)
-        where = self.array.local.device if fused else None  # the fused path validates on the GPU
+        grad = torch.is_grad_enabled() and self.training
+        if self._lookup is not None:
+            if grad:
+                return self._lookup.forward_train(indices, offsets, psws, self._fetch_slots)
+            return self._lookup.forward_pooled(indices, offsets, psws)
         bags, keys = [], []
         for t, cfg in enumerate(self.tables):
             if indices[t] is None:
                 bags.append(None)
                 continue
             b = check_bag_input(indices[t], offsets[t], psws[t], num_embeddings=cfg.num_embeddings, mode=cfg.mode,
-                                include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}",
-                                device=where)
+                                include_last_offset=self.include_last_offset, what=f"table {cfg.name or t}")
             bags.append(b)
-            if not fused:
-                keys.append(b.indices.numpy() + self.layout.table_offset[t])
-        if fused:
-            return self._forward_fused(bags)
+            keys.append(b.indices.numpy() + self.layout.table_offset[t])
         allkeys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         uniq, inv = np.unique(allkeys, return_inverse=True)
         inv = torch.from_numpy(inv.reshape(-1).astype(np.int64))
-        if torch.is_grad_enabled() and self.training:
-            rows = _Fetch.apply(self._anchor, self, uniq)
+        if grad:
+            rows = _Fetch.apply(self._anchor, self, uniq, None, None)
         else:
             rows = self._fetch(uniq)
         outs: list[torch.Tensor | None] = []
@@ -231,20 +259,27 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             pos += n
         return outs
 
-    def _forward_fused(self, bags) -> list[torch.Tensor | None]:
-        """GPU inference: one fused get+pool kernel per table (mgg/kernels/embedding_bag.cu); the
-        validated ids are already on the GPU, and owners and local rows are computed there."""
-        from ..kernels.embedding_gpu import embedding_bag_fused
+    def _fetch_slots(self, keys: torch.Tensor, owner: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """GPU training path: rows of (owner, local) [n, Dmax] as an autograd node (owner -1: zeros)."""
+        return _Fetch.apply(self._anchor, self, keys, owner, local)
 
-        outs: list[torch.Tensor | None] = []
-        for t, b in enumerate(bags):
-            if b is None:
-                outs.append(None)
-                continue
-            owner, local = self.layout.locate(t, b.indices)  # on the GPU: no host round trip
-            out = embedding_bag_fused(self.array, owner, local, b.offsets, b.per_sample_weights, self.tables[t].mode)
-            outs.append(out[:, : int(self.dims[t])])
-        return outs
+    # -- GPU lookup: checks and counts ----------------------------------------------------------
+    @property
+    def counters(self) -> LookupCounters:
+        """Launches, synchronisations, copies and barriers of the GPU forward calls so far (the
+        CPU store's calls are not counted: all zeros)."""
+        return self._lookup.counters if self._lookup is not None else LookupCounters()
+
+    def raise_input_errors(self) -> None:
+        """With checks="deferred": raise the first bad-input error recorded by the GPU lookups
+        since the last check, and clear it (one synchronisation). Nothing to do on the CPU store."""
+        if self._lookup is not None:
+            self._lookup.raise_input_errors()
+
+    def rows_read(self) -> tuple[int, int, int]:
+        """GPU store: (rows read, rows read from other PEs, bytes read from other PEs) by the
+        inference lookups since the module was made (one synchronisation); zeros on the CPU store."""
+        return self._lookup.rows_read() if self._lookup is not None else (0, 0, 0)
 
     # -- gradients ------------------------------------------------------------------------------
     def clear_gradients(self) -> None:
@@ -253,8 +288,11 @@ class MultiTableEmbeddingBag(torch.nn.Module):
     def reduce_gradients(self) -> SparseRowGrad:
         """Collective: send every pending (key, grad) to its owner; returns my rows' summed gradient."""
         if self._pending:
-            keys = np.concatenate([k for k, _ in self._pending])
+            keys = np.concatenate([k.cpu().numpy() if isinstance(k, torch.Tensor) else k for k, _ in self._pending])
             grads = torch.cat([g.to("cpu") for _, g in self._pending])
+            if keys.size and keys.min() < 0:  # unused slots of the GPU training path
+                keep = keys >= 0
+                keys, grads = keys[keep], grads[torch.from_numpy(keep)]
         else:
             keys, grads = np.zeros(0, dtype=np.int64), torch.zeros((0, self.dim), dtype=self.dtype)
         self._pending.clear()
@@ -344,10 +382,12 @@ class ShardedEmbeddingBag(MultiTableEmbeddingBag):
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", sharding: str = "range",
                  comm: Communicator | None = None, store: SymmetricStore | None = None, *,
                  include_last_offset: bool = False, seed: int = 0, init: str = "normal",
-                 weight: Any = None, dtype: torch.dtype = torch.float32, backend: str = "cpu"):
+                 weight: Any = None, dtype: torch.dtype = torch.float32, backend: str = "cpu",
+                 checks: str = "sync"):
         super().__init__([TableConfig(num_embeddings, embedding_dim, mode, sharding)], comm, store,
                          include_last_offset=include_last_offset, seed=seed, init=init,
-                         weights=None if weight is None else [weight], dtype=dtype, backend=backend)
+                         weights=None if weight is None else [weight], dtype=dtype, backend=backend,
+                         checks=checks)
         self.num_embeddings, self.embedding_dim, self.mode, self.sharding = num_embeddings, embedding_dim, mode, sharding
 
     def forward(self, indices, offsets=None, per_sample_weights=None) -> torch.Tensor:  # type: ignore[override]

@@ -30,6 +30,9 @@ class _ShardedOptimizer:
     def step(self) -> SparseRowGrad:
         """Collective: exchange gradients, update my rows, publish. Returns the applied gradient."""
         grad = self.module.reduce_gradients()
+        # other PEs' lookups may still be reading my rows on their streams (a GPU lookup with
+        # checks "deferred" returns before its kernel ends): every PE done reading before I write
+        self.module.array.release()
         if len(grad.rows):
             with torch.no_grad():
                 loc = self.module.array.local

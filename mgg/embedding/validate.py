@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["MODES", "BagInput", "check_bag_input"]
+__all__ = ["MODES", "BagInput", "check_bag_input", "as_tensor"]
 
 MODES = ("sum", "mean", "max")
 
@@ -27,7 +27,9 @@ class BagInput:
         self.indices, self.offsets, self.per_sample_weights, self.num_bags = indices, offsets, per_sample_weights, num_bags
 
 
-def _as_tensor(x, what: str) -> torch.Tensor:
+def as_tensor(x, what: str) -> torch.Tensor:
+    """A tensor, numpy array or list of numbers as a tensor (no copy for a tensor or an array);
+    TypeError / ValueError naming `what` for anything else."""
     if isinstance(x, torch.Tensor):
         return x
     if isinstance(x, np.ndarray):
@@ -64,10 +66,11 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
                     device: torch.device | str | None = None) -> BagInput:
     """Validate one table's input; returns flat int64 indices and offsets [B + 1] (the last = end
     of the last bag) on `device` (None: the CPU). On a GPU the checks run there, with one
-    synchronisation for all of them (the GPU lookup path: ids given on the GPU stay there)."""
+    synchronisation for all of them. (The GPU lookup checks inside its kernel instead,
+    mgg.embedding.device_input, and calls this only to word the error of a bad input.)"""
     if mode not in MODES:
         raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
-    idx = _as_tensor(indices, f"{what}: indices")
+    idx = as_tensor(indices, f"{what}: indices")
     if idx.dtype in (torch.bool,) or idx.is_floating_point() or idx.is_complex():
         raise TypeError(f"{what}: indices must be an integer tensor, got {idx.dtype}")
     if offsets is None:
@@ -78,14 +81,14 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
         include_last_offset = False
         idx = idx.reshape(-1)
         if per_sample_weights is not None:
-            psw = _as_tensor(per_sample_weights, f"{what}: per_sample_weights")
+            psw = as_tensor(per_sample_weights, f"{what}: per_sample_weights")
             if psw.shape != (b, l):
                 raise ValueError(f"{what}: per_sample_weights must have the shape of indices {(b, l)}, got {tuple(psw.shape)}")
             per_sample_weights = psw.reshape(-1)
     else:
         if idx.dim() != 1:
             raise ValueError(f"{what}: with offsets, indices must be 1-D; got {idx.dim()}-D")
-        off = _as_tensor(offsets, f"{what}: offsets")
+        off = as_tensor(offsets, f"{what}: offsets")
         if off.dtype == torch.bool or off.is_floating_point() or off.is_complex():
             raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
         if off.dim() != 1:
@@ -118,7 +121,7 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
     if per_sample_weights is not None:
         if mode != "sum":
             raise ValueError(f"{what}: per_sample_weights are only supported with mode='sum', got mode={mode!r}")
-        psw = _as_tensor(per_sample_weights, f"{what}: per_sample_weights")
+        psw = as_tensor(per_sample_weights, f"{what}: per_sample_weights")
         if not psw.is_floating_point():
             raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
         if psw.dim() != 1 or psw.numel() != n:

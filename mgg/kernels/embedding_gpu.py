@@ -1,29 +1,71 @@
-"""Launcher of mgg/kernels/embedding_bag.cu (NVSHMEM embedding-bag kernels).
+"""Launchers of mgg/kernels/embedding_bag.cu (NVSHMEM embedding-bag kernels).
 
 Built as docs/embedding.md ("GPU path") describes: nvcc -rdc + device link against
 libnvshmem_device.a into a cubin, cached on disk by source hash + arch (built once per node under
 a file lock; see mgg.kernels.build), loaded on the table's GPU with
 `nvshmem.bindings.cumodule_init` before the first launch (mgg.kernels.launch). Tensors are passed
-to cupy zero-copy through __cuda_array_interface__ on torch's current stream of that GPU. Tested against torch in float64 by
-tests/embedding/test_embedding_gpu.py (P = 1 and 2, widths 1-70).
+as raw device pointers, launched on torch's current stream of their GPU: no host
+synchronisation, nothing but the launch itself, so a lookup can be captured in a CUDA graph
+(after one call outside the capture has loaded the module).
 
-`gather_rows(array, owner, local)` -> [U, D] rows (training path);
-`embedding_bag_fused(array, owner, local, offsets, psw, mode)` -> [B, D] pooled (inference).
+`lookup_bags(array, geometry, ids, offsets, ...)` -> one launch: checks, routes, reads and pools
+one table's bags (inference), or only checks them (`out=None`, the training path);
+`gather_rows(array, owner, local)` -> [U, D] rows (training path).
 `array` is a SymmetricArray of the NVSHMEM store: `array.local` is a [rows_per_pe, D] view at the
 symmetric address of this PE's slice, rows `stride(0)` floats apart (D padded to 16 bytes).
+
+Every table has a status record in an int64 [T, STATUS_SLOTS] tensor on its GPU (`new_status`):
+the kernel records there what was wrong with the input (ST_* slots, *_BIT flags) and counts the
+rows it read and how many came from other PEs.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .launch import blocks_for, kernel, on_device
+from .launch import blocks_for, kernel
+from .streams import LaunchCache
 
-__all__ = ["build", "gather_rows", "embedding_bag_fused", "MODES"]
+__all__ = ["build", "gather_rows", "lookup_bags", "table_view", "TableGeometry", "new_status", "clear_status_errors",
+           "MODES", "STATUS_SLOTS", "ST_FLAGS", "ST_LO", "ST_HI", "ST_DEC", "ST_FIRST", "ST_LAST", "ST_ROWS",
+           "ST_REMOTE", "ID_RANGE_BIT", "FIRST_OFFSET_BIT", "DECREASING_BIT", "LAST_OFFSET_BIT"]
 
 MODES = {"sum": 0, "mean": 1, "max": 2}
 THREADS = 256
-BLOCKS_PER_SM = 8  # grid-stride, one warp per row (gather) or per bag (fused)
+BLOCKS_PER_SM = 8  # grid-stride: one lane group per bag (lookup), one warp per row (gather)
+
+# the status record of a table (embedding_bag.cu names the same slots)
+STATUS_SLOTS = 8
+ST_FLAGS, ST_LO, ST_HI, ST_DEC, ST_FIRST, ST_LAST, ST_ROWS, ST_REMOTE = range(STATUS_SLOTS)
+ID_RANGE_BIT, FIRST_OFFSET_BIT, DECREASING_BIT, LAST_OFFSET_BIT = 1, 2, 4, 8
+_NO_DEC = np.iinfo(np.int64).max
+_CLEAN = (0, 0, 0, _NO_DEC, 0, 0)  # slots ST_FLAGS..ST_LAST of a record without errors
+
+
+@dataclass(frozen=True)
+class TableGeometry:
+    """Where table t's rows are (mgg.embedding.sharding.TableLayout) and how its bags pool.
+
+    Attributes:
+        num_rows: N_t (valid ids are [0, N_t)).
+        slice_rows: ceil(N_t / P), the rows of the table every PE reserves.
+        base: the table's first local row in every PE's slice.
+        hash: hash sharding (row g on PE g % world at base + g // world), else range sharding
+            (row g on PE g // slice_rows at base + g % slice_rows).
+        world: P.
+        dim: D_t, the table's width (<= the array's width).
+        mode: "sum", "mean" or "max".
+    """
+
+    num_rows: int
+    slice_rows: int
+    base: int
+    hash: bool
+    world: int
+    dim: int
+    mode: str
 
 
 def build() -> str:
@@ -33,45 +75,92 @@ def build() -> str:
     return build_cubin("embedding_bag").path
 
 
-def _kernel(name: str, device: torch.device):
-    return kernel("embedding_bag", name, device, nvshmem=True)
+_LAUNCH: dict[int, LaunchCache] = {}
 
 
-def _cp(t: torch.Tensor):
-    import cupy
-
-    return cupy.asarray(t)
-
-
-def _grid(n_warps: int, device: torch.device) -> tuple[tuple[int], tuple[int]]:
-    return (blocks_for(n_warps * 32, THREADS, device, BLOCKS_PER_SM),), (THREADS,)
+def _launch_cache(dev: torch.device) -> LaunchCache:
+    lc = _LAUNCH.get(dev.index)
+    if lc is None:
+        lc = _LAUNCH[dev.index] = LaunchCache(device=dev)
+    return lc
 
 
-def _table(array, what: str) -> torch.Tensor:
+def _p(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def table_view(array, what: str = "embedding lookup") -> torch.Tensor:
     """This PE's [rows_per_pe, D] view of the symmetric table: float32, unit column stride, rows
-    `stride(0)` floats apart (the store pads D to 16 bytes, so the view is usually not contiguous)."""
+    `stride(0)` floats apart (the store pads D to 16 bytes, so the view is usually not contiguous).
+    Valid until the array is freed; a lookup that runs many times takes it once."""
     table = array.local
-    if table.dtype != torch.float32 or not table.is_cuda or table.stride(1) != 1:
-        raise TypeError(f"{what}: the table must be a float32 CUDA tensor with unit column stride, "
-                        f"got {table.dtype} on {table.device} with strides {tuple(table.stride())}")
+    if table.dtype != torch.float32 or not table.is_cuda or table.stride(1) != 1 or table.stride(0) % 4:
+        raise TypeError(f"{what}: the table must be a float32 CUDA tensor with unit column stride and rows "
+                        f"of whole 16-byte vectors, got {table.dtype} on {table.device} with strides "
+                        f"{tuple(table.stride())}")
     return table
 
 
-def gather_rows(array, owner: np.ndarray, local: np.ndarray) -> torch.Tensor:
-    """Rows (owner[i], local[i]) of the symmetric table -> [U, D] on this GPU."""
-    table = _table(array, "gather_rows")
+def new_status(num_tables: int, device: torch.device) -> torch.Tensor:
+    """int64 [num_tables, STATUS_SLOTS] status records without errors and with zero counters."""
+    st = torch.zeros((num_tables, STATUS_SLOTS), dtype=torch.int64)
+    st[:, ST_DEC] = _NO_DEC
+    return st.to(device)
+
+
+def clear_status_errors(status: torch.Tensor) -> None:
+    """Reset the error slots of every record (the row counters stay)."""
+    status[:, : ST_LAST + 1] = torch.tensor(_CLEAN, dtype=torch.int64).to(status.device)
+
+
+def lookup_bags(table: torch.Tensor, geometry: TableGeometry, ids: torch.Tensor, offsets: torch.Tensor | None,
+                bag_size: int, num_bags: int, per_sample_weights: torch.Tensor | None,
+                status: torch.Tensor, out: torch.Tensor | None) -> None:
+    """One launch of emb_bag_lookup on torch's current stream of the table's GPU.
+
+    ids: int32 or int64 [n], contiguous, on the table's GPU (checked by the kernel, not here).
+    offsets: int32 or int64 [R] contiguous on that GPU, or None for bags of `bag_size` ids.
+    num_bags: B = R (the last bag ends at n) or R - 1 (include_last_offset: offsets[-1] ends it),
+    or n / bag_size without offsets. per_sample_weights: float32 [n] contiguous, or None.
+    status: this table's record, an int64 [STATUS_SLOTS] view. out: float32 [B, dim] contiguous
+    (written), or None to check the input only. table: `table_view` of the symmetric array."""
+    dev = table.device
+    n = int(ids.numel())
+    R = 0 if offsets is None else int(offsets.numel())
+    if n == 0 and num_bags == 0:
+        return
+    fn = kernel("embedding_bag", "emb_bag_lookup", dev, nvshmem=True)
+    D4 = (geometry.dim + 3) // 4
+    lanes = 1
+    while lanes < D4 and lanes < 32:
+        lanes *= 2
+    blocks = blocks_for(max(num_bags, 1) * lanes, THREADS, dev, BLOCKS_PER_SM)  # a lane group per bag
+    with _launch_cache(dev).stream():
+        fn((blocks,), (THREADS,),
+           (_p(out), np.uint64(table.data_ptr()), np.int32(table.stride(0) // 4), np.int32(geometry.dim),
+            _p(ids), np.int32(ids.dtype == torch.int64), np.int64(n),
+            _p(offsets), np.int32(offsets is not None and offsets.dtype == torch.int64), np.int64(R),
+            np.int64(num_bags), np.int64(bag_size), _p(per_sample_weights),
+            np.int64(geometry.num_rows), np.int64(geometry.slice_rows), np.int64(geometry.base),
+            np.int32(geometry.hash), np.int32(geometry.world), np.int32(MODES[geometry.mode]), _p(status)))
+
+
+def gather_rows(array, owner, local) -> torch.Tensor:
+    """Rows (owner[i], local[i]) of the symmetric table -> [U, D] on this GPU; owner[i] < 0 gives
+    a zero row. owner, local: numpy arrays or tensors on the table's GPU (int32 / int64)."""
+    table = table_view(array, "gather_rows")
     dev = table.device
     n, D = len(owner), table.shape[1]
     out = torch.empty((n, D), dtype=torch.float32, device=dev)
     if n == 0:
         return out
-    ow = torch.from_numpy(np.ascontiguousarray(owner, dtype=np.int32)).to(dev, non_blocking=True)
-    lo = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64)).to(dev, non_blocking=True)
-    k_gather = _kernel("emb_gather_rows", dev)
-    grid, block = _grid(n, dev)
-    with on_device(dev):
-        k_gather(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), np.int64(n), np.int32(D),
-                               np.int32(table.stride(0))))
+    ow = _on(dev, owner, torch.int32)
+    lo = _on(dev, local, torch.int64)
+    fn = kernel("embedding_bag", "emb_gather_rows", dev, nvshmem=True)
+    blocks = blocks_for(n * 32, THREADS, dev, BLOCKS_PER_SM)
+    with _launch_cache(dev).stream():
+        fn((blocks,), (THREADS,), (_p(out), np.uint64(table.data_ptr()), _p(ow), _p(lo), np.int64(n), np.int32(D),
+                                   np.int32(table.stride(0))))
     return out
 
 
@@ -83,24 +172,3 @@ def _on(dev: torch.device, a, dtype: torch.dtype) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a.to(device=dev, dtype=dtype, non_blocking=True).contiguous()
     return torch.from_numpy(np.ascontiguousarray(a, dtype=_NUMPY[dtype])).to(dev)
-
-
-def embedding_bag_fused(array, owner, local, offsets, per_sample_weights, mode: str) -> torch.Tensor:
-    """Pooled bags [B, D]: offsets are [B + 1] (include_last_offset form), owner/local per index;
-    each a numpy array or a tensor (ids already on this GPU are used in place)."""
-    table = _table(array, "embedding_bag_fused")
-    dev, D = table.device, table.shape[1]
-    B = len(offsets) - 1
-    out = torch.empty((B, D), dtype=torch.float32, device=dev)
-    if B <= 0:
-        return out
-    ow, lo, off = _on(dev, owner, torch.int32), _on(dev, local, torch.int64), _on(dev, offsets, torch.int64)
-    psw = None if per_sample_weights is None else _on(dev, per_sample_weights, torch.float32)
-    k_bag = _kernel("emb_bag_fused", dev)
-    grid, block = _grid(B, dev)
-    smem = (block[0] // 32) * D * 4
-    with on_device(dev):
-        k_bag(grid, block, (_cp(out), np.uint64(table.data_ptr()), _cp(ow), _cp(lo), _cp(off),
-                            _cp(psw) if psw is not None else np.uint64(0), np.int64(B), np.int32(D),
-                            np.int32(table.stride(0)), np.int32(MODES[mode])), shared_mem=smem)
-    return out
