@@ -233,6 +233,10 @@ def bench_lookup(args) -> dict:
             print(f"B={B:6d}  mgg {res['mgg'] * 1e3:8.2f} ms  a2a {res['a2a'] * 1e3:8.2f} ms  "
                   f"single {res.get('single', float('nan')) * 1e3:8.2f} ms", flush=True)
     emb.free()
+    if backend == "gpu":  # the all-to-all baseline's process group, ended before the interpreter exits
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     return {"mode": "lookup", "backend": backend, "P": P, "rows": N, "dim": D, "pooling": L, "pool": args.mode_pool,
             "zipf": args.zipf, "iters": args.iters, "checks": args.checks, "results": rows}
 
