@@ -234,14 +234,17 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
     from .kernel_prebuild import extend_kernel_prebuild, kernel_summary, start_kernel_prebuild
     from .outputs import check_outputs
-    from .phases import PhaseClock, process_age_s
+    from .phases import PhaseClock, mark_init, process_age_s
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     check_outputs(cfg, comm)  # results are written after the last epoch: their paths are checked now
     check_backend(cfg.backend, comm)
+    mark_init("backend")  # GPU runs: the GPU packages imported and the GPU assignment checked
     check_storage_variant(cfg)
     check_fits(cfg, comm)
+    mark_init("memory_check")  # GPU runs: the GPU's free memory read (its CUDA context made)
     start_kernel_prebuild(cfg, comm)  # GPU runs: the run's kernels compile while the graph loads
+    mark_init("kernel_prebuild")
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)
@@ -281,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plugin, ranks without an MPI library) exits 2 with the command to use."""
     from ..runtime.launch_env import LaunchError, launch_rank
     from .exits import exit_together, only_first_rank_prints, report_user_error
+    from .phases import mark_init
 
+    mark_init("imports", first=True)  # the interpreter and the app's imports
     try:
         with only_first_rank_prints(launch_rank() == 0):
             cfg = parse_args(argv)
@@ -300,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"error: {e}\n")
             sys.stderr.flush()
         sys.exit(2)
+    mark_init("mpi")  # the arguments and the communicator (MPI's initialisation)
     control = comm.comm.Dup() if comm.size > 1 else None  # for report_user_error only
     from .log_setup import install_log_handler
 

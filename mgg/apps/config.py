@@ -343,6 +343,7 @@ class TrainResult:
     sampling: dict = field(default_factory=dict)  # --mode sampled: loader settings and byte totals
     phases: dict = field(default_factory=dict)    # startup phase -> seconds, max over ranks (mgg.apps.phases)
     phase_peaks_mb: dict = field(default_factory=dict)  # phase -> {"host", "gpu"} peak MiB so far at its end
+    init_parts_s: dict = field(default_factory=dict)    # init step -> seconds, max over ranks (mgg.apps.phases)
     time_to_first_epoch_s: float | None = None    # process start to the end of the first epoch (max over ranks)
     memory: dict = field(default_factory=dict)    # per-rank host/GPU peaks (mgg.apps.memory_report)
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step

@@ -316,6 +316,7 @@ def finish(state: LoopState, tuner=None) -> None:
     if state.clock is not None:
         res.phases, res.time_to_first_epoch_s = state.clock.reduced()
         res.phase_peaks_mb = state.clock.reduced_peaks_mb
+        res.init_parts_s = state.clock.reduced_init_parts_s
     res.memory = memory_report(state.comm, state.dg)
     if state.bar is not None:
         state.bar.close()

@@ -63,6 +63,7 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
     if res.phases:
         doc["phases"] = res.phases
         doc["phase_peaks_mb"] = res.phase_peaks_mb
+        doc["init_parts_s"] = res.init_parts_s
         doc["time_to_first_epoch_s"] = res.time_to_first_epoch_s
     if res.memory:
         doc["memory"] = res.memory
