@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .validate import MODES, as_tensor
+from .validate import MODES, as_tensor, weights_tensor
 
 __all__ = ["CHECKS", "DeviceBags", "device_bag_input"]
 
@@ -87,11 +87,7 @@ def device_bag_input(indices, offsets, per_sample_weights, *, mode: str, include
     move = _Mover(device)
     psw = None
     if per_sample_weights is not None:
-        if mode != "sum":
-            raise ValueError(f"{what}: per_sample_weights are only supported with mode='sum', got mode={mode!r}")
-        psw = as_tensor(per_sample_weights, f"{what}: per_sample_weights")
-        if not psw.is_floating_point():
-            raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
+        psw = weights_tensor(per_sample_weights, mode, what)
     if offsets is None:
         if idx.dim() != 2:
             raise ValueError(f"{what}: without offsets, indices must be 2-D [bags, bag_size]; got {idx.dim()}-D")

@@ -49,6 +49,17 @@ def as_tensor(x, what: str) -> torch.Tensor:
     raise TypeError(f"{what}: expected a tensor, array or list, got {type(x).__name__}")
 
 
+def weights_tensor(per_sample_weights, mode: str, what: str) -> torch.Tensor:
+    """per_sample_weights as a floating-point tensor; ValueError unless `mode` is "sum", TypeError
+    for integer weights (the table named in `what`)."""
+    if mode != "sum":
+        raise ValueError(f"{what}: per_sample_weights are only supported with mode='sum', got mode={mode!r}")
+    psw = as_tensor(per_sample_weights, f"{what}: per_sample_weights")
+    if not psw.is_floating_point():
+        raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
+    return psw
+
+
 def _summary(idx: torch.Tensor, off: torch.Tensor) -> tuple[int, bool, int, int, int]:
     """(offsets[0], offsets decrease somewhere, offsets[-1], min index, max index) as Python
     values; on a GPU one small device-to-host copy (one synchronisation) for all five."""
@@ -119,11 +130,7 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
             raise IndexError(f"{what}: index {bad} out of range [0, {num_embeddings})")
     psw = None
     if per_sample_weights is not None:
-        if mode != "sum":
-            raise ValueError(f"{what}: per_sample_weights are only supported with mode='sum', got mode={mode!r}")
-        psw = as_tensor(per_sample_weights, f"{what}: per_sample_weights")
-        if not psw.is_floating_point():
-            raise TypeError(f"{what}: per_sample_weights must be floating point, got {psw.dtype}")
+        psw = weights_tensor(per_sample_weights, mode, what)
         if psw.dim() != 1 or psw.numel() != n:
             raise ValueError(f"{what}: per_sample_weights must be 1-D with len(indices)={n} entries, got shape {tuple(psw.shape)}")
         if device is not None:
