@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .validate import MODES, as_tensor, weights_tensor
+from .validate import MODES, as_tensor, offsets_tensor, weights_tensor
 
 __all__ = ["CHECKS", "DeviceBags", "device_bag_input"]
 
@@ -97,13 +97,7 @@ def device_bag_input(indices, offsets, per_sample_weights, *, mode: str, include
         ids = move(idx.reshape(-1), _ID_DTYPES)
         psw = None if psw is None else move(psw.reshape(-1), (torch.float32,))
         return DeviceBags(ids, None, int(b), int(l), psw, move.copies, move.conversions, source)
-    if idx.dim() != 1:
-        raise ValueError(f"{what}: with offsets, indices must be 1-D; got {idx.dim()}-D")
-    off = as_tensor(offsets, f"{what}: offsets")
-    if off.dtype == torch.bool or off.is_floating_point() or off.is_complex():
-        raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
-    if off.dim() != 1:
-        raise ValueError(f"{what}: offsets must be 1-D; got {off.dim()}-D")
+    off = offsets_tensor(offsets, idx, what)
     n, R = int(idx.numel()), int(off.numel())
     if include_last_offset and R == 0:
         raise ValueError(f"{what}: include_last_offset=True needs at least one offset")

@@ -60,6 +60,19 @@ def weights_tensor(per_sample_weights, mode: str, what: str) -> torch.Tensor:
     return psw
 
 
+def offsets_tensor(offsets, idx: torch.Tensor, what: str) -> torch.Tensor:
+    """offsets as a 1-D integer tensor beside 1-D indices `idx`; ValueError / TypeError naming
+    the table in `what` otherwise."""
+    if idx.dim() != 1:
+        raise ValueError(f"{what}: with offsets, indices must be 1-D; got {idx.dim()}-D")
+    off = as_tensor(offsets, f"{what}: offsets")
+    if off.dtype == torch.bool or off.is_floating_point() or off.is_complex():
+        raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
+    if off.dim() != 1:
+        raise ValueError(f"{what}: offsets must be 1-D; got {off.dim()}-D")
+    return off
+
+
 def _summary(idx: torch.Tensor, off: torch.Tensor) -> tuple[int, bool, int, int, int]:
     """(offsets[0], offsets decrease somewhere, offsets[-1], min index, max index) as Python
     values; on a GPU one small device-to-host copy (one synchronisation) for all five."""
@@ -97,13 +110,7 @@ def check_bag_input(indices, offsets, per_sample_weights, *, num_embeddings: int
                 raise ValueError(f"{what}: per_sample_weights must have the shape of indices {(b, l)}, got {tuple(psw.shape)}")
             per_sample_weights = psw.reshape(-1)
     else:
-        if idx.dim() != 1:
-            raise ValueError(f"{what}: with offsets, indices must be 1-D; got {idx.dim()}-D")
-        off = as_tensor(offsets, f"{what}: offsets")
-        if off.dtype == torch.bool or off.is_floating_point() or off.is_complex():
-            raise TypeError(f"{what}: offsets must be an integer tensor, got {off.dtype}")
-        if off.dim() != 1:
-            raise ValueError(f"{what}: offsets must be 1-D; got {off.dim()}-D")
+        off = offsets_tensor(offsets, idx, what)
     dev = torch.device("cpu") if device is None else torch.device(device)
     idx = idx.to(device=dev, dtype=torch.int64, non_blocking=True)
     off = off.to(device=dev, dtype=torch.int64, non_blocking=True)
