@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-__all__ = ["read_rows"]
+__all__ = ["read_rows", "mapped_file", "pread_into"]
 
 
 def read_rows(a, lo: int, hi: int) -> np.ndarray:
@@ -21,20 +21,28 @@ def read_rows(a, lo: int, hi: int) -> np.ndarray:
     directly (not a view of one), the rows are read from the file; anything else is sliced and
     copied (``np.array(a[lo:hi])``)."""
     lo, hi = int(lo), int(max(lo, hi))
-    if (isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename
-            and a.flags.c_contiguous and a.ndim >= 1 and 0 <= lo <= hi <= a.shape[0]):
+    if mapped_file(a) is not None and a.ndim >= 1 and 0 <= lo <= hi <= a.shape[0]:
         row = int(np.prod(a.shape[1:], dtype=np.int64))
         out = np.empty((hi - lo) * row, dtype=a.dtype)
-        if _pread_into(a.filename, out, int(a.offset) + lo * row * a.dtype.itemsize):
+        if pread_into(a.filename, out, int(a.offset) + lo * row * a.dtype.itemsize):
             return out.reshape((hi - lo,) + a.shape[1:])
     return np.array(a[lo:hi])
+
+
+def mapped_file(a) -> tuple[str, int] | None:
+    """(path, byte offset of a's first element in the file) when `a` is a C-ordered ``np.memmap``
+    that maps a file directly (not a view of one): its bytes can then be read from the file
+    instead of through the map. None otherwise."""
+    if isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename and a.flags.c_contiguous:
+        return str(a.filename), int(a.offset)
+    return None
 
 
 #: bytes per positioned read; reads of more than one block run on a thread pool
 READ_BLOCK = 64 << 20
 
 
-def _pread_into(path: str, out: np.ndarray, offset: int) -> bool:
+def pread_into(path: str, out: np.ndarray, offset: int) -> bool:
     """Fill `out` (contiguous) with the file's bytes from `offset`: positioned reads of READ_BLOCK
     bytes, several at once (os.preadv releases the GIL). False when the file is too short."""
     buf = memoryview(out).cast("B")

@@ -36,6 +36,7 @@ from ..runtime.plan import AggregationPlan, PlanParams, build_plan
 from ..runtime.plancache import PlanCache
 from ..runtime.rowset import RowSet, global_row_mask, keep_entries, keep_rows, with_in_neighbours
 from ..runtime.store import STORAGE_DTYPES, SymmetricArray, SymmetricStore, storage_torch_dtype
+from ..runtime.transfer import host_to_device
 from ..runtime.transpose import sort_within_rows, transposed_rows_exchange, transposed_rows_t
 from ..runtime.weights import check_kind, diag_weights, pair_weights_by_row
 
@@ -99,6 +100,7 @@ class DistGraph:
         if transpose == "auto":
             transpose = auto_transpose(indptr, indices, comm.size, self.backend, comm.local_rank)
         self.transpose_method = transpose
+        mapped_indptr = indptr if isinstance(indptr, np.memmap) and indptr.dtype == np.int64 else None
         indptr = np.asarray(indptr, dtype=np.int64)
         mapped_indices = indices if isinstance(indices, np.memmap) else None  # read by rows, not mapped
         indices = np.asarray(indices, dtype=np.int64)
@@ -122,7 +124,10 @@ class DistGraph:
             self._fwd = RankRows(rip, sort_within_rows(rip, rows.to(self.plan_device)), self.lo)
             self._bwd = self._exchanged_rows()
         elif self.plan_device.type != "cpu":  # one upload of the global CSR, for both directions
-            indptr_d, indices_d = (host_tensor(a).to(self.plan_device) for a in (indptr, indices))
+            # a mapped file is read into the upload's staging buffers, not through the map, so
+            # the scan leaves none of its pages in this rank's resident set (runtime.transfer)
+            indptr_d, indices_d = (host_to_device(m if m is not None else a, self.plan_device, torch.int64)
+                                   for m, a in ((mapped_indptr, indptr), (mapped_indices, indices)))
         else:
             indptr_d, indices_d = indptr, indices
         if transpose == "scan":

@@ -21,4 +21,4 @@ def test_truncated_file_falls_back_to_the_map(tmp_path):
     a = np.arange(100, dtype=np.int64)
     np.save(tmp_path / "a.npy", a)
     m = np.load(tmp_path / "a.npy", mmap_mode="r")
-    assert rows_mod._pread_into(m.filename, np.empty(200, np.int64), int(m.offset)) is False
+    assert rows_mod.pread_into(m.filename, np.empty(200, np.int64), int(m.offset)) is False

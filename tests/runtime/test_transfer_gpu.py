@@ -25,3 +25,18 @@ def test_staged_copies_round_trip(dtype, monkeypatch):
         assert back.dtype == a.dtype and np.array_equal(back, a)
     t = transfer.host_to_device(np.arange(9000, dtype=np.int64), "cuda", torch.int32)
     assert t.dtype == torch.int32 and torch.equal(t.cpu(), torch.arange(9000, dtype=torch.int32))
+
+
+def test_a_mapped_file_uploads_from_the_file(tmp_path, monkeypatch):
+    """A memory-mapped array (staged from the file with positioned reads) arrives whole, at every
+    size around the staging boundaries, converted when asked."""
+    monkeypatch.setattr(transfer, "DIRECT_BYTES", 1000)
+    monkeypatch.setattr(transfer, "STAGE_BYTES", 4096)
+    a = np.random.default_rng(1).integers(-(1 << 40), 1 << 40, 50_000, dtype=np.int64)
+    np.save(tmp_path / "a.npy", a)
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    for n in (200, 512 * 3 + 5, 50_000):
+        t = transfer.host_to_device(m[:n] if n < len(a) else m, "cuda")
+        assert torch.equal(t.cpu(), torch.from_numpy(a[:n]))
+    t = transfer.host_to_device(m, "cuda", torch.int64)
+    assert torch.equal(t.cpu(), torch.from_numpy(a))
