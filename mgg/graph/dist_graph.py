@@ -325,8 +325,8 @@ class DistGraph:
             w = pair_weights_by_row(kind, self._deg_t, ip, self.lo, other, row_is_target=not transposed)
             return w.cpu().numpy()
 
-        def up(a: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+        def up(a: np.ndarray) -> torch.Tensor:  # int64: global ids
+            return torch.from_numpy(np.ascontiguousarray(a)).to(dev, torch.int64)
 
         remote_src = torch.from_numpy(self.bounds).to(dev)[up(base.remote_pe).long()] + up(base.remote_row)
         d = diag_weights(kind, self._deg_t, torch.arange(self.lo, self.hi, device=dev))

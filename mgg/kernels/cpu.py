@@ -38,16 +38,17 @@ class PartitionedAggregator:
 
     Args:
         parts: int64 [Q, 3] (target, start, end) neighbor partitions covering [0, E) in order.
-        sources: int64 [E], the row of `table` each entry reads (local id or halo slot).
+        sources: int32 or int64 [E], the row of `table` each entry reads (local id or halo slot).
         weight: float32 [E].
     """
 
     def __init__(self, parts: np.ndarray, sources: np.ndarray, weight: np.ndarray):
         self.num_parts = int(parts.shape[0])
-        # the plan's arrays themselves (no copy when they are int64 / float32, as plans hold
-        # them): the matrix is built from them on first use, and nothing per edge is kept beside it
+        # the plan's arrays themselves (no copy when they are int32 or int64 / float32, as plans
+        # hold them): the matrix is built from them on first use, and nothing per edge is kept beside it
         self.parts = parts
-        self.sources = np.ascontiguousarray(sources, dtype=np.int64)
+        sources = np.ascontiguousarray(sources)
+        self.sources = sources if sources.dtype in (np.int32, np.int64) else sources.astype(np.int64)
         self.weight = np.ascontiguousarray(weight, dtype=np.float32)
         self._matrix: torch.Tensor | None = None  # built on first use, for (n_out, rows) and a dtype
 
@@ -65,7 +66,7 @@ class PartitionedAggregator:
         m = self._matrix
         if m is None or tuple(m.shape) != (n_out, rows) or m.dtype != dtype:
             self._matrix = None  # the old matrix goes before the new one is built
-            idx = torch.from_numpy(np.stack([self.edge_target(), self.sources]))
+            idx = torch.from_numpy(np.stack([self.edge_target(), self.sources.astype(np.int64, copy=False)]))
             with warnings.catch_warnings():  # torch's "sparse CSR support is in beta", once a process
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
                 coo = torch.sparse_coo_tensor(idx, torch.from_numpy(self.weight), (n_out, rows),

@@ -181,11 +181,11 @@ class AggregationPlan:
     dist: int
     wpb: int
     local_indptr: np.ndarray    # int64 [n + 1]
-    local_indices: np.ndarray   # int64 [El], local source rows in [0, n)
+    local_indices: np.ndarray   # int32 [El] (int64 from 2^31 rows), local source rows in [0, n)
     local_weight: np.ndarray    # float32 [El]
     remote_indptr: np.ndarray   # int64 [n + 1]
     remote_pe: np.ndarray       # int32 [Er], owner PE of each remote source
-    remote_row: np.ndarray      # int64 [Er], row of the source in the owner's slice
+    remote_row: np.ndarray      # int32 [Er] (int64 from 2^31 rows), row of the source in the owner's slice
     remote_weight: np.ndarray   # float32 [Er]
     self_weight: np.ndarray     # float32 [n] (zeros when the kind has no self term)
     local_parts: np.ndarray     # int64 [Lp, 3] (target, start, end) into local_indices
@@ -193,7 +193,7 @@ class AggregationPlan:
     warps: np.ndarray           # int64 [numWarps, 4] (lb, le, rb, re), see warp_worklist
     halo_ptr: np.ndarray        # int64 [P + 1], halo entries of PE p are [halo_ptr[p], halo_ptr[p+1])
     halo_row: np.ndarray        # int64 [H], row in the owner's slice, sorted within each PE
-    remote_slot: np.ndarray     # int64 [Er], index of each remote entry's row in the halo
+    remote_slot: np.ndarray     # int32 [Er] (int64 from 2^31 halo rows), index of each remote entry's row in the halo
     remote_split: np.ndarray    # int64 [n], row i's other-node entries are [remote_split[i], remote_indptr[i+1])
     remote_part_inter: np.ndarray  # bool [Rp], partition reads from another node
     node_of_pe: np.ndarray      # int32 [P], node index of every PE
@@ -323,6 +323,11 @@ def build_plan(row_indptr, row_indices, row_weight, self_weight, bounds: np.ndar
                   local_parts=lp, remote_parts=rp, warps=warps,
                   halo_ptr=halo_ptr, halo_row=halo_row,
                   remote_slot=remote_slot, remote_split=remote_split, remote_part_inter=rp_inter)
+    # the per-entry row indices in 4 bytes where every row fits (the plan's largest arrays: half the
+    # host memory and the device -> host bytes of int64)
+    for key, rows in (("local_indices", n), ("remote_row", rows_per_pe), ("remote_slot", int(halo_row.numel()))):
+        if rows < 2**31:
+            arrays[key] = arrays[key].to(torch.int32)
     host = {k: _host(v) for k, v in arrays.items()}  # the one device -> host move
     return AggregationPlan(
         rank=rank, world_size=world, lo=lo, hi=hi, rows_per_pe=rows_per_pe,

@@ -37,12 +37,12 @@ def reference_split(row_indptr, row_indices, row_weight, bounds, rank, node_of_p
     halo_pe = owner_of(halo_ids, bounds)
     halo_ptr = np.zeros(world + 1, dtype=np.int64)
     np.cumsum(np.bincount(halo_pe, minlength=world), out=halo_ptr[1:])
-    return dict(local_indptr=local_indptr, local_indices=row_indices[l_idx] - lo,
+    return dict(local_indptr=local_indptr, local_indices=(row_indices[l_idx] - lo).astype(np.int32),
                 local_weight=row_weight[l_idx], remote_indptr=remote_indptr,
-                remote_pe=remote_pe.astype(np.int32), remote_row=remote_row.astype(np.int64),
+                remote_pe=remote_pe.astype(np.int32), remote_row=remote_row.astype(np.int32),
                 remote_weight=row_weight[r_idx], remote_split=remote_split, halo_ptr=halo_ptr,
                 halo_row=(halo_ids - bounds[halo_pe]).astype(np.int64),
-                remote_slot=remote_slot.astype(np.int64).reshape(-1))
+                remote_slot=remote_slot.astype(np.int32).reshape(-1))
 
 
 def reference_transposed(indptr, indices, lo, hi):
