@@ -22,8 +22,8 @@ steps train it from the same seeded weights on the same batches with the same hy
 Before timing, both run --check-steps steps and their global losses must agree to --loss-rtol;
 otherwise the bench prints the two loss sequences and exits 1 without timing anything. Then
 each runs --warmup + --steps steps; a step's time is the max over ranks of forward + backward +
-optimizer (ranks start together after a barrier; GPU synchronised), the table shows the medians
-and a2a/mgg. --json writes the results (host, P, configuration, per-step times, check losses).
+optimizer (ranks start together after a barrier; GPU synchronised; the designs take turns step
+by step), the table shows the medians and a2a/mgg. --json writes the results (host, P, configuration, per-step times, check losses).
 """
 from __future__ import annotations
 
@@ -126,20 +126,23 @@ def losses_disagree(a: list[float], b: list[float], rtol: float) -> str | None:
     return None
 
 
-def time_steps(model, batches: DLRMBatches, warmup: int, steps: int, device, comm) -> list[float]:
-    """Seconds of each timed step, the max over ranks (barrier before, GPU synchronised after)."""
+def time_steps(models: dict, streams: dict, warmup: int, steps: int, device, comm) -> dict[str, list[float]]:
+    """Seconds of each timed step of every design, the max over ranks (barrier before, GPU
+    synchronised after). The designs take turns step by step, so a change in the machine's load
+    falls on both alike."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    out = []
+    out: dict[str, list[float]] = {k: [] for k in models}
     for i in range(warmup + steps):
-        b = batches.next().to(device)
-        sync()
-        comm.barrier()
-        t0 = time.perf_counter()
-        model.step(b)
-        sync()
-        dt = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-        if i >= warmup:
-            out.append(dt)
+        for k, model in models.items():
+            b = streams[k].next().to(device)
+            sync()
+            comm.barrier()
+            t0 = time.perf_counter()
+            model.step(b)
+            sync()
+            dt = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+            if i >= warmup:
+                out[k].append(dt)
     return out
 
 
@@ -173,7 +176,7 @@ def run(args) -> dict | None:
                 print(f"bench/dlrm.py: the two designs do not train the same model -- {bad}; no timings printed\n"
                       f"  mgg losses: {check['mgg']}\n  a2a losses: {check['a2a']}", file=sys.stderr, flush=True)
             return None
-        times = {k: time_steps(models[k], streams[k], args.warmup, args.steps, device, comm) for k in DESIGNS}
+        times = time_steps(models, streams, args.warmup, args.steps, device, comm)
     finally:
         models["mgg"].free()
         import torch.distributed as tdist
