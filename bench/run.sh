@@ -9,7 +9,8 @@
 #   gat        node/edge crossover sweep, GAT vs PyG at P = 1 and our P-scaling
 #   tuner      tuner vs exhaustive grid (products-like, reddit-like), tuner vs a saved grid,
 #              `mgg.train --tune` on the GPU
-#   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py
+#   embedding  GPU lookup at P = all GPUs, the lookup service on the GPU, examples/dlrm.py, the DLRM
+#              training step mgg vs the NCCL all-to-all design (bench/dlrm.py) at P = 1, 2, 4, 8 (<= NGPU)
 #   e2e        bench/e2e.py on reddit-like (E2E_ARGS) and on papers-like@0.1 (E2E_PAPERS_SCALE), P = 1
 #   one-gpu    the P = 1 table: GCN, GIN (batch norm; also with batch norm and ReLU as two
 #              steps, gin+unfused) and GIN without a norm on reddit-like, products-like and
@@ -261,8 +262,15 @@ stage_embedding-serve() {   # launches its own `mpirun -np NGPU python -m mgg.se
   run_cmd 90 1 serve-gpu.log "req|p50|Error" python3 bench/embedding.py --mode serve --backend gpu --np "$NGPU" \
     --out "$RUN"
 }
-stage_dlrm() {
-  run_cmd 60 "$NGPU" dlrm-gpu.log "step|auc|loss|Error" python3 examples/dlrm.py --backend gpu --steps 50
+stage_dlrm() {   # the example at P = all GPUs, then the training-step bench at P = 1, 2, 4, 8 (those present)
+  local rc=0 p
+  run_cmd 60 "$NGPU" dlrm-gpu.log "step|auc|loss|Error" python3 examples/dlrm.py --backend gpu --steps 50 || rc=1
+  for p in 1 2 4 8; do
+    ((p <= NGPU)) || continue
+    run_cmd 300 "$p" "dlrm-step-p$p.log" "^(mgg|a2a|torchrec|a2a/mgg) |Error|do not train" python3 bench/dlrm.py \
+      --backend gpu --max-rows 0 --json "$RUN/dlrm-step-gpu-p$p.json" || rc=1
+  done
+  return $rc
 }
 
 # -- e2e ------------------------------------------------------------------------------------------
