@@ -115,10 +115,12 @@ class KernelModule:
 def _local_csr_part(function: str) -> str:
     """local_csr.cu's part of an entry point: its storage dtype from a _bf16 / _fp16 in the name
     (float32 without), its weight mode from a _w1 / _w2 ending (_w0 and no mode: the dtype's first
-    part): "fp32", "bf16.w1", ..."""
+    part), and ".l32" for a row kernel of 32 lanes (mgg_csr_rows*_l32_v*): "fp32", "bf16.w1",
+    "fp32.w2.l32", ..."""
     dtype = next((d for d in ("bf16", "fp16") if f"_{d}" in function), "fp32")
     m = re.search(r"_w([12])$", function)
-    return f"{dtype}.w{m.group(1)}" if m else dtype
+    name = f"{dtype}.w{m.group(1)}" if m else dtype
+    return f"{name}.l32" if re.match(r"mgg_csr_rows\w*_l32_v\d+_w\d$", function) else name
 
 
 def _tall_gemm_part(function: str) -> str:
@@ -137,10 +139,12 @@ def _tall_gemm_part(function: str) -> str:
 _TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",)) for i, name in
                          enumerate(("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2"), start=1))
 
-#: local_csr.cu in nine parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W)
-_LOCAL_CSR_PARTS = tuple(KernelPart(dtype if w == 0 else f"{dtype}.w{w}", (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}"),
-                                    dtype)
-                         for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3))
+#: local_csr.cu in eighteen parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W) x
+#: the row kernels of 32 lanes apart from the other entry points (MGG_CSR_L32=1 / 0), which
+#: halves the longest compile of a run
+_LOCAL_CSR_PARTS = tuple(KernelPart((dtype if w == 0 else f"{dtype}.w{w}") + (".l32" if l32 else ""),
+                                    (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}", f"MGG_CSR_L32={l32}"), dtype)
+                         for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3) for l32 in (0, 1))
 
 
 _REGISTRY: dict[str, KernelModule] = {}

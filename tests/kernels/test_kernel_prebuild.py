@@ -51,12 +51,14 @@ def test_load_module_refuses_an_unregistered_or_misflagged_module():
 
 def test_features_of_the_default_runs():
     gcn1 = set(run_kernel_modules(TrainConfig(model="gcn"), 1))
-    assert gcn1 == {"local_csr:fp32", "local_csr:fp32.w1", "local_csr:fp32.w2", "relu_grad", "bias_relu_dropout",
+    assert gcn1 == {"local_csr:fp32", "local_csr:fp32.w1", "local_csr:fp32.w2", "local_csr:fp32.l32",
+                    "local_csr:fp32.w1.l32", "local_csr:fp32.w2.l32", "relu_grad", "bias_relu_dropout",
                     "dropout", "dropout_project"}
     gcn4 = set(run_kernel_modules(TrainConfig(model="gcn"), 4))
     assert gcn4 == gcn1 | {"aggregate"}  # other GPUs' rows, and the halo / ptr variants
     bf16 = set(run_kernel_modules(TrainConfig(model="gcn", storage_dtype="bf16"), 2))
-    assert {"local_csr:fp32", "local_csr:bf16.w2"} <= bf16 and "local_csr:fp16" not in bf16
+    assert {"local_csr:fp32", "local_csr:bf16.w2", "local_csr:bf16.w2.l32"} <= bf16
+    assert not {"local_csr:fp16", "local_csr:fp16.l32"} & bf16
     assert "norm_relu" in run_kernel_modules(TrainConfig(model="gin"), 2)  # GIN's default batch norm
     assert "norm_relu" not in run_kernel_modules(TrainConfig(model="gin", norm="layer"), 2)
     gat = set(run_kernel_modules(TrainConfig(model="gat"), 1))
@@ -110,13 +112,16 @@ def test_parts_and_specs():
     from mgg.kernels.modules import expand_specs, parse_spec
 
     csr = kernel_module("local_csr")
-    assert len(csr.parts) == 9 and csr.part_names[:3] == ("fp32", "fp32.w1", "fp32.w2")
-    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32.w1" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert len(csr.parts) == 18 and csr.part_names[:4] == ("fp32", "fp32.l32", "fp32.w1", "fp32.w1.l32")
+    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32.w1.l32" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert csr.part_of("mgg_csr_rows_l16_v1_w1") == "fp32.w1" and csr.part_of("mgg_csr_rows_bf16_l32_v2_w0") == "bf16.l32"
     assert csr.part_of("mgg_csr_rows_bf16_l1_v1_w0") == "bf16" and csr.part_of("mgg_csr_combine_fp16") == "fp16"
     assert csr.part_of("mgg_csr_table16_bf16") == "bf16" and csr.part_of("mgg_csr_scan_fp16_l4_w1") == "fp16.w1"
-    assert csr.part_defines("bf16.w2") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2")
-    assert csr.parts_for_storage("fp32") == ("fp32", "fp32.w1", "fp32.w2")
-    assert csr.parts_for_storage("fp16") == ("fp32", "fp32.w1", "fp32.w2", "fp16", "fp16.w1", "fp16.w2")
+    assert csr.part_defines("bf16.w2") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2", "MGG_CSR_L32=0")
+    assert csr.part_defines("bf16.w2.l32") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2", "MGG_CSR_L32=1")
+    fp32 = ("fp32", "fp32.l32", "fp32.w1", "fp32.w1.l32", "fp32.w2", "fp32.w2.l32")
+    assert csr.parts_for_storage("fp32") == fp32
+    assert csr.parts_for_storage("fp16") == fp32 + tuple(p.replace("fp32", "fp16") for p in fp32)
     assert parse_spec("local_csr:fp16") == ("local_csr", "fp16") and parse_spec("aggregate") == ("aggregate", None)
     assert expand_specs(["local_csr", "local_csr:fp32", "dropout"]) == [
         *(("local_csr", p) for p in csr.part_names), ("dropout", None)]
