@@ -270,3 +270,35 @@ def test_mgg_build_prebuilds_every_training_kernel_without_a_gpu(kernel_cache_di
                        capture_output=True, text=True, timeout=300)
     rows = r.stdout.strip().splitlines()
     assert r.returncode == 0 and len(rows) == n and all(" cached " in row for row in rows), r.stdout
+
+
+def test_the_longest_builds_start_first(monkeypatch, tmp_path):
+    """The prebuild queues its missing cubins by registered compile seconds, longest first: a
+    P = 4 GCN run starts aggregate.cu and local_csr's 32-lane parts before the short modules."""
+    from mgg.kernels.prebuild import KernelPrebuild
+
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    pre = KernelPrebuild(run_kernel_modules(TrainConfig(model="gcn"), 4), ["sm_90"])
+    secs = [kernel_module(t.name).build_seconds(t.part) for t in pre.missing]
+    assert secs == sorted(secs, reverse=True) and len(secs) == len(pre.targets) == 11
+    assert (pre.missing[0].name, pre.missing[1].part) == ("aggregate", "fp32.l32")
+    assert pre.missing[-1].name in ("relu_grad", "bias_relu_dropout", "dropout")
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_bound_process_builds_on_every_cpu(tmp_path):
+    """A rank bound to one CPU (mpirun --bind-to core) runs its compilers on every CPU, and counts
+    them all as parallel jobs; its own thread stays bound."""
+    probe = ("import os, time\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+             "from mgg.kernels import build\nfrom mgg.kernels.prebuild import KernelPrebuild, build_cpus\n"
+             "pre = KernelPrebuild(['tall_gemm:tn'], ['sm_90']).start()\n"
+             "while not build._RUNNING: time.sleep(0.001)\n"
+             "pid = next(iter(build._RUNNING)).pid\n"
+             "print(len(os.sched_getaffinity(pid)), build_cpus(), len(os.sched_getaffinity(0)), flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(MGG_KERNEL_CACHE=str(tmp_path)),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    child, jobs, main = map(int, r.stdout.split())
+    assert child == jobs == len(os.sched_getaffinity(0)) and main == 1
