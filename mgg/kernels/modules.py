@@ -21,9 +21,9 @@ Features:
     embedding         the sharded embedding bag (mgg.embedding)
 
 A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
-weight mode, selected by -D macros, 8-13 of its 99 entry points each; tall_gemm: seven, 8-12 of
-its 76), so that its parts build in
-parallel and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
+weight mode x the 32-lane row kernels apart, selected by -D macros, 3-10 of its 99 entry points
+each; tall_gemm: eight, 3-12 of its 76), so that its parts build in parallel, the longest compile
+of a run stays short, and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
 point's name to its part; `load_module` returns an object whose `get_function` loads the
 function's part on first use. A build spec names a module ("local_csr": every part) or one part
 ("local_csr:fp32.w1").
@@ -134,20 +134,23 @@ def _local_csr_part(function: str) -> str:
 
 def _tall_gemm_part(function: str) -> str:
     """tall_gemm.cu's part of an entry point: "tn" for the weight-gradient kernels (mgg_tall_gemm_tn*),
-    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n...), "k<KC>p2" for its
-    two-pass form (..._p2)."""
+    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n<NT8>), "k<KC>p2" for its
+    two-pass form (..._p2), and "k4n8" for the one-pass kernels of KC = 4, NT8 = 8."""
     if function.startswith("mgg_tall_gemm_tn"):
         return "tn"
-    m = re.search(r"_k(\d+)_n\d+(_p2)?$", function)
+    m = re.search(r"_k(\d+)_n(\d+)(_p2)?$", function)
     if m is None:
         raise ValueError(f"{function!r} is not an entry point of tall_gemm.cu")
-    return f"k{m.group(1)}{'p2' if m.group(2) else ''}"
+    if m.group(3):
+        return f"k{m.group(1)}p2"
+    return "k4n8" if (m.group(1), m.group(2)) == ("4", "8") else f"k{m.group(1)}"
 
 
-#: tall_gemm.cu in seven parts: the xb kernels by K chunks and passes, the tn kernels (MGG_TALL_GEMM_PART)
+#: tall_gemm.cu in eight parts: the xb kernels by K chunks and passes (KC = 4's NT8 = 8 apart), the tn
+#: kernels (MGG_TALL_GEMM_PART)
 _TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",), build_s=secs) for i, (name, secs) in
-                         enumerate((("k1", 2.5), ("k2", 3.2), ("k3", 4.0), ("k4", 5.1), ("tn", 1.5), ("k3p2", 3.2),
-                                    ("k4p2", 4.0)), start=1))
+                         enumerate((("k1", 2.5), ("k2", 3.2), ("k3", 4.0), ("k4", 3.2), ("tn", 1.5), ("k3p2", 3.2),
+                                    ("k4p2", 4.0), ("k4n8", 2.0)), start=1))
 
 #: local_csr.cu in eighteen parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W) x
 #: the row kernels of 32 lanes apart from the other entry points (MGG_CSR_L32=1 / 0), which

@@ -84,7 +84,8 @@ def test_the_graph_size_adds_the_tall_gemm_kernels():
     known = run_kernel_modules(cfg, 1)
     tall = np.zeros(TALL_GEMM_ROWS + 1, dtype=np.int64)  # an edgeless graph: split by node counts
     assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS
-    assert size_specs(cfg, 1, tall, known) == [f"tall_gemm:{p}" for p in ("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2")]
+    assert size_specs(cfg, 1, tall, known) == [f"tall_gemm:{p}" for p in ("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2",
+                                                                          "k4n8")]
     assert size_specs(cfg, 2, tall, run_kernel_modules(cfg, 2)) == []  # half the rows a rank
     from mgg.apps.kernel_prebuild import preset_rows_per_rank
 
@@ -132,6 +133,8 @@ def test_parts_and_specs():
     tg = kernel_module("tall_gemm")
     assert tg.part_of("mgg_tall_gemm_xbp_k2_n6") == "k2" and tg.part_of("mgg_tall_gemm_xb_k4_n8_p2") == "k4p2"
     assert tg.part_of("mgg_tall_gemm_tnpm_k8") == "tn" and tg.parts_for_storage("bf16") == tg.part_names
+    assert tg.part_of("mgg_tall_gemm_xbs_k4_n8") == "k4n8" and tg.part_of("mgg_tall_gemm_xbp_k4_n6") == "k4"
+    assert tg.part_of("mgg_tall_gemm_xb_k4_n8_p2") == "k4p2" and tg.part_of("mgg_tall_gemm_xb_k3_n8") == "k3"
 
 
 @pytest.mark.slow
