@@ -149,15 +149,15 @@ def _tall_gemm_part(function: str) -> str:
 #: tall_gemm.cu in eight parts: the xb kernels by K chunks and passes (KC = 4's NT8 = 8 apart), the tn
 #: kernels (MGG_TALL_GEMM_PART)
 _TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",), build_s=secs) for i, (name, secs) in
-                         enumerate((("k1", 2.5), ("k2", 3.2), ("k3", 4.0), ("k4", 3.2), ("tn", 1.5), ("k3p2", 3.2),
-                                    ("k4p2", 4.0), ("k4n8", 2.0)), start=1))
+                         enumerate((("k1", 2.5), ("k2", 3.2), ("k3", 4.0), ("k4", 3.2), ("tn", 1.5), ("k3p2", 3.1),
+                                    ("k4p2", 3.9), ("k4n8", 2.0)), start=1))
 
 #: local_csr.cu in eighteen parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W) x
 #: the row kernels of 32 lanes apart from the other entry points (MGG_CSR_L32=1 / 0), which
 #: halves the longest compile of a run
 _LOCAL_CSR_PARTS = tuple(KernelPart((dtype if w == 0 else f"{dtype}.w{w}") + (".l32" if l32 else ""),
                                     (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}", f"MGG_CSR_L32={l32}"), dtype,
-                                    build_s=3.7 if l32 else 3.2)
+                                    build_s=3.4 if l32 else 2.9)
                          for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3) for l32 in (0, 1))
 
 
@@ -170,7 +170,7 @@ def _register(m: KernelModule) -> None:
     _REGISTRY[m.name] = m
 
 
-_register(KernelModule("aggregate", True, ("halo_gather", "plan_variants"), build_s=4.4))
+_register(KernelModule("aggregate", True, ("halo_gather", "plan_variants"), build_s=4.1))
 _register(KernelModule("local_csr", False, ("csr_variants",), parts=_LOCAL_CSR_PARTS, part_rule=_local_csr_part))
 _register(KernelModule("gat_fused", True, ("attention",), build_s=4.3))
 _register(KernelModule("tall_gemm", False, ("tall_rows",), parts=_TALL_GEMM_PARTS, part_rule=_tall_gemm_part))
