@@ -122,10 +122,15 @@ def _nvcc() -> str:
 
 
 def _build_nvcc(src: str, out: str, arch: str, root: str, tmp: str) -> None:
-    obj = os.path.join(tmp, "k.o")
+    """Relocatable device code, device-linked against libnvshmem_device.a. The first step emits
+    a relocatable cubin (`-rdc=true -cubin`): device code only, so nvcc skips the host side of
+    the source (cudafe++, the host compiler, the fatbinary; a third of the step's time) that the
+    device link never reads. The linked cubin is the same, byte for byte, as through a host
+    object (`-c`)."""
+    obj = os.path.join(tmp, "k.rdc.cubin")
     nvcc = _nvcc()
     _run([nvcc, f"-arch={arch}", "-rdc=true", "-std=c++17", "-O3", "-lineinfo", f"-I{root}/include",
-          "-c", src, "-o", obj])
+          "-cubin", src, "-o", obj])
     _run([nvcc, f"-arch={arch}", "-dlink", "-cubin", obj, f"{root}/lib/libnvshmem_device.a", "-o", out])
 
 

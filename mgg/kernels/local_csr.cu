@@ -82,9 +82,23 @@
 // only the entry points of storage dtype S and weight mode W (those without a mode -- combine,
 // scale_rows (float32), table16 -- go with W = 0). The runtime builds the nine parts as separate
 // cubins, in parallel, and a run builds those of its dtypes only (mgg.kernels.modules); a macro
-// left undefined keeps every dtype, or every mode.
-#if defined(MGG_CSR_STORAGE) || defined(MGG_CSR_W)
+// left undefined keeps every dtype, or every mode. MGG_CSR_L32=1 keeps only the row kernels of 32
+// lanes (mgg_csr_rows*_l32_*, the widest rows: half of a part's compile time), MGG_CSR_L32=0 every
+// other entry point, so that a (dtype, mode) builds as two cubins of about equal compile time.
+#if defined(MGG_CSR_STORAGE) || defined(MGG_CSR_W) || defined(MGG_CSR_L32)
 #pragma nv_diag_suppress 177  // helpers of the other dtypes and modes go unreferenced in a part
+#endif
+#if !defined(MGG_CSR_L32) || MGG_CSR_L32 == 1
+#define MGG_CSR_ROWS32(def) def
+#else
+#define MGG_CSR_ROWS32(def)
+#endif
+#if !defined(MGG_CSR_L32) || MGG_CSR_L32 == 0
+#define MGG_CSR_HAS_REST 1
+#define MGG_CSR_REST(def) def
+#else
+#define MGG_CSR_HAS_REST 0
+#define MGG_CSR_REST(def)
 #endif
 #ifdef MGG_CSR_STORAGE
 #define MGG_CSR_HAS(S) (MGG_CSR_STORAGE == (S))
@@ -934,8 +948,8 @@ __device__ __forceinline__ void csr_combine_body(long long n_split, const long l
 #define DEF_ROWS(L, V, W) MGG_CSR_FP32(DEF_ROWS_S(0, , L, V, W)) MGG_CSR_BF16(DEF_ROWS_S(1, _bf16, L, V, W)) \
   MGG_CSR_FP16(DEF_ROWS_S(2, _fp16, L, V, W))
 #define DEF_ROWS_W(L, V) MGG_CSR_W0(DEF_ROWS(L, V, 0)) MGG_CSR_W1(DEF_ROWS(L, V, 1)) MGG_CSR_W2(DEF_ROWS(L, V, 2))
-DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1)
-DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
+MGG_CSR_REST(DEF_ROWS_W(1, 1) DEF_ROWS_W(2, 1) DEF_ROWS_W(4, 1) DEF_ROWS_W(8, 1) DEF_ROWS_W(16, 1))
+MGG_CSR_ROWS32(DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4))
 
 // The scan mapping (float32, bf16, fp16 storage): block = 32 * SCAN_WPB threads, grid = ceil((n_long + n_runs) /
 // SCAN_WPB); at most 72 registers (7 blocks an SM; the bound keeps ptxas from the 79-102 it
@@ -955,7 +969,7 @@ DEF_ROWS_W(32, 1) DEF_ROWS_W(32, 2) DEF_ROWS_W(32, 4)
   MGG_CSR_FP32(MGG_CSR_W0(DEF_SCAN(0, , L, 0)) MGG_CSR_W1(DEF_SCAN(0, , L, 1)) MGG_CSR_W2(DEF_SCAN(0, , L, 2))) \
   MGG_CSR_BF16(MGG_CSR_W0(DEF_SCAN(1, _bf16, L, 0)) MGG_CSR_W1(DEF_SCAN(1, _bf16, L, 1)))                   \
   MGG_CSR_FP16(MGG_CSR_W0(DEF_SCAN(2, _fp16, L, 0)) MGG_CSR_W1(DEF_SCAN(2, _fp16, L, 1)))
-DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
+MGG_CSR_REST(DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8))
 
 // Second pass for hub rows split over several warps: split int64 [n_split, 3] = (row, first
 // partial slot, number of slots); out[row] = rf[row] * sum(partials) + diag[row] * x[row], the
@@ -967,7 +981,7 @@ DEF_SCAN_W(2) DEF_SCAN_W(4) DEF_SCAN_W(8)
                                                   float4* out, int add, long long dlo, long long dhi) { \
     csr_combine_body<S>(n_split, split, partial, rf, diag, x, DV, out, add, dlo, dhi);                  \
   }
-MGG_CSR_W0(MGG_CSR_FP32(DEF_COMBINE(0, )) MGG_CSR_BF16(DEF_COMBINE(1, _bf16)) MGG_CSR_FP16(DEF_COMBINE(2, _fp16)))
+MGG_CSR_REST(MGG_CSR_W0(MGG_CSR_FP32(DEF_COMBINE(0, )) MGG_CSR_BF16(DEF_COMBINE(1, _bf16)) MGG_CSR_FP16(DEF_COMBINE(2, _fp16))))
 
 // The gcn pre-scale of float32 storage (mgg/kernels/csr_rows/, CsrRowsExecutor): out[i] =
 // cf[row] * x[i] for n rows of DV float4s. Block b covers float4s [b * 4 * blockDim, (b + 1) * 4 *
@@ -978,7 +992,7 @@ MGG_CSR_W0(MGG_CSR_FP32(DEF_COMBINE(0, )) MGG_CSR_BF16(DEF_COMBINE(1, _bf16)) MG
 // 2026-11-26-h200x1-ac5feba, c3): 0.088 ms for [2.45M, 16] against 0.084 for a
 // copy, where a grid-stride loop took 0.093-0.097 and torch's broadcast multiply 0.128.
 #define SCALE_UNROLL 4
-#if MGG_CSR_HAS(0) && MGG_CSR_HAS_W(0)
+#if MGG_CSR_HAS(0) && MGG_CSR_HAS_W(0) && MGG_CSR_HAS_REST
 extern "C" __global__ void mgg_csr_scale_rows(long long n, int DV, int shift, const float* __restrict__ cf,
                                               const float4* __restrict__ x, float4* __restrict__ out) {
   const long long total = n * DV;
@@ -1066,4 +1080,4 @@ __device__ __forceinline__ void table16_body(long long n, int D, int DV, int vec
                                                   const float* x, uint4* out) {                        \
     table16_body<S>(n, D, DV, vec4, s, x, out);                                                        \
   }
-MGG_CSR_W0(MGG_CSR_BF16(DEF_TABLE16(1, _bf16)) MGG_CSR_FP16(DEF_TABLE16(2, _fp16)))
+MGG_CSR_REST(MGG_CSR_W0(MGG_CSR_BF16(DEF_TABLE16(1, _bf16)) MGG_CSR_FP16(DEF_TABLE16(2, _fp16))))

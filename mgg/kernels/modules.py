@@ -21,9 +21,9 @@ Features:
     embedding         the sharded embedding bag (mgg.embedding)
 
 A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
-weight mode, selected by -D macros, 8-13 of its 99 entry points each; tall_gemm: seven, 8-12 of
-its 76), so that its parts build in
-parallel and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
+weight mode x the 32-lane row kernels apart, selected by -D macros, 3-10 of its 99 entry points
+each; tall_gemm: eight, 3-12 of its 76), so that its parts build in parallel, the longest compile
+of a run stays short, and a run builds only the parts of its dtypes. The module's `part_rule` maps an entry
 point's name to its part; `load_module` returns an object whose `get_function` loads the
 function's part on first use. A build spec names a module ("local_csr": every part) or one part
 ("local_csr:fp32.w1").
@@ -45,12 +45,13 @@ FEATURES = ("halo_gather", "plan_variants", "csr_variants", "attention", "dense"
 
 @dataclass(frozen=True)
 class KernelPart:
-    """One cubin of a module built in parts: the -D macros that select its entry points, and the
-    storage dtype of the runs that load it."""
+    """One cubin of a module built in parts: the -D macros that select its entry points, the
+    storage dtype of the runs that load it, and its compile seconds (`build_s`, as KernelModule's)."""
 
     name: str
     defines: tuple[str, ...]
     storage: str = "fp32"
+    build_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class KernelModule:
             by default and every module with --all.
         parts: the cubins it is built as (empty: one cubin of the whole source; plain modules only).
         part_rule: entry point name -> the name of the part that holds it.
+        build_s: CPU seconds of its compile (sm_90, nvcc 13.0, one job alone on the 2-core CI
+            box): the prebuild starts the longest first, so that the slowest job does not start
+            last (a module built in parts: each part's own).
     """
 
     name: str
@@ -74,6 +78,7 @@ class KernelModule:
     training: bool = True
     parts: tuple[KernelPart, ...] = ()
     part_rule: Callable[[str], str] | None = None
+    build_s: float = 1.0
 
     def __post_init__(self):
         unknown = set(self.features) - set(FEATURES)
@@ -100,6 +105,10 @@ class KernelModule:
         raise ValueError(f"kernel module {self.name!r} has no part {name!r} "
                          f"(parts: {', '.join(self.part_names) or 'none'})")
 
+    def build_seconds(self, part: str | None = None) -> float:
+        """The compile seconds of part `part` (None: of the module built whole)."""
+        return self.build_s if part is None else self.part(part).build_s
+
     def part_defines(self, name: str) -> tuple[str, ...]:
         """The -D macros of part `name`."""
         return self.part(name).defines
@@ -115,32 +124,41 @@ class KernelModule:
 def _local_csr_part(function: str) -> str:
     """local_csr.cu's part of an entry point: its storage dtype from a _bf16 / _fp16 in the name
     (float32 without), its weight mode from a _w1 / _w2 ending (_w0 and no mode: the dtype's first
-    part): "fp32", "bf16.w1", ..."""
+    part), and ".l32" for a row kernel of 32 lanes (mgg_csr_rows*_l32_v*): "fp32", "bf16.w1",
+    "fp32.w2.l32", ..."""
     dtype = next((d for d in ("bf16", "fp16") if f"_{d}" in function), "fp32")
     m = re.search(r"_w([12])$", function)
-    return f"{dtype}.w{m.group(1)}" if m else dtype
+    name = f"{dtype}.w{m.group(1)}" if m else dtype
+    return f"{name}.l32" if re.match(r"mgg_csr_rows\w*_l32_v\d+_w\d$", function) else name
 
 
 def _tall_gemm_part(function: str) -> str:
     """tall_gemm.cu's part of an entry point: "tn" for the weight-gradient kernels (mgg_tall_gemm_tn*),
-    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n...), "k<KC>p2" for its
-    two-pass form (..._p2)."""
+    else "k<KC>" of the xb kernel's K chunks (mgg_tall_gemm_xb*_k<KC>_n<NT8>), "k<KC>p2" for its
+    two-pass form (..._p2), and "k4n8" for the one-pass kernels of KC = 4, NT8 = 8."""
     if function.startswith("mgg_tall_gemm_tn"):
         return "tn"
-    m = re.search(r"_k(\d+)_n\d+(_p2)?$", function)
+    m = re.search(r"_k(\d+)_n(\d+)(_p2)?$", function)
     if m is None:
         raise ValueError(f"{function!r} is not an entry point of tall_gemm.cu")
-    return f"k{m.group(1)}{'p2' if m.group(2) else ''}"
+    if m.group(3):
+        return f"k{m.group(1)}p2"
+    return "k4n8" if (m.group(1), m.group(2)) == ("4", "8") else f"k{m.group(1)}"
 
 
-#: tall_gemm.cu in seven parts: the xb kernels by K chunks and passes, the tn kernels (MGG_TALL_GEMM_PART)
-_TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",)) for i, name in
-                         enumerate(("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2"), start=1))
+#: tall_gemm.cu in eight parts: the xb kernels by K chunks and passes (KC = 4's NT8 = 8 apart), the tn
+#: kernels (MGG_TALL_GEMM_PART)
+_TALL_GEMM_PARTS = tuple(KernelPart(name, (f"MGG_TALL_GEMM_PART={i}",), build_s=secs) for i, (name, secs) in
+                         enumerate((("k1", 2.5), ("k2", 3.2), ("k3", 4.0), ("k4", 3.2), ("tn", 1.5), ("k3p2", 3.1),
+                                    ("k4p2", 3.9), ("k4n8", 2.0)), start=1))
 
-#: local_csr.cu in nine parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W)
-_LOCAL_CSR_PARTS = tuple(KernelPart(dtype if w == 0 else f"{dtype}.w{w}", (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}"),
-                                    dtype)
-                         for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3))
+#: local_csr.cu in eighteen parts: storage dtype x weight mode (MGG_CSR_STORAGE, MGG_CSR_W) x
+#: the row kernels of 32 lanes apart from the other entry points (MGG_CSR_L32=1 / 0), which
+#: halves the longest compile of a run
+_LOCAL_CSR_PARTS = tuple(KernelPart((dtype if w == 0 else f"{dtype}.w{w}") + (".l32" if l32 else ""),
+                                    (f"MGG_CSR_STORAGE={s}", f"MGG_CSR_W={w}", f"MGG_CSR_L32={l32}"), dtype,
+                                    build_s=3.4 if l32 else 2.9)
+                         for s, dtype in enumerate(("fp32", "bf16", "fp16")) for w in range(3) for l32 in (0, 1))
 
 
 _REGISTRY: dict[str, KernelModule] = {}
@@ -152,17 +170,17 @@ def _register(m: KernelModule) -> None:
     _REGISTRY[m.name] = m
 
 
-_register(KernelModule("aggregate", True, ("halo_gather", "plan_variants")))
+_register(KernelModule("aggregate", True, ("halo_gather", "plan_variants"), build_s=4.1))
 _register(KernelModule("local_csr", False, ("csr_variants",), parts=_LOCAL_CSR_PARTS, part_rule=_local_csr_part))
-_register(KernelModule("gat_fused", True, ("attention",)))
+_register(KernelModule("gat_fused", True, ("attention",), build_s=4.3))
 _register(KernelModule("tall_gemm", False, ("tall_rows",), parts=_TALL_GEMM_PARTS, part_rule=_tall_gemm_part))
-_register(KernelModule("relu_grad", False, ("dense",)))
-_register(KernelModule("bias_relu_dropout", False, ("dense",)))
-_register(KernelModule("dropout", False, ("dropout",)))
-_register(KernelModule("dropout_project", False, ("dropout",)))
-_register(KernelModule("norm_relu", False, ("batch_norm",)))
-_register(KernelModule("sample", False, ("sampling",)))
-_register(KernelModule("embedding_bag", True, ("embedding",), training=False))
+_register(KernelModule("relu_grad", False, ("dense",), build_s=0.3))
+_register(KernelModule("bias_relu_dropout", False, ("dense",), build_s=0.3))
+_register(KernelModule("dropout", False, ("dropout",), build_s=0.3))
+_register(KernelModule("dropout_project", False, ("dropout",), build_s=1.8))
+_register(KernelModule("norm_relu", False, ("batch_norm",), build_s=0.4))
+_register(KernelModule("sample", False, ("sampling",), build_s=0.4))
+_register(KernelModule("embedding_bag", True, ("embedding",), training=False, build_s=1.2))
 
 
 def module_names(training_only: bool = False) -> tuple[str, ...]:

@@ -2,7 +2,10 @@
 
 `KernelPrebuild(names, archs).start()` hands every (module, architecture) whose cubin is not in
 the cache (mgg.kernels.build.cubin_target) to a pool of threads, each running its own nvcc
-processes, so the build takes about as long as its slowest module rather than the sum. It runs
+processes, so the build takes about as long as its slowest module rather than the sum: the
+longest builds start first (mgg.kernels.modules: `build_s`), and the compilers run on every CPU
+of the machine, not only those the rank is bound to (mpirun --bind-to core, Slurm task binding):
+the builder threads drop the binding, which changes no other thread of the process. It runs
 in the background: a training run starts it before loading its dataset and waits for it
 (`wait`) in its `build` phase, and a module first used before then waits on the same file lock
 the pool's build holds. Processes on one node share the cache: a module another process is
@@ -30,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .build import build_cubin, cache_dir, cubin_target, kill_running_builds
-from .modules import expand_specs
+from .modules import expand_specs, kernel_module
 
-__all__ = ["KernelPrebuild", "PrebuildResult", "KernelBuildError", "default_jobs"]
+__all__ = ["KernelPrebuild", "PrebuildResult", "KernelBuildError", "default_jobs", "build_cpus"]
 
 
 class KernelBuildError(RuntimeError):
@@ -59,23 +62,53 @@ class PrebuildResult:
 
 
 def default_jobs(count: int) -> int:
-    """Parallel builds: one a module, at most the CPUs this process may run on (MGG_BUILD_JOBS overrides)."""
+    """Parallel builds: one a module, at most the CPUs the compilers may run on (build_cpus;
+    MGG_BUILD_JOBS overrides)."""
     env = os.environ.get("MGG_BUILD_JOBS")
     if env:
         try:
             return max(1, int(env))
         except ValueError:
             raise ValueError(f"MGG_BUILD_JOBS must be a positive integer, got {env!r}") from None
+    return max(1, min(int(count), build_cpus()))
+
+
+def _unbind_thread() -> None:
+    """Let the calling thread, and the processes it starts, run on every CPU of the machine that
+    the process's cgroup allows (Linux keeps an affinity a thread; a child inherits its parent
+    thread's). The other threads keep their binding."""
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(int(count), cpus))
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def build_cpus() -> int:
+    """How many CPUs the builder threads' compilers run on: those of an unbound thread (whatever
+    the binding of the rank's own threads)."""
+    found: list[int] = []
+
+    def probe() -> None:
+        _unbind_thread()
+        try:
+            found.append(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            found.append(os.cpu_count() or 1)
+
+    t = threading.Thread(target=probe, name="mgg-build-cpus")
+    t.start()
+    t.join()
+    return max(1, found[0] if found else 1)
 
 
 def _key(t) -> str:
     """"local_csr:fp32@sm_90" of a cubin target."""
     return f"{t.name}{':' + t.part if t.part else ''}@{t.arch}"
+
+
+def _build_seconds(t) -> float:
+    """The registered compile seconds of a cubin target (mgg.kernels.modules: `build_s`)."""
+    return kernel_module(t.name).build_seconds(t.part)
 
 
 def _describe(archs: Sequence[str]) -> str:
@@ -94,7 +127,8 @@ class KernelPrebuild:
         self.names, self.archs = tuple(names), tuple(archs)
         self.targets = [cubin_target(n, a, part=p) for a in self.archs
                         for n, p in expand_specs(self.names)]  # ValueError: unknown module or part
-        self.missing = [t for t in self.targets if not t.cached]
+        # the longest first: the slowest build does not wait for a free CPU (sorted is stable)
+        self.missing = sorted((t for t in self.targets if not t.cached), key=_build_seconds, reverse=True)
         self.result = PrebuildResult(self.archs, self.names,
                                      cached=[_key(t) for t in self.targets if t.cached])
         self.progress = progress
@@ -123,6 +157,7 @@ class KernelPrebuild:
         return self
 
     def _worker(self, work: queue.SimpleQueue) -> None:
+        _unbind_thread()
         while not self._cancelled:
             try:
                 t, fut = work.get_nowait()

@@ -314,8 +314,9 @@ __device__ __forceinline__ void tall_gemm_xb(const float* __restrict__ X, long l
 #define MGG_XB_K2(KC) MGG_XB_NAMED(_p2, KC, 2, 2) MGG_XB_NAMED(_p2, KC, 2, 4) MGG_XB_NAMED(_p2, KC, 2, 6) \
   MGG_XB_NAMED(_p2, KC, 2, 8)
 // MGG_TALL_GEMM_PART=P: only the entry points of part P (1-4: the one-pass xb kernels of KC = P,
-// 5: the tn kernels, 6 and 7: the two-pass xb kernels of KC = 3 and 4). The runtime builds the
-// seven parts as separate cubins, in parallel (mgg.kernels.modules); undefined: every entry point.
+// those of NT8 = 8 apart for KC = 4; 5: the tn kernels; 6 and 7: the two-pass xb kernels of KC = 3
+// and 4; 8: the one-pass xb kernels of KC = 4, NT8 = 8, the slowest to compile). The runtime builds
+// the eight parts as separate cubins, in parallel (mgg.kernels.modules); undefined: every entry point.
 #ifdef MGG_TALL_GEMM_PART
 #define MGG_TG_HAS(P) (MGG_TALL_GEMM_PART == (P))
 #pragma nv_diag_suppress 177  // helpers of the other parts go unreferenced in a part
@@ -332,7 +333,10 @@ MGG_XB_K(2)
 MGG_XB_K(3)
 #endif
 #if MGG_TG_HAS(4)
-MGG_XB_K(4)
+MGG_XB(4, 2) MGG_XB(4, 4) MGG_XB(4, 6)
+#endif
+#if MGG_TG_HAS(8)
+MGG_XB(4, 8)
 #endif
 #if MGG_TG_HAS(6)
 MGG_XB_K2(3)

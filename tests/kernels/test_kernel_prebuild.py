@@ -51,12 +51,14 @@ def test_load_module_refuses_an_unregistered_or_misflagged_module():
 
 def test_features_of_the_default_runs():
     gcn1 = set(run_kernel_modules(TrainConfig(model="gcn"), 1))
-    assert gcn1 == {"local_csr:fp32", "local_csr:fp32.w1", "local_csr:fp32.w2", "relu_grad", "bias_relu_dropout",
+    assert gcn1 == {"local_csr:fp32", "local_csr:fp32.w1", "local_csr:fp32.w2", "local_csr:fp32.l32",
+                    "local_csr:fp32.w1.l32", "local_csr:fp32.w2.l32", "relu_grad", "bias_relu_dropout",
                     "dropout", "dropout_project"}
     gcn4 = set(run_kernel_modules(TrainConfig(model="gcn"), 4))
     assert gcn4 == gcn1 | {"aggregate"}  # other GPUs' rows, and the halo / ptr variants
     bf16 = set(run_kernel_modules(TrainConfig(model="gcn", storage_dtype="bf16"), 2))
-    assert {"local_csr:fp32", "local_csr:bf16.w2"} <= bf16 and "local_csr:fp16" not in bf16
+    assert {"local_csr:fp32", "local_csr:bf16.w2", "local_csr:bf16.w2.l32"} <= bf16
+    assert not {"local_csr:fp16", "local_csr:fp16.l32"} & bf16
     assert "norm_relu" in run_kernel_modules(TrainConfig(model="gin"), 2)  # GIN's default batch norm
     assert "norm_relu" not in run_kernel_modules(TrainConfig(model="gin", norm="layer"), 2)
     gat = set(run_kernel_modules(TrainConfig(model="gat"), 1))
@@ -82,7 +84,8 @@ def test_the_graph_size_adds_the_tall_gemm_kernels():
     known = run_kernel_modules(cfg, 1)
     tall = np.zeros(TALL_GEMM_ROWS + 1, dtype=np.int64)  # an edgeless graph: split by node counts
     assert max_rank_rows(tall, 1) == TALL_GEMM_ROWS
-    assert size_specs(cfg, 1, tall, known) == [f"tall_gemm:{p}" for p in ("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2")]
+    assert size_specs(cfg, 1, tall, known) == [f"tall_gemm:{p}" for p in ("k1", "k2", "k3", "k4", "tn", "k3p2", "k4p2",
+                                                                          "k4n8")]
     assert size_specs(cfg, 2, tall, run_kernel_modules(cfg, 2)) == []  # half the rows a rank
     from mgg.apps.kernel_prebuild import preset_rows_per_rank
 
@@ -110,13 +113,16 @@ def test_parts_and_specs():
     from mgg.kernels.modules import expand_specs, parse_spec
 
     csr = kernel_module("local_csr")
-    assert len(csr.parts) == 9 and csr.part_names[:3] == ("fp32", "fp32.w1", "fp32.w2")
-    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32.w1" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert len(csr.parts) == 18 and csr.part_names[:4] == ("fp32", "fp32.l32", "fp32.w1", "fp32.w1.l32")
+    assert csr.part_of("mgg_csr_rows_l32_v4_w1") == "fp32.w1.l32" and csr.part_of("mgg_csr_scale_rows") == "fp32"
+    assert csr.part_of("mgg_csr_rows_l16_v1_w1") == "fp32.w1" and csr.part_of("mgg_csr_rows_bf16_l32_v2_w0") == "bf16.l32"
     assert csr.part_of("mgg_csr_rows_bf16_l1_v1_w0") == "bf16" and csr.part_of("mgg_csr_combine_fp16") == "fp16"
     assert csr.part_of("mgg_csr_table16_bf16") == "bf16" and csr.part_of("mgg_csr_scan_fp16_l4_w1") == "fp16.w1"
-    assert csr.part_defines("bf16.w2") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2")
-    assert csr.parts_for_storage("fp32") == ("fp32", "fp32.w1", "fp32.w2")
-    assert csr.parts_for_storage("fp16") == ("fp32", "fp32.w1", "fp32.w2", "fp16", "fp16.w1", "fp16.w2")
+    assert csr.part_defines("bf16.w2") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2", "MGG_CSR_L32=0")
+    assert csr.part_defines("bf16.w2.l32") == ("MGG_CSR_STORAGE=1", "MGG_CSR_W=2", "MGG_CSR_L32=1")
+    fp32 = ("fp32", "fp32.l32", "fp32.w1", "fp32.w1.l32", "fp32.w2", "fp32.w2.l32")
+    assert csr.parts_for_storage("fp32") == fp32
+    assert csr.parts_for_storage("fp16") == fp32 + tuple(p.replace("fp32", "fp16") for p in fp32)
     assert parse_spec("local_csr:fp16") == ("local_csr", "fp16") and parse_spec("aggregate") == ("aggregate", None)
     assert expand_specs(["local_csr", "local_csr:fp32", "dropout"]) == [
         *(("local_csr", p) for p in csr.part_names), ("dropout", None)]
@@ -127,6 +133,8 @@ def test_parts_and_specs():
     tg = kernel_module("tall_gemm")
     assert tg.part_of("mgg_tall_gemm_xbp_k2_n6") == "k2" and tg.part_of("mgg_tall_gemm_xb_k4_n8_p2") == "k4p2"
     assert tg.part_of("mgg_tall_gemm_tnpm_k8") == "tn" and tg.parts_for_storage("bf16") == tg.part_names
+    assert tg.part_of("mgg_tall_gemm_xbs_k4_n8") == "k4n8" and tg.part_of("mgg_tall_gemm_xbp_k4_n6") == "k4"
+    assert tg.part_of("mgg_tall_gemm_xb_k4_n8_p2") == "k4p2" and tg.part_of("mgg_tall_gemm_xb_k3_n8") == "k3"
 
 
 @pytest.mark.slow
@@ -265,3 +273,35 @@ def test_mgg_build_prebuilds_every_training_kernel_without_a_gpu(kernel_cache_di
                        capture_output=True, text=True, timeout=300)
     rows = r.stdout.strip().splitlines()
     assert r.returncode == 0 and len(rows) == n and all(" cached " in row for row in rows), r.stdout
+
+
+def test_the_longest_builds_start_first(monkeypatch, tmp_path):
+    """The prebuild queues its missing cubins by registered compile seconds, longest first: a
+    P = 4 GCN run starts aggregate.cu and local_csr's 32-lane parts before the short modules."""
+    from mgg.kernels.prebuild import KernelPrebuild
+
+    monkeypatch.setenv("MGG_KERNEL_CACHE", str(tmp_path))
+    pre = KernelPrebuild(run_kernel_modules(TrainConfig(model="gcn"), 4), ["sm_90"])
+    secs = [kernel_module(t.name).build_seconds(t.part) for t in pre.missing]
+    assert secs == sorted(secs, reverse=True) and len(secs) == len(pre.targets) == 11
+    assert (pre.missing[0].name, pre.missing[1].part) == ("aggregate", "fp32.l32")
+    assert pre.missing[-1].name in ("relu_grad", "bias_relu_dropout", "dropout")
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_bound_process_builds_on_every_cpu(tmp_path):
+    """A rank bound to one CPU (mpirun --bind-to core) runs its compilers on every CPU, and counts
+    them all as parallel jobs; its own thread stays bound."""
+    probe = ("import os, time\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+             "from mgg.kernels import build\nfrom mgg.kernels.prebuild import KernelPrebuild, build_cpus\n"
+             "pre = KernelPrebuild(['tall_gemm:tn'], ['sm_90']).start()\n"
+             "while not build._RUNNING: time.sleep(0.001)\n"
+             "pid = next(iter(build._RUNNING)).pid\n"
+             "print(len(os.sched_getaffinity(pid)), build_cpus(), len(os.sched_getaffinity(0)), flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(MGG_KERNEL_CACHE=str(tmp_path)),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    child, jobs, main = map(int, r.stdout.split())
+    assert child == jobs == len(os.sched_getaffinity(0)) and main == 1
