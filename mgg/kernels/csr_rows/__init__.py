@@ -30,8 +30,11 @@ Modules, by job:
     executor    CsrRowsExecutor: a plan's device arrays (or a SourceCsr given instead), its
                 schedules and source segments, and the choice of kernel, weight form and passes
                 per call
+    source_csr  SourceCsr: a CSR on the GPU over a table of own rows then other rows (the
+                fused halo pass of mgg.kernels.halo_csr)
 """
-from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor, SourceCsr
+from .executor import SCALED_INPUT_STORAGE, SELF_FROM_RF_MIN_LANES, CsrRowsExecutor
+from .source_csr import SourceCsr
 from ..variants import CSR_ROWS_MAX_DIM_PADDED, MAX_DIM_16
 from .launchers import (ALL_ROWS, DEFAULT_WPB, SCAN_WPB, STORAGE_SUFFIX, launch_csr_rows,
                         launch_csr_scan, lanes_for_width, pack_row_ends)

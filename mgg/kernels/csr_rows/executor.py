@@ -8,7 +8,6 @@ or a table scaled by the column factor) and the passes (source segments), then l
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,7 +24,8 @@ from .launchers import (DEFAULT_WPB, STORAGE_SUFFIX, launch_csr_rows, launch_csr
 from .schedule import (BUNDLE_LANES, DEFAULT_BUNDLE_BATCHES, DEFAULT_BUNDLE_WINDOW, DEFAULT_CHUNK, DEFAULT_SCAN_RUN,
                        SCAN_DEFAULT_LANES, SCAN_LANES, SCAN_LONG_THRESHOLD, RowSchedule, bundles_pay,
                        check_row_knobs, default_long_threshold, entries_per_batch, row_schedule, visit_order)
-from .weights import WEIGHT_MODES, WeightFactors, factor_weights
+from .source_csr import SourceCsr
+from .weights import WEIGHT_MODES, factor_weights
 
 __all__ = ["CsrRowsExecutor", "SourceCsr", "SCALED_INPUT_STORAGE", "SELF_FROM_RF_MIN_LANES"]
 
@@ -38,23 +38,6 @@ SELF_FROM_RF_MIN_LANES = 4
 #: products-like GCN (one H200, bench/results/2026-11-27-h200x1-e7cb465 c3) validated at 0.8639
 #: with the fold against 0.8786 without it; bf16 (float32's range) read 0.8788 both ways.
 SCALED_INPUT_STORAGE = (torch.float32, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class SourceCsr:
-    """A CSR on the GPU that an executor runs instead of its plan's local CSR: the plan's n_local
-    rows over a table of `n_src` >= n_local rows whose first n_local rows are this rank's own
-    (mgg.kernels.halo_csr's fused pass: own rows, then the halo rows).
-
-    indptr int64 [n_local + 1]; src int32 [E] in [0, n_src); weight float32 [E] (the plan's
-    weights, read where the factors do not reproduce them); factors: the WeightFactors of the
-    CSR (row factor [n_local], column factor [n_src])."""
-
-    indptr: torch.Tensor
-    src: torch.Tensor
-    weight: torch.Tensor
-    n_src: int
-    factors: WeightFactors
 
 
 def _dev(a: np.ndarray | None, dtype, device) -> torch.Tensor | None:
