@@ -51,3 +51,15 @@ class ReferenceDLRM:
                 self.accum[t] += (g * g).mean(1)
                 self.tables[t] -= self.cfg.emb_lr * g / (self.accum[t].sqrt() + self.eps).unsqueeze(1)
         return float(loss.detach())
+
+
+def assert_trained_like(model, ref: "ReferenceDLRM", got: list[float], want: list[float], name: str) -> None:
+    """A DLRM design after its steps against the float64 reference after the same steps: the
+    losses (`got` vs `want`), every table (`model.table(t)`) and the MLP weights (`model.dense`)."""
+    import pytest
+
+    assert got == pytest.approx(want, rel=1e-5), name
+    for t in range(len(ref.tables)):
+        torch.testing.assert_close(model.table(t).double(), ref.tables[t], rtol=1e-4, atol=1e-6, msg=f"{name} table {t}")
+    for p, q in zip(model.dense.parameters(), ref.dense.parameters()):
+        torch.testing.assert_close(p.detach().double(), q.detach(), rtol=1e-4, atol=1e-6, msg=name)

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as tdist
 
 from bench import dlrm as bench_dlrm
 from bench.dlrm_a2a import AllToAllDLRM
@@ -15,21 +14,12 @@ from mgg.embedding.dlrm_data import DLRMBatches
 from mgg.embedding.dlrm_model import DLRMConfig
 from mgg.embedding.dlrm_train import MggDLRM
 from mgg.graph import make_store
-from mgg.runtime import world
-from mgg.testing.dlrm_reference import ReferenceDLRM
+from mgg.testing.dlrm_reference import ReferenceDLRM, assert_trained_like
 from mgg.testing.paths import ROOT
 from mgg.testing.processes import PROCESS_TIMEOUT_S, subprocess_env
 
 CFG = DLRMConfig(cards=(50, 7, 300, 3, 1000), dim=4, bot=(8,), top=(16, 1), zipf=1.05, lr=0.5, emb_lr=0.3, seed=5)
 B, STEPS = 32, 4
-
-
-@pytest.fixture
-def gloo():
-    comm = world()
-    bench_dlrm.init_torch_distributed(comm, "cpu")
-    yield comm
-    tdist.destroy_process_group()
 
 
 def test_both_designs_train_the_float64_reference(gloo):
@@ -41,11 +31,7 @@ def test_both_designs_train_the_float64_reference(gloo):
     try:
         for name, m in designs.items():
             got = bench_dlrm.run_steps(m, DLRMBatches(CFG, B, comm.rank), STEPS, torch.device("cpu"), comm)
-            assert got == pytest.approx(want, rel=1e-5), name
-            for t in range(CFG.num_tables):
-                torch.testing.assert_close(m.table(t).double(), ref.tables[t], rtol=1e-4, atol=1e-6, msg=f"{name} table {t}")
-            for p, q in zip(m.dense.parameters(), ref.dense.parameters()):
-                torch.testing.assert_close(p.detach().double(), q.detach(), rtol=1e-4, atol=1e-6, msg=name)
+            assert_trained_like(m, ref, got, want, name)
     finally:
         designs["mgg"].free()
 

@@ -4,7 +4,6 @@ torch.distributed all-to-all design (gloo) give the losses, tables and MLP weigh
 single-process DLRM trained on all ranks' batches, and so agree with each other."""
 import pytest
 import torch
-import torch.distributed as tdist
 
 from bench import dlrm as bench_dlrm
 from bench.dlrm_a2a import AllToAllDLRM
@@ -12,22 +11,13 @@ from mgg.embedding.dlrm_data import DLRMBatches
 from mgg.embedding.dlrm_model import DLRMConfig
 from mgg.embedding.dlrm_train import MggDLRM
 from mgg.graph import make_store
-from mgg.runtime import world
-from mgg.testing.dlrm_reference import ReferenceDLRM
+from mgg.testing.dlrm_reference import ReferenceDLRM, assert_trained_like
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
 # tables smaller than, equal to and larger than P rows: some ranks own none of a table's rows
 CFG = DLRMConfig(cards=(50, 2, 300, 3, 1000, 1), dim=4, bot=(8,), top=(16, 1), zipf=1.05, lr=0.5, emb_lr=0.3, seed=2)
 B, STEPS = 24, 4
-
-
-@pytest.fixture
-def gloo():
-    comm = world()
-    bench_dlrm.init_torch_distributed(comm, "cpu")
-    yield comm
-    tdist.destroy_process_group()
 
 
 def test_both_designs_train_the_float64_reference_over_ranks(gloo):
@@ -40,11 +30,7 @@ def test_both_designs_train_the_float64_reference_over_ranks(gloo):
         losses = {}
         for name, m in designs.items():
             losses[name] = bench_dlrm.run_steps(m, DLRMBatches(CFG, B, comm.rank), STEPS, torch.device("cpu"), comm)
-            assert losses[name] == pytest.approx(want, rel=1e-5), name
-            for t in range(CFG.num_tables):
-                torch.testing.assert_close(m.table(t).double(), ref.tables[t], rtol=1e-4, atol=1e-6, msg=f"{name} table {t}")
-            for p, q in zip(m.dense.parameters(), ref.dense.parameters()):
-                torch.testing.assert_close(p.detach().double(), q.detach(), rtol=1e-4, atol=1e-6, msg=name)
+            assert_trained_like(m, ref, losses[name], want, name)
         assert bench_dlrm.losses_disagree(losses["mgg"], losses["a2a"], 1e-5) is None
     finally:
         designs["mgg"].free()
