@@ -97,7 +97,7 @@ def host_to_device(a: np.ndarray, device: torch.device | str, dtype=None) -> tor
             warnings.simplefilter("ignore", UserWarning)  # a read-only map: only read
             t = torch.from_numpy(a).to(device)
         return t if dtype is None else t.to(dtype)
-    out = torch.empty(a.shape, dtype=torch.from_numpy(a[:0]).dtype, device=device)
+    out = torch.empty(a.shape, dtype=torch.from_numpy(np.empty(0, a.dtype)).dtype, device=device)
     dst = out.reshape(-1).view(torch.uint8)
     src = a.reshape(-1).view(np.uint8)
     stages = _stages(device)
