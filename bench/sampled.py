@@ -12,6 +12,8 @@ Adam. Reported (rank 0, medians over --epochs after one warmup epoch; times are 
   Match-Reorder (previous batch's resident rows reused in both), and the zero-copy host tier
   (features in pinned host memory read by the GPU kernel) -- forced with `tier="host"`; each with
   and without the side-stream prefetch of the next batch (its gather overlapped with compute);
+  on the GPU the store tier's gather per rank against its floor, max(HBM bytes / HBM rate,
+  NVLink bytes / NVLink rate) at the copy rates measured in the same run (`gather_against_floor`);
 * PyG: torch_geometric.loader.NeighborLoader + SAGEConv on one GPU (P = 1 only; skipped with a
   reason when PyG or its sampling backend is missing).
 
@@ -160,6 +162,26 @@ def run_mgg(graph, comm, store, bounds, args, dev, reorder: bool, tier: str, pre
             "compute_gpu_ms": float(np.median(compute)) if cuda else None}
 
 
+def tier_of(run: str) -> str:
+    """The feature tier of a --runs entry ("store", "host", with +reorder / +noprefetch)."""
+    return "host" if run.startswith("host") else "store"
+
+
+def gather_against_floor(r: dict, bw: dict, ranks: int) -> dict:
+    """The store tier's feature gather of one epoch against its floor, per rank (the epoch's bytes
+    averaged over the ranks): its rate (bytes fetched over the gather's GPU time) and the floor
+    max(HBM bytes / HBM rate, NVLink bytes / NVLink rate), HBM bytes = the own rows read plus
+    every row written, NVLink bytes = the rows read from other GPUs. `bw`: bench.harness.timing
+    bandwidths (the HBM rate counts read and write bytes, as a copy does)."""
+    fetched, remote = r["bytes_fetched"] / ranks, r["bytes_remote"] / ranks
+    t = r["gather_gpu_ms"] / 1e3
+    floor = (2 * fetched - remote) / (bw["hbm_GBps"] * 1e9)
+    if remote:
+        floor = max(floor, remote / (bw.get("nvlink_GBps", float("inf")) * 1e9))
+    return {"gather_GBps": fetched / t / 1e9 if t > 0 else float("nan"), "gather_floor_ms": floor * 1e3,
+            "gather_over_floor": t / floor if floor > 0 else float("nan")}
+
+
 def run_pyg(graph, args, dev, workers: int) -> dict:
     try:
         from torch_geometric.data import Data
@@ -286,10 +308,16 @@ def main(argv=None) -> int:
     say(f"{args.graph}@{args.scale}: {graph.num_nodes} nodes, {graph.num_edges} edges, F={graph.x.shape[1]}, "
         f"train {int(graph.train_mask.sum())}, P={comm.size}, device {dev}")
     runs = [r for r in args.runs.split(",") if r and (gpu or "noprefetch" not in r)]  # CPU: never prefetches
+    bw = {}
+    if gpu:  # the rates the store gather's floor is taken at, measured in this run
+        from bench.harness.timing import bandwidths
+
+        bw = bandwidths(comm)
+        say(f"HBM copy {bw['hbm_GBps']:.0f} GB/s, GPU->GPU copy {bw.get('nvlink_GBps', float('nan')):.0f} GB/s")
     by_run: dict[str, list[dict]] = {run: [] for run in runs}
     for _ in range(max(1, args.rounds)):
         for run in runs:
-            tier = "host" if run.startswith("host") else "store"
+            tier = tier_of(run)
             by_run[run].append(run_mgg(graph, comm, store, bounds, args, dev, reorder="reorder" in run, tier=tier,
                                        prefetch="noprefetch" not in run))
     for run, rounds in by_run.items():
@@ -297,12 +325,16 @@ def main(argv=None) -> int:
         for k in ("epoch_s", "sample_ms", "gather_ms", "reorder_ms", "gather_gpu_ms", "compute_gpu_ms"):
             if r.get(k) is not None:
                 r[k] = float(np.median([x[k] for x in rounds]))
+        if gpu and tier_of(run) == "store":
+            r.update(gather_against_floor(r, bw, comm.size))
         results.append(r)
         say(f"mgg {run:18} epoch {r['epoch_s'] * 1e3:9.1f} ms  steps {r['steps']:4d}  fetched "
             f"{r['bytes_fetched'] / 2**20:9.1f} MiB (no reuse {r['bytes_no_reuse'] / 2**20:9.1f}, remote "
             f"{r['bytes_remote'] / 2**20:8.1f})  sample {r['sample_ms']:7.1f} ms  gather {r['gather_ms']:7.1f} ms"
             + (f"  GPU: gather {r['gather_gpu_ms']:6.1f} ms compute {r['compute_gpu_ms']:6.1f} ms" if gpu else "")
-            + (f"  reorder {r['reorder_ms']:6.1f} ms" if r["reorder"] else ""))
+            + (f"  reorder {r['reorder_ms']:6.1f} ms" if r["reorder"] else "")
+            + (f"  gather {r['gather_GBps']:.1f} GB/s a rank, {r['gather_over_floor']:.1f}x its floor "
+               f"({r['gather_floor_ms']:.1f} ms)" if "gather_GBps" in r else ""))
     for run in runs:  # the prefetch gain, run by run
         if "noprefetch" in run:
             on = next((x for x in results if x.get("run") == run.replace("+noprefetch", "")), None)
