@@ -238,13 +238,15 @@ def run(cfg: TrainConfig, comm) -> TrainResult:
 
     check_model_support(cfg.model, cfg.mode, cfg.tune)  # before loading a large dataset for nothing
     check_outputs(cfg, comm)  # results are written after the last epoch: their paths are checked now
+    # GPU runs: the run's kernels compile while the rest of init and the load run (a GPU the
+    # checks below refuse leaves only background compilers, ended at exit)
+    start_kernel_prebuild(cfg, comm)
+    mark_init("kernel_prebuild")
     check_backend(cfg.backend, comm)
     mark_init("backend")  # GPU runs: the GPU packages imported and the GPU assignment checked
     check_storage_variant(cfg)
     check_fits(cfg, comm)
-    mark_init("memory_check")  # GPU runs: the GPU's free memory read (its CUDA context made)
-    start_kernel_prebuild(cfg, comm)  # GPU runs: the run's kernels compile while the graph loads
-    mark_init("kernel_prebuild")
+    mark_init("memory_check")  # GPU runs: the GPU's free memory read
     clock = PhaseClock(comm, show=cfg.progress)
     clock.add("init", process_age_s())
     graph, prep = load(cfg, comm, clock)
