@@ -349,4 +349,5 @@ class TrainResult:
     step_profile: dict = field(default_factory=dict)  # --profile-steps: ms per part of a step
     cuda_graph: str = ""               # --cuda-graph: "replayed", or "eager: <why>"
     row_sets: dict = field(default_factory=dict)  # row set name -> nodes over all ranks (mgg.runtime.rowset)
+    plans: dict = field(default_factory=dict)     # direction -> plan figures, max / sum over ranks (mgg.apps.plan_summary)
     kernels: dict = field(default_factory=dict)   # GPU runs: kernel modules built, loaded (mgg.apps.kernel_prebuild)

@@ -18,6 +18,7 @@ from .faults import fault_point, parse_fault
 from .loop import (EpochHooks, LocalData, LoopState, distgraph_session, finish, local_data, progress_bar,
                    register_row_sets, run_epochs, untimed)
 from .phases import PhaseClock
+from .plan_summary import plan_summary
 
 __all__ = ["train_full", "resume_state", "start_tuner"]
 
@@ -289,6 +290,9 @@ def train_full(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bool 
             hooks, state = _setup(cfg, comm, dg, data, fault)
         state.res.row_sets = {r.name: r.num_global for sets in (data.train_layers, data.eval_layers)
                               for r in (sets or ()) if r is not None}
+        from ..nn.registry import model_entry
+
+        state.res.plans = plan_summary(dg, model_entry(cfg.model).aggregation)
         state.stop, state.clock = stop, clock
         start = _restore(resume, hooks, state)
         if verbose and comm.rank == 0 and cfg.resume:  # before the epochs it explains

@@ -71,6 +71,8 @@ def write_metrics(path: str, cfg: TrainConfig, graph: Any, res: TrainResult) -> 
         doc["step_profile_ms"] = res.step_profile
     if res.cuda_graph:
         doc["cuda_graph"] = res.cuda_graph
+    if res.plans:
+        doc["plans"] = res.plans
     if res.row_sets:
         doc["row_sets"] = res.row_sets
     if res.kernels:

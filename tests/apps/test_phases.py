@@ -56,3 +56,16 @@ def test_sampled_mode_reports_its_phases(tmp_path):
     doc = json.loads(out.read_text())
     assert {"init", "load", "build", "first_epoch"} <= set(doc["phases"])
     assert sum(doc["phases"].values()) <= doc["time_to_first_epoch_s"]
+
+
+def test_plans_in_metrics_count_every_edge_once(tmp_path):
+    """The metrics JSON's `plans`: at one rank every entry is local and nothing is remote; the
+    forward and transposed plans each hold every edge of the graph."""
+    out = tmp_path / "m.json"
+    assert main(["--dataset", "sbm", "--scale", "0.1", "--epochs", "1", "--backend", "cpu", "--no-progress",
+                 "--metrics-json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    for direction in ("forward", "transposed"):
+        p = doc["plans"][direction]
+        assert p["local_edges_sum"] == doc["num_edges"] and p["remote_edges_sum"] == 0 and p["halo_rows_max"] == 0
+        assert p["n_local_sum"] == doc["num_nodes"]

@@ -122,3 +122,17 @@ def test_step_profile_is_the_same_on_every_rank():
     assert comm.allgather(prof) == [prof] * comm.size
     plain = train(TrainConfig(dataset="sbm", epochs=4, backend="cpu", progress=False), comm, g)
     assert np.array_equal(flat(res.model), flat(plain.model))
+
+
+def test_plans_figures_add_up_over_ranks():
+    """res.plans at P ranks: every edge is a local or a remote entry of exactly one rank's plan,
+    the ranks' rows are the graph's, and a rank's halo holds no more rows than its remote entries
+    nor than the graph."""
+    comm = world()
+    g = graph("sbm")
+    res = train(TrainConfig(dataset="sbm", epochs=1, backend="cpu", progress=False), comm, g)
+    n, e = len(g.indptr) - 1, int(g.indptr[-1])
+    for direction in ("forward", "transposed"):
+        p = res.plans[direction]
+        assert p["local_edges_sum"] + p["remote_edges_sum"] == e and p["n_local_sum"] == n
+        assert 0 < p["halo_rows_max"] <= min(p["remote_edges_max"], n)
