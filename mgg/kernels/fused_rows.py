@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .csr_rows import SourceCsr, WeightFactors
+from .csr_rows.weights import max_rel_dev
 
 __all__ = ["fuse_rows", "fused_factors", "fused_csr"]
 
@@ -57,20 +58,13 @@ def fuse_rows(local: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     return indptr, src, weight
 
 
-def _max_rel_dev(indptr: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, rf: torch.Tensor | None,
-                 cf: torch.Tensor | None) -> float:
-    """max |rf[row] * cf[col] - w| / |w| over every entry (None factors are 1)."""
-    e = int(src.shape[0])
-    if not e:
-        return 0.0
-    f = rf[_rows_of(indptr, e)] if rf is not None else torch.ones(e, dtype=torch.float32, device=src.device)
-    if cf is not None:
-        f = f * cf[src.long()]
-    return float(((f - weight).abs_() / weight.abs().clamp_min(1e-30)).max())
-
-
-def _t(a: np.ndarray | None, dev: torch.device) -> torch.Tensor | None:
-    return None if a is None else torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(dev)
+def _deviation(indptr: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, rf: np.ndarray | None,
+               cf: np.ndarray | None) -> float:
+    """max |rf[row] * cf[col] - w| / |w| over every entry of the joined CSR (None factors are 1):
+    csr_rows.weights.max_rel_dev, in blocks, on the tensors' device."""
+    if src.device.type == "cpu":
+        return max_rel_dev(indptr.numpy(), src.numpy(), weight.numpy(), rf, cf)
+    return max_rel_dev(indptr.cpu().numpy(), None, None, rf, cf, device=src.device, on_device=(indptr, src, weight))
 
 
 def fused_factors(local: WeightFactors, remote: WeightFactors, local_indptr: torch.Tensor,
@@ -84,24 +78,22 @@ def fused_factors(local: WeightFactors, remote: WeightFactors, local_indptr: tor
       column  both parts "column": w = rf[row] * cf[col], cf = [local cf | remote cf] (n + H)
       weighted otherwise, or where the check fails
     """
-    dev = src.device
     if local.mode == remote.mode == "one":
         rf = None
         if local.row is not None or remote.row is not None:
             n = int(indptr.shape[0]) - 1
-            has_local = (local_indptr[1:] - local_indptr[:-1]) > 0
-            lr = _t(local.row, dev) if local.row is not None else torch.zeros(n, dtype=torch.float32, device=dev)
-            rr = _t(remote.row, dev) if remote.row is not None else torch.zeros(n, dtype=torch.float32, device=dev)
-            rf = torch.where(has_local, lr, rr)
-        if _max_rel_dev(indptr, src, weight, rf, None) == 0.0:
-            return WeightFactors("one", row=None if rf is None else rf.cpu().numpy(), note="joined: w = rf[row]")
+            has_local = (local_indptr[1:] - local_indptr[:-1]).cpu().numpy() > 0
+            lr = local.row if local.row is not None else np.zeros(n, np.float32)
+            rr = remote.row if remote.row is not None else np.zeros(n, np.float32)
+            rf = np.where(has_local, lr, rr).astype(np.float32)
+        if _deviation(indptr, src, weight, rf, None) == 0.0:
+            return WeightFactors("one", row=rf, note="joined: w = rf[row]")
         return WeightFactors("weighted", note="joined weights are not rf[row]")
     if local.mode == remote.mode == "column" and local.col is not None and remote.col is not None:
-        cf = torch.cat([_t(local.col, dev), _t(remote.col, dev)])
-        rf = _t(local.row, dev)
-        dev_max = _max_rel_dev(indptr, src, weight, rf, cf)
+        cf = np.concatenate([local.col, remote.col]).astype(np.float32)
+        dev_max = _deviation(indptr, src, weight, local.row, cf)
         if dev_max <= rtol:
-            return WeightFactors("column", row=local.row, col=cf.cpu().numpy(), max_rel_dev=dev_max,
+            return WeightFactors("column", row=local.row, col=cf, max_rel_dev=dev_max,
                                  note="joined: w = rf[row] * cf[col]")
         return WeightFactors("weighted", max_rel_dev=dev_max, note="joined weights do not factor")
     return WeightFactors("weighted", note=f"local weights {local.mode}, remote {remote.mode}")

@@ -44,7 +44,7 @@ def _row_blocks(indptr: np.ndarray, block: int = 1 << 23):
         r0 = r1
 
 
-def _max_rel_dev(indptr, indices, w, rf, cf, device=None, on_device=None) -> float:
+def max_rel_dev(indptr, indices, w, rf, cf, device=None, on_device=None) -> float:
     """max |rf[row] * cf[col] - w| / |w| over all entries (float32 [n] factors, None = 1),
     computed in float32 blocks (a plan-time check); on `device` (a CUDA device) with torch,
     reading `on_device` = (indptr, indices, weights) tensors already there when given."""
@@ -69,7 +69,7 @@ def _max_rel_dev(indptr, indices, w, rf, cf, device=None, on_device=None) -> flo
 
 def _max_rel_dev_torch(indptr, indices, w, rf, cf, dev: torch.device, block: int = 1 << 26,
                        on_device=None) -> float:
-    """_max_rel_dev with torch on `dev`, in blocks of `block` entries (the same float32 math);
+    """max_rel_dev with torch on `dev`, in blocks of `block` entries (the same float32 math);
     `on_device`: (indptr int64, indices int32/int64, weights float32) tensors on `dev`, read
     instead of uploading the host arrays block by block."""
     n = len(indptr) - 1
@@ -122,17 +122,17 @@ def factor_weights(plan: AggregationPlan, kind: str | None, rtol: float = 2e-6,
         deg = np.diff(ip)
         rf = np.zeros(n, np.float32)
         rf[deg > 0] = w[ip[:-1][deg > 0]]
-        if _max_rel_dev(ip, idx, w, rf, None, device, on_device) == 0.0:
+        if max_rel_dev(ip, idx, w, rf, None, device, on_device) == 0.0:
             return WeightFactors("one", row=rf, note="mean forward: w = rf[row]")
         cf = np.zeros(n, np.float32)
         cf[idx] = w
-        if _max_rel_dev(ip, idx, w, None, cf, device, on_device) == 0.0:
+        if max_rel_dev(ip, idx, w, None, cf, device, on_device) == 0.0:
             return WeightFactors("column", col=cf, note="mean transposed: w = cf[col]")
     elif kind == "gcn" and plan.has_self:
         sw = np.asarray(plan.self_weight, np.float64)
         if np.all(sw > 0):
             dinv = dinv_from_self_weight(sw)
-            dev = _max_rel_dev(ip, idx, w, dinv, dinv, device, on_device)
+            dev = max_rel_dev(ip, idx, w, dinv, dinv, device, on_device)
             if dev <= rtol:
                 return WeightFactors("column", row=dinv, col=dinv, max_rel_dev=dev,
                                      note="gcn: w = dinv[row] * dinv[col]")
