@@ -89,24 +89,31 @@ class FeatureSource(abc.ABC):
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"gather: n_id must be a 1-D integer array, got {ids.dtype} {ids.shape}")
         ids = ids.astype(np.int64, copy=False)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
-            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-            raise IndexError(f"gather: node id {bad} out of range [0, {self.num_nodes})")
+        if ids.size:
+            self._check_range(int(ids.min()), int(ids.max()))
         return ids
 
     def _device_ids(self, n_id) -> torch.Tensor:
         """n_id as int64 on self.device (a GPU), range-checked by one read of its (min, max)
         instead of a copy of every id to the host."""
+        ids = self._on_device(n_id)
+        if ids.numel():
+            self._check_range(*torch.stack([ids.min(), ids.max()]).tolist())
+        return ids
+
+    def _on_device(self, n_id) -> torch.Tensor:
+        """n_id as int64 on self.device, its type checked; a host array is range-checked too (by
+        `_ids`), a tensor is not (`_check_range` of its min and max)."""
         if not isinstance(n_id, torch.Tensor):
             return torch.from_numpy(self._ids(n_id)).to(self.device)
         if n_id.dim() != 1 or n_id.dtype.is_floating_point or n_id.dtype == torch.bool:
             raise TypeError(f"gather: n_id must be a 1-D integer array, got {n_id.dtype} {tuple(n_id.shape)}")
-        ids = n_id.to(self.device, torch.int64)
-        if ids.numel():
-            lo, hi = torch.stack([ids.min(), ids.max()]).tolist()
-            if lo < 0 or hi >= self.num_nodes:
-                raise IndexError(f"gather: node id {lo if lo < 0 else hi} out of range [0, {self.num_nodes})")
-        return ids
+        return n_id.to(self.device, torch.int64)
+
+    def _check_range(self, lo: int, hi: int) -> None:
+        """IndexError unless every id lies in [0, num_nodes), given the smallest and the largest."""
+        if lo < 0 or hi >= self.num_nodes:
+            raise IndexError(f"gather: node id {lo if lo < 0 else hi} out of range [0, {self.num_nodes})")
 
     def _count(self, rows: int, remote: int = 0, host: int = 0) -> None:
         self.last = FetchStats(rows, remote, host, 4 * self.dim)
@@ -220,13 +227,9 @@ class StoreFeatures(FeatureSource):
         return out
 
     def _gather_on_device(self, n_id) -> torch.Tensor:
-        """`gather` on the GPU: owners and rows from the ids on the device, one launch."""
-        if isinstance(n_id, torch.Tensor):
-            if n_id.dim() != 1 or n_id.dtype.is_floating_point or n_id.dtype == torch.bool:
-                raise TypeError(f"gather: n_id must be a 1-D integer array, got {n_id.dtype} {tuple(n_id.shape)}")
-            ids = n_id.to(self.device, torch.int64)
-        else:
-            ids = torch.from_numpy(self._ids(n_id)).to(self.device)
+        """`gather` on the GPU: owners and rows from the ids on the device, one launch; the ids'
+        range and the remote count in one read."""
+        ids = self._on_device(n_id)
         k = int(ids.numel())
         if not k:
             self._count(0)
@@ -236,8 +239,7 @@ class StoreFeatures(FeatureSource):
         b = self._bounds_t
         owner = (torch.searchsorted(b, ids, right=True) - 1).clamp_(0, self.world_size - 1)
         lo, hi, remote = torch.stack([ids.min(), ids.max(), (owner != self.rank).sum()]).tolist()
-        if lo < 0 or hi >= self.num_nodes:
-            raise IndexError(f"gather: node id {lo if lo < 0 else hi} out of range [0, {self.num_nodes})")
+        self._check_range(lo, hi)
         rows = self.array.gather(owner.to(torch.int32), (ids - b[owner]).to(torch.int32))
         self._count(k, remote=int(remote))
         return rows if rows.is_contiguous() else rows.contiguous()
