@@ -100,7 +100,7 @@ class DistGraph:
         if transpose == "auto":
             transpose = auto_transpose(indptr, indices, comm.size, self.backend, comm.local_rank)
         self.transpose_method = transpose
-        mapped_indptr = indptr if isinstance(indptr, np.memmap) and indptr.dtype == np.int64 else None
+        mapped_indptr = indptr if isinstance(indptr, np.memmap) else None  # uploaded from the file
         indptr = np.asarray(indptr, dtype=np.int64)
         mapped_indices = indices if isinstance(indices, np.memmap) else None  # read by rows, not mapped
         indices = np.asarray(indices, dtype=np.int64)
