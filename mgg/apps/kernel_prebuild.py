@@ -69,7 +69,8 @@ def kernel_features(cfg: TrainConfig, world_size: int, max_rows: int | None = No
     if world_size > 1:
         features.add("halo_gather")  # the NVSHMEM store reads other GPUs' rows
     if cfg.mode == "sampled":
-        features.update(("sampling", "tall_rows"))
+        # the batches' feature rows come through the store's gather kernel at every P
+        features.update(("sampling", "tall_rows", "halo_gather"))
         model_cls = entry.sampled_model
     else:
         model_cls = entry.model

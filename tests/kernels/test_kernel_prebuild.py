@@ -67,7 +67,8 @@ def test_features_of_the_default_runs():
     sampled = kernel_features(TrainConfig(model="sage", mode="sampled"), 2)
     # sampled mode evaluates through its full-graph twin: the full-graph aggregation kernels too
     assert {"sampling", "csr_variants", "halo_gather"} <= set(sampled)
-    assert {"local_csr:fp32", "sample"} <= set(run_kernel_modules(TrainConfig(model="sage", mode="sampled"), 1))
+    # the batches' feature rows come through the store's gather kernel (aggregate), also at P = 1
+    assert {"local_csr:fp32", "sample", "aggregate"} <= set(run_kernel_modules(TrainConfig(model="sage", mode="sampled"), 1))
     assert "plan_variants" in kernel_features(TrainConfig(model="gcn", tune=True), 1)
     assert kernel_features(TrainConfig(model="gcn", variant="csr_rows"), 1) == ("csr_variants", "dense", "dropout")
     assert "tall_rows" in sampled  # a sampled batch's input layer can be tall
