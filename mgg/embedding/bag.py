@@ -17,8 +17,10 @@ unique rows on the device (no host round trip) and pools them with torch as abov
 ("sync" / "deferred", mgg.embedding.device_input.CHECKS) says when bad ids raise.
 
 backward: the gradient of the fetched rows (one per unique key) is kept on the module;
-`reduce_gradients()` (collective) sends (key, grad) to the owners with one MPI Alltoallv and sums
-duplicates there; the optimizers in `mgg.embedding.optim` apply it to the owner's slice and publish.
+`reduce_gradients()` (collective) sends (row, grad) to the owners and sums duplicates there: on the
+CPU store with one MPI Alltoallv, on the GPU store on the device (`mgg.embedding.grad_exchange`:
+NVSHMEM all-to-alls, a deterministic sum at the owner; nothing crosses the host). The optimizers
+in `mgg.embedding.optim` apply it to the owner's slice and publish.
 """
 from __future__ import annotations
 
@@ -44,10 +46,15 @@ __all__ = ["TableConfig", "SparseRowGrad", "MultiTableEmbeddingBag", "ShardedEmb
 
 @dataclass
 class SparseRowGrad:
-    """Summed gradient of the rows this rank owns: local rows (unique, sorted) and values [k, Dmax]."""
+    """Summed gradient of the rows this rank owns: local rows (unique, ascending; int64 numpy on
+    the CPU store, an int64 tensor on the GPU on the GPU store) and values [k, Dmax]."""
 
-    rows: np.ndarray
+    rows: np.ndarray | torch.Tensor
     values: torch.Tensor
+
+    def rows_numpy(self) -> np.ndarray:
+        """The rows as an int64 numpy array (a copy from the GPU where they live there)."""
+        return self.rows.cpu().numpy() if isinstance(self.rows, torch.Tensor) else self.rows
 
 
 class _Fetch(torch.autograd.Function):
@@ -59,7 +66,7 @@ class _Fetch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, module, keys, owner, local):  # noqa: ARG004 - anchor only connects the graph
-        ctx.module, ctx.keys = module, keys
+        ctx.module, ctx.keys, ctx.owner, ctx.local = module, keys, owner, local
         if owner is None:
             return module._fetch(keys)
         from ..kernels.embedding_gpu import gather_rows
@@ -68,7 +75,8 @@ class _Fetch(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.module._pending.append((ctx.keys, grad.detach()))
+        where = ctx.keys if ctx.owner is None else (ctx.owner, ctx.local)
+        ctx.module._pending.append((where, grad.detach()))
         return None, None, None, None, None
 
 
@@ -122,7 +130,9 @@ class MultiTableEmbeddingBag(torch.nn.Module):
                                   tuple(t.sharding for t in self.tables), self.world_size)
         self.dims = np.array([int(t.embedding_dim) for t in self.tables], dtype=np.int64)
         self.dim = int(self.dims.max())
-        self._pending: list[tuple[np.ndarray, torch.Tensor]] = []
+        # (keys, grad) on the CPU store; ((owner, local), grad) tensors on the GPU store
+        self._pending: list[tuple[Any, torch.Tensor]] = []
+        self._exchange = None  # the GPU store's DeviceGradExchange, made on first use
         self._anchor = torch.zeros((), requires_grad=True)
         self.array = self.store.allocate(self.layout.rows_per_pe, self.dim, dtype)
         self._gpu = self.array.local.is_cuda  # NVSHMEM store: rows come through the CUDA kernels
@@ -287,6 +297,8 @@ class MultiTableEmbeddingBag(torch.nn.Module):
 
     def reduce_gradients(self) -> SparseRowGrad:
         """Collective: send every pending (key, grad) to its owner; returns my rows' summed gradient."""
+        if self._gpu:
+            return self._reduce_on_device()
         if self._pending:
             keys = np.concatenate([k.cpu().numpy() if isinstance(k, torch.Tensor) else k for k, _ in self._pending])
             grads = torch.cat([g.to("cpu") for _, g in self._pending])
@@ -327,10 +339,41 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         order = np.argsort(local, kind="stable")
         return SparseRowGrad(local[order], g[torch.from_numpy(order)])
 
+    def _reduce_on_device(self) -> SparseRowGrad:
+        """The GPU store's reduce_gradients: slots (owner -1: unused) to their owners on the device."""
+        from .grad_exchange import DeviceGradExchange, sum_received
+
+        dev = self.array.local.device
+        if self._pending:
+            owner = torch.cat([w[0].to(torch.int64) for w, _ in self._pending])
+            local = torch.cat([w[1].to(torch.int64) for w, _ in self._pending])
+            grads = torch.cat([g for _, g in self._pending]).to(self.dtype)
+        else:
+            owner = torch.zeros(0, dtype=torch.int64, device=dev)
+            local = torch.zeros(0, dtype=torch.int64, device=dev)
+            grads = torch.zeros((0, self.dim), dtype=self.dtype, device=dev)
+        self._pending.clear()
+        if self.world_size == 1:
+            rows, vals = sum_received(torch.where(owner >= 0, local, torch.full_like(local, -1)), grads)
+            return SparseRowGrad(rows, vals)
+        if self._exchange is None:
+            self._exchange = DeviceGradExchange(self.store, self.world_size, self.dim, self.dtype)
+        rows, vals = self._exchange.exchange(owner, local, grads)
+        return SparseRowGrad(rows, vals)
+
     def row_dims(self, local_rows: np.ndarray) -> np.ndarray:
         """Embedding dim of the table of each of my local rows."""
         t, _ = self.layout.keys_of_local(self.rank, local_rows)
         return self.dims[t]
+
+    def row_dims_tensor(self, local_rows: torch.Tensor) -> torch.Tensor:
+        """row_dims on local_rows' device: int64 [k] (the table of a local row from the tables'
+        local bases, no host copy)."""
+        if (self.dims == self.dims[0]).all():
+            return torch.full(local_rows.shape, int(self.dims[0]), dtype=torch.int64, device=local_rows.device)
+        base = torch.from_numpy(self.layout.base).to(local_rows.device)
+        t = torch.searchsorted(base, local_rows, right=True) - 1
+        return torch.from_numpy(self.dims).to(local_rows.device)[t]
 
     # -- whole tables (collective; tests, snapshots) ----------------------------------------------
     def gather_table(self, t: int) -> torch.Tensor:
@@ -345,7 +388,7 @@ class MultiTableEmbeddingBag(torch.nn.Module):
 
     def gather_gradient(self, grad: SparseRowGrad) -> list[torch.Tensor]:
         """Collective: dense per-table gradients [N_t, D_t] from every rank's `SparseRowGrad`."""
-        parts = self.comm.allgather((grad.rows, grad.values.cpu().numpy()))
+        parts = self.comm.allgather((grad.rows_numpy(), grad.values.cpu().numpy()))
         out = [torch.zeros((c.num_embeddings, c.embedding_dim), dtype=self.dtype) for c in self.tables]
         for pe, (rows, vals) in enumerate(parts):
             tab, grow = self.layout.keys_of_local(pe, rows)
@@ -356,7 +399,10 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         return out
 
     def free(self) -> None:
-        """Collective: release the symmetric array."""
+        """Collective: release the symmetric array (and the gradient exchange's buffers)."""
+        if self._exchange is not None:
+            self._exchange.free()
+            self._exchange = None
         if self.array is not None:
             self.array.free()
             self.array = None

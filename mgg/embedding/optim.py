@@ -1,7 +1,8 @@
 """Sparse optimizers applied at the owning rank (state sharded like the table).
 
-`step()` is collective: it calls `reduce_gradients()` (the Alltoallv of (row, grad) to owners),
-updates the rows this rank owns in its slice of the symmetric array, and publishes the slice.
+`step()` is collective: it calls `reduce_gradients()` ((row, grad) to the owners: MPI on the CPU
+store, NVSHMEM on the device on the GPU store), updates the rows this rank owns in its slice of the
+symmetric array, and publishes the slice.
 
 * `SparseSGD`: w[r] -= lr * g[r] for every row with a gradient (torch.optim.SGD on a sparse
   gradient, no momentum).
@@ -10,7 +11,6 @@ updates the rows this rank owns in its slice of the symmetric array, and publish
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .bag import MultiTableEmbeddingBag, SparseRowGrad
@@ -36,19 +36,20 @@ class _ShardedOptimizer:
         if len(grad.rows):
             with torch.no_grad():
                 loc = self.module.array.local
-                rows = torch.from_numpy(grad.rows).to(loc.device)
-                self._apply(loc, rows, grad.values.to(loc.device, loc.dtype), grad.rows)
+                rows = grad.rows if isinstance(grad.rows, torch.Tensor) else torch.from_numpy(grad.rows)
+                self._apply(loc, rows.to(loc.device), grad.values.to(loc.device, loc.dtype))
         self.module.array.publish()
         return grad
 
-    def _apply(self, loc, rows, g, rows_np) -> None:
+    def _apply(self, loc, rows, g) -> None:
+        """Update my slice `loc` at local rows `rows` (int64 [k], unique) with their gradient g [k, Dmax]."""
         raise NotImplementedError
 
 
 class SparseSGD(_ShardedOptimizer):
     """Plain SGD on the rows that received a gradient."""
 
-    def _apply(self, loc, rows, g, rows_np) -> None:
+    def _apply(self, loc, rows, g) -> None:
         loc.index_add_(0, rows, g, alpha=-self.lr)
 
 
@@ -64,8 +65,8 @@ class RowWiseAdagrad(_ShardedOptimizer):
         self.state = torch.full((module.layout.rows_per_pe,), float(initial_accumulator_value),
                                 dtype=module.dtype, device=module.array.local.device)
 
-    def _apply(self, loc, rows, g, rows_np) -> None:
-        dims = torch.from_numpy(self.module.row_dims(rows_np).astype(np.float64)).to(g.device, g.dtype)
+    def _apply(self, loc, rows, g) -> None:
+        dims = self.module.row_dims_tensor(rows).to(g.dtype)
         s = self.state.index_select(0, rows) + (g * g).sum(1) / dims
         self.state.index_copy_(0, rows, s)
         step = g * (self.lr / (s.sqrt() + self.eps)).unsqueeze(1)

@@ -1,0 +1,139 @@
+"""Row gradients to their owners on the GPU: no gradient crosses the host.
+
+The NVSHMEM store's training path keeps, per forward, each unique slot's (owner PE, local row)
+and its gradient on the device. `DeviceGradExchange.exchange` moves them to the owners:
+
+1. `pack_by_owner`: the valid slots (owner >= 0) are laid out by owner in fixed-capacity regions,
+   send_rows int64 [P * C] (-1 in unused places) and send_vals [P * C, D];
+2. two NVSHMEM on-stream all-to-alls (rows, values) over symmetric buffers of that shape, so
+   region q of PE r lands in region r of PE q;
+3. `sum_received`: the owner sorts what it received by local row (stable: ties keep the order
+   source PE, then position) and sums each row's run with `torch.segment_reduce`, a fixed order,
+   so the summed gradient is the same bit for bit from run to run.
+
+The capacity C is the largest count any PE sends to any one PE in this call (one
+synchronisation for the counts and one host all-reduce of the maximum), rounded up to a power of
+two; the buffers grow to it collectively and are kept. A barrier on the stream precedes the
+all-to-alls, so a PE that has not yet consumed the previous call's buffers is never overwritten.
+
+At P = 1 nothing is exchanged: the slots are summed by row in place (`sum_received`).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["pack_by_owner", "sum_received", "DeviceGradExchange", "MIN_CAPACITY"]
+
+#: the smallest per-pair capacity the buffers are allocated with (rows)
+MIN_CAPACITY = 1024
+
+
+def pack_by_owner(owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor, world: int,
+                  capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots laid out by owner PE in regions of `capacity` rows.
+
+    owner: int [n] (-1: unused slot, dropped); local: int64 [n] local rows; values: float [n, D].
+    Every owner's count must be <= capacity. Returns (rows int64 [world * capacity], -1 where
+    nothing; vals [world * capacity, D], zeros where nothing), on values' device; region q holds
+    owner q's slots in their input order."""
+    n, d = int(owner.numel()), int(values.shape[1])
+    dev = values.device
+    rows = torch.full((world * capacity,), -1, dtype=torch.int64, device=dev)
+    vals = torch.zeros((world * capacity, d), dtype=values.dtype, device=dev)
+    if n == 0:
+        return rows, vals
+    own = owner.to(torch.int64)
+    valid = own >= 0
+    key = torch.where(valid, own, torch.full_like(own, world))  # unused slots sort last
+    order = torch.sort(key, stable=True).indices
+    sk = key[order]
+    counts = torch.bincount(sk, minlength=world + 1)
+    start = torch.cumsum(counts, 0) - counts  # first sorted position of each owner
+    pos = torch.arange(n, device=dev) - start[sk]
+    slot = torch.where(sk < world, sk * capacity + pos, torch.full_like(sk, world * capacity))
+    # the unused slots go to a sink row past the end, dropped by the slice
+    rows_ext = torch.cat([rows, rows.new_full((1,), -1)])
+    vals_ext = torch.cat([vals, vals.new_zeros((1, d))])
+    rows_ext[slot] = torch.where(sk < world, local.to(torch.int64)[order], rows_ext.new_full((n,), -1))
+    vals_ext[slot] = values[order]
+    rows_ext[-1] = -1
+    return rows_ext[:-1], vals_ext[:-1]
+
+
+def sum_received(rows: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradient of each distinct row: rows int64 [m] (-1: nothing) and vals [m, D] ->
+    (unique rows int64 [k], ascending; sums [k, D]). Each row's entries are added in their input
+    order (a stable sort, then one segment sum a row): deterministic."""
+    sk, perm = torch.sort(rows, stable=True)
+    uniq, counts = torch.unique_consecutive(sk, return_counts=True)
+    if uniq.numel() and int(uniq[0]) < 0:  # the unused places
+        skip = int(counts[0])
+        uniq, counts, perm = uniq[1:], counts[1:], perm[skip:]
+    if not uniq.numel():
+        return uniq, vals.new_zeros((0, vals.shape[1]))
+    sums = torch.segment_reduce(vals[perm], "sum", lengths=counts, axis=0)
+    return uniq, sums
+
+
+class DeviceGradExchange:
+    """The all-to-all of row gradients over an NVSHMEM store (see the module docstring).
+
+    store: the module's NvshmemStore; world: P; dim: the row width D; dtype: the gradient dtype
+    (float32 or float64)."""
+
+    def __init__(self, store, world: int, dim: int, dtype: torch.dtype):
+        self.store, self.world, self.dim, self.dtype = store, int(world), int(dim), dtype
+        self.capacity = 0
+        self._bufs = None  # (send_rows, recv_rows, send_vals, recv_vals), symmetric
+
+    def _grow(self, capacity: int) -> None:
+        """Collective: symmetric buffers for `capacity` rows a pair (every PE the same)."""
+        import nvshmem.core as nvshmem
+
+        self.store.quiesce()
+        if self._bufs is not None:
+            for b in self._bufs:
+                nvshmem.free_tensor(b)
+            self._bufs = None
+        n = self.world * capacity
+        self._bufs = (nvshmem.tensor((n,), dtype=torch.int64), nvshmem.tensor((n,), dtype=torch.int64),
+                      nvshmem.tensor((n, self.dim), dtype=self.dtype), nvshmem.tensor((n, self.dim), dtype=self.dtype))
+        self.capacity = capacity
+        self.store.quiesce()
+
+    def exchange(self, owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Collective: every PE's slots (owner int [n], -1 unused; local int64 [n]; values [n, D]
+        on this GPU) to their owners. Returns (my rows int64 [k], ascending and unique; their
+        summed gradients [k, D]) on this GPU."""
+        import nvshmem.core as nvshmem
+
+        from ..runtime.stream_ref import StreamRef
+
+        own = owner.to(torch.int64)
+        counts = torch.bincount(own[own >= 0], minlength=self.world)
+        need = int(counts.max()) if counts.numel() else 0
+        need = int(self.store.comm.allreduce_scalar(need, op="max"))
+        if need > self.capacity:
+            cap = max(MIN_CAPACITY, 1 << (need - 1).bit_length())
+            self._grow(cap)
+        send_rows, recv_rows, send_vals, recv_vals = self._bufs
+        rows, vals = pack_by_owner(own, local, values.to(self.dtype), self.world, self.capacity)
+        send_rows.copy_(rows)
+        send_vals.copy_(vals)
+        stream = StreamRef(torch.cuda.current_stream().cuda_stream)
+        nvshmem.barrier_all(stream=stream)  # every PE done with the previous call's buffers
+        team = nvshmem.Teams.TEAM_WORLD
+        nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
+        nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
+        return sum_received(recv_rows.clone(), recv_vals.clone())
+
+    def free(self) -> None:
+        """Collective: release the buffers."""
+        if self._bufs is not None:
+            import nvshmem.core as nvshmem
+
+            self.store.quiesce()
+            for b in self._bufs:
+                nvshmem.free_tensor(b)
+            self._bufs, self.capacity = None, 0
