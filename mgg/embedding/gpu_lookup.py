@@ -6,11 +6,12 @@ them, routes every id to its owner PE and local row, reads the rows (own rows fr
 other PEs' through nvshmem_ptr loads) and pools them into the output. Nothing is read back on the
 way and there is no barrier: the table changes only in an optimizer step, which publishes.
 
-Training with grad: one check-only launch per table, then the batch's unique rows without a host
-round trip (sort, segment ids, scatter into a buffer of n + 1 slots, unused slots zero rows of key
--1), one row-gather launch, and torch's embedding_bag over the gathered rows, so the max-mode,
-per-sample-weight and mean gradients are torch's own; the rows' gradient goes to the module as
-before (`reduce_gradients` drops the unused slots).
+Training with grad: one check-only launch per table, then every table at once
+(mgg.embedding.train_lookup): the ids routed as one vector, the batch's unique rows without a
+host round trip (sort, segment ids, a buffer of n + 1 slots, unused slots zero rows of owner -1),
+one row-gather launch, and one torch embedding_bag per group of tables of one width and mode over
+the gathered rows, so the max-mode, per-sample-weight and mean gradients are torch's own; the rows'
+gradient goes to the module (`reduce_gradients` drops the unused slots).
 
 Checks (`module.checks`, see mgg.embedding.device_input.CHECKS): with "sync" a call ends with one
 device-to-host copy of the tables' status records and one synchronisation, and bad input raises
@@ -22,16 +23,20 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..kernels.embedding_gpu import (DECREASING_BIT, FIRST_OFFSET_BIT, ID_RANGE_BIT, LAST_OFFSET_BIT, ST_DEC,
                                      ST_FIRST, ST_FLAGS, ST_HI, ST_LAST, ST_LO, ST_REMOTE, ST_ROWS, STATUS_SLOTS,
                                      TableGeometry, clear_status_errors, lookup_bags, new_status, table_view)
 from .device_input import DeviceBags, device_bag_input
 from .lookup_counters import LookupCounters
+from .train_lookup import RouteCache, pool, route, unique_slots
 from .validate import check_bag_input
 
 __all__ = ["GpuLookup"]
+
+#: kernel launches of a training call besides each table's check and input conversions (about:
+#: routing, unique slots, the row gather, one pooling per group)
+_TRAIN_LAUNCHES = 24
 
 
 class GpuLookup:
@@ -49,6 +54,7 @@ class GpuLookup:
         self.status = new_status(len(module.tables), self.device)
         self.status_host = torch.empty((len(module.tables), STATUS_SLOTS), dtype=torch.int64, pin_memory=True)
         self.counters = LookupCounters()
+        self.route_cache = RouteCache()  # the training path's per-shape vectors
         #: bytes the kernels read per row: whole 16-byte vectors of the table's width
         self.row_bytes = [16 * ((g.dim + 3) // 4) for g in self.geometry]
 
@@ -93,75 +99,20 @@ class GpuLookup:
     # -- training -------------------------------------------------------------------------------
     def forward_train(self, indices, offsets, psws, fetch) -> list[torch.Tensor | None]:
         """Pooled bags with autograd: `fetch(keys, owner, local)` gathers the unique rows as an
-        autograd node (the module's)."""
+        autograd node (the module's). Every table of the call at once (mgg.embedding.train_lookup)."""
         m, c = self.module, self.counters
         bags = self._bags(indices, offsets, psws)
-        keys, owners, locals_ = [], [], []
-        for t, b in enumerate(bags):
-            if b is None:
-                continue
-            self._launch(t, b, None)  # checks only: the record says what was wrong
-            g = self.geometry[t]
-            ids = b.ids.to(torch.int64)
-            # bad ids (reported by the checks) are clamped so that nothing reads out of bounds
-            ids = ids.clamp(0, g.num_rows - 1)
-            if g.hash:
-                owner, local = ids % g.world, ids // g.world + g.base
-            else:
-                owner = ids // g.slice_rows
-                local = ids - owner * g.slice_rows + g.base
-            keys.append(ids + int(m.layout.table_offset[t]))
-            owners.append(owner)
-            locals_.append(local)
-            c.launches += (b.ids.dtype != torch.int64) + 1 + (3 if g.hash else 4) + 1
-        if not keys:
+        present = [t for t, b in enumerate(bags) if b is not None]
+        for t in present:
+            self._launch(t, bags[t], None)  # checks only: the record says what was wrong
+        if not present:
             self._finish(bags)
             return [None] * len(bags)
-        key, owner, local = (torch.cat(x) if len(x) > 1 else x[0] for x in (keys, owners, locals_))
-        c.launches += 3 * (len(keys) > 1)
-        n = int(key.numel())
-        # unique keys without reading anything back: sorted keys, a segment id per run of equal
-        # keys, each id's slot = its segment; slots past the last segment and slot n (the sink of
-        # ids after the last bag) keep key -1 and read zero rows
-        sk, perm = torch.sort(key)
-        seg = torch.zeros(n, dtype=torch.int64, device=self.device)
-        if n > 1:
-            seg[1:] = torch.cumsum(sk[1:] != sk[:-1], 0)
-        inv = torch.empty_like(seg).scatter_(0, perm, seg)
-        slot_key = torch.full((n + 1,), -1, dtype=torch.int64, device=self.device).scatter_(0, seg, sk)
-        slot_owner = torch.full((n + 1,), -1, dtype=torch.int32, device=self.device).scatter_(
-            0, seg, owner[perm].to(torch.int32))
-        slot_local = torch.zeros(n + 1, dtype=torch.int64, device=self.device).scatter_(0, seg, local[perm])
-        c.launches += 1 + 1 + (3 if n > 1 else 0) + 1 + 2 + 4 + 3  # each torch operation above once
+        key, owner, local, _ = route(self.geometry, m.layout.table_offset, bags, self.route_cache, self.device)
+        inv, slot_key, slot_owner, slot_local = unique_slots(key, owner, local)
         rows = fetch(slot_key, slot_owner, slot_local)
-        c.launches += 1
-        outs: list[torch.Tensor | None] = []
-        pos = 0
-        for t, b in enumerate(bags):
-            if b is None:
-                outs.append(None)
-                continue
-            k = int(b.ids.numel())
-            d = self.geometry[t].dim
-            w = rows if d == m.dim else rows[:, :d]
-            inv_t = inv[pos: pos + k]
-            pos += k
-            psw = b.per_sample_weights
-            if b.offsets is None:
-                outs.append(F.embedding_bag(inv_t.view(b.num_bags, b.bag_size), w, None, mode=self.geometry[t].mode,
-                                            per_sample_weights=None if psw is None else psw.view(b.num_bags, b.bag_size)))
-                c.launches += 1
-                continue
-            off = b.offsets.to(torch.int64)
-            c.launches += int(b.offsets.dtype != torch.int64) + 1
-            if m.include_last_offset and k:
-                # ids after offsets[-1] belong to no bag: they point at the sink slot, whose
-                # gradient is dropped (torch leaves theirs uninitialized with per-sample weights)
-                inside = torch.arange(k, device=self.device) < off[-1]
-                inv_t = torch.where(inside, inv_t, n)
-                c.launches += 3
-            outs.append(F.embedding_bag(inv_t, w, off, mode=self.geometry[t].mode, per_sample_weights=psw,
-                                        include_last_offset=m.include_last_offset))
+        outs = pool(rows, inv, bags, self.geometry, present, m.include_last_offset, self.route_cache)
+        c.launches += _TRAIN_LAUNCHES + 3 * len(present)  # the routing, unique slots, gather and pooling
         self._finish(bags)
         return outs
 
