@@ -22,6 +22,7 @@ line on bad input (unknown dataset, a file that exists, a damaged file).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import sys
@@ -51,7 +52,10 @@ class PrepareSettings:
     out: str | None = setting(None, Flag("--out", help="the .npz to write (omit to only size an existing .npz)"))
     scale: float = scale_setting(help="presets: nodes and edges x scale, in (0, 1]")
     seed: int = seed_setting(help="generator seed (the same as mgg.train's --seed)")
-    device: str = setting("cpu", Flag("--device", help="where presets draw their edges and features (cpu or cuda)"))
+    device: str = setting("auto", Flag(
+        "--device", help="where presets draw their edges and features and where the nodes are relabelled "
+                         "(cpu or cuda); auto: presets on cpu (the same file on every machine), a graph file "
+                         "relabelled on cuda when a GPU is visible"))
     ranks: str = setting("", Flag("--ranks", help="comma-separated P values to print per-rank sizes for, e.g. 2,4,8"))
     hidden: int = setting(16, Flag("--hidden", type=int, help="hidden width, for the symmetric heap column"))
     reorder_nodes: str = reorder_nodes_setting(
@@ -96,6 +100,20 @@ def _ranks(text: str) -> list[int]:
     if any(p < 1 for p in ps):
         raise ValueError(f"--ranks must be positive, got {text!r}")
     return ps
+
+
+def resolved_device(ns: "PrepareSettings") -> str:
+    """The device --device names ("auto": cpu for a preset; for a graph file cuda when torch sees
+    a GPU, else cpu)."""
+    if ns.device != "auto":
+        return ns.device
+    from ..data.generators import PRESETS
+
+    if ns.dataset.lower() in PRESETS:
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _check_device(name: str) -> None:
@@ -295,7 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ps = _ranks(ns.ranks)
         if not (0 < ns.scale <= 1):
             raise ValueError(f"--scale must be in (0, 1], got {ns.scale}")
-        _check_device(ns.device)
+        if ns.device != "auto":
+            _check_device(ns.device)
+        ns = dataclasses.replace(ns, device=resolved_device(ns))
         if ns.dry_run:
             if ns.out is not None:
                 raise ValueError("--dry-run writes nothing: leave out --out")

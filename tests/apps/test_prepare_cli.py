@@ -211,6 +211,17 @@ def test_prepare_help_shows_values_only():
     text = " ".join(build_parser().format_help().split())
     for absent in ("(default: None)", "(default: False)", "(default: )"):
         assert absent not in text, text
-    for shown in ("(default: 1.0)", "(default: 0)", "(default: cpu)", "(default: 16)", "(default: auto)"):
+    for shown in ("(default: 1.0)", "(default: 0)", "(default: 16)", "(default: auto)"):
         assert shown in text, text
 
+
+
+def test_device_auto_draws_presets_on_the_cpu_and_relabels_files_where_a_gpu_is():
+    """--device auto (the default): a preset is drawn (and relabelled) on the CPU, the same file on
+    every machine; a graph file is relabelled on the GPU when torch sees one."""
+    from mgg.apps.prepare_cli import PrepareSettings, resolved_device
+
+    assert resolved_device(PrepareSettings(dataset="products-like")) == "cpu"
+    assert resolved_device(PrepareSettings(dataset="my_graph.npz")) == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolved_device(PrepareSettings(dataset="my_graph.npz", device="cpu")) == "cpu"
+    assert PrepareSettings(dataset="x").device == "auto"
