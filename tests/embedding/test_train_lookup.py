@@ -112,3 +112,20 @@ def test_the_route_cache_keeps_shape_vectors_bounded():
     for i in range(7):
         c.get(("x", i), lambda: torch.zeros(1))
     assert len(c.tensors) <= 3
+
+
+def test_a_call_without_ids_pools_empty_bags():
+    lay, geometry, full, store, bags, refs = _setup()
+    empty = [None if b is None else DeviceBags(b.ids[:0], torch.zeros(3, dtype=torch.int64) if b.offsets is not None
+                                               else None, 3 if b.offsets is not None else 0, 0 if b.offsets is not None
+                                               else b.bag_size, None if b.per_sample_weights is None
+                                               else b.per_sample_weights[:0], 0, 0, ())
+             for b in bags]
+    cache = RouteCache()
+    key, owner, local, present = route(geometry, lay.table_offset, empty, cache, torch.device("cpu"))
+    assert key.numel() == 0
+    inv, slot_key, slot_owner, slot_local = unique_slots(key, owner, local)
+    rows = torch.zeros((1, store.shape[2]), dtype=torch.float64)
+    outs = pool(rows, inv, empty, geometry, present, False, cache)
+    for t in present:
+        assert outs[t].shape == (empty[t].num_bags, TABLES[t][1]) and (outs[t] == 0).all()
