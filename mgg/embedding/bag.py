@@ -186,6 +186,10 @@ class MultiTableEmbeddingBag(torch.nn.Module):
             raise ValueError(f"table {cfg.name!r}: weight rows of shape {tuple(vals.shape)}, expected {(len(rows), cfg.embedding_dim)}")
         if not vals.is_floating_point():
             raise TypeError(f"table {cfg.name!r}: weights must be floating point, got {vals.dtype}")
+        bad = ~torch.isfinite(vals).all(dim=1)
+        if bool(bad.any()):
+            r = int(rows[int(torch.nonzero(bad)[0])])
+            raise ValueError(f"table {cfg.name!r}: weights must be finite, row {r} holds NaN or infinity")
         return vals
 
     # -- lookup ---------------------------------------------------------------------------------

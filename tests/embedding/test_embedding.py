@@ -6,6 +6,7 @@ import torch
 from mgg.embedding import (MultiTableEmbeddingBag, RowWiseAdagrad, ShardedEmbeddingBag, SparseSGD, TableConfig,
                            TableLayout, init_rows, init_table)
 from mgg.runtime import world
+from mgg.runtime.comm import RankError
 
 N, D = 300, 6
 
@@ -152,6 +153,18 @@ def test_weights_from_array(comm):
     assert np.array_equal(emb.weight().numpy(), w)
     with pytest.raises(ValueError, match="shape"):
         ShardedEmbeddingBag(41, 3, comm=comm, weight=w)
+    emb.free()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_row(comm, bad):
+    """A table whose given weights hold NaN or infinity is refused at construction (on every rank:
+    the error is agreed, whichever rank owns the row), nothing allocated stays behind."""
+    w = np.random.default_rng(1).standard_normal((40, 3)).astype(np.float32)
+    w[17, 1] = bad
+    with pytest.raises((ValueError, RankError), match="row 17 holds NaN or infinity"):
+        ShardedEmbeddingBag(40, 3, "sum", "hash", comm=comm, weight=w)
+    emb = ShardedEmbeddingBag(40, 3, "sum", "hash", comm=comm, weight=np.nan_to_num(w, posinf=0.0))
     emb.free()
 
 
