@@ -365,14 +365,9 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         rows, vals = self._exchange.exchange(owner, local, grads)
         return SparseRowGrad(rows, vals)
 
-    def row_dims(self, local_rows: np.ndarray) -> np.ndarray:
-        """Embedding dim of the table of each of my local rows."""
-        t, _ = self.layout.keys_of_local(self.rank, local_rows)
-        return self.dims[t]
-
-    def row_dims_tensor(self, local_rows: torch.Tensor) -> torch.Tensor:
-        """row_dims on local_rows' device: int64 [k] (the table of a local row from the tables'
-        local bases, no host copy)."""
+    def row_dims(self, local_rows: torch.Tensor) -> torch.Tensor:
+        """Embedding dim of the table of each of my local rows (int64 [k] on local_rows' device: the
+        table from the tables' local bases, no host copy)."""
         if (self.dims == self.dims[0]).all():
             return torch.full(local_rows.shape, int(self.dims[0]), dtype=torch.int64, device=local_rows.device)
         base = torch.from_numpy(self.layout.base).to(local_rows.device)

@@ -66,7 +66,7 @@ class RowWiseAdagrad(_ShardedOptimizer):
                                 dtype=module.dtype, device=module.array.local.device)
 
     def _apply(self, loc, rows, g) -> None:
-        dims = self.module.row_dims_tensor(rows).to(g.dtype)
+        dims = self.module.row_dims(rows).to(g.dtype)
         s = self.state.index_select(0, rows) + (g * g).sum(1) / dims
         self.state.index_copy_(0, rows, s)
         step = g * (self.lr / (s.sqrt() + self.eps)).unsqueeze(1)
