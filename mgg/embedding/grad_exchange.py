@@ -38,26 +38,22 @@ def pack_by_owner(owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
     owner q's slots in their input order."""
     n, d = int(owner.numel()), int(values.shape[1])
     dev = values.device
-    rows = torch.full((world * capacity,), -1, dtype=torch.int64, device=dev)
-    vals = torch.zeros((world * capacity, d), dtype=values.dtype, device=dev)
-    if n == 0:
-        return rows, vals
-    own = owner.to(torch.int64)
-    valid = own >= 0
-    key = torch.where(valid, own, torch.full_like(own, world))  # unused slots sort last
-    order = torch.sort(key, stable=True).indices
-    sk = key[order]
-    counts = torch.bincount(sk, minlength=world + 1)
-    start = torch.cumsum(counts, 0) - counts  # first sorted position of each owner
-    pos = torch.arange(n, device=dev) - start[sk]
-    slot = torch.where(sk < world, sk * capacity + pos, torch.full_like(sk, world * capacity))
-    # the unused slots go to a sink row past the end, dropped by the slice
-    rows_ext = torch.cat([rows, rows.new_full((1,), -1)])
-    vals_ext = torch.cat([vals, vals.new_zeros((1, d))])
-    rows_ext[slot] = torch.where(sk < world, local.to(torch.int64)[order], rows_ext.new_full((n,), -1))
-    vals_ext[slot] = values[order]
-    rows_ext[-1] = -1
-    return rows_ext[:-1], vals_ext[:-1]
+    m = world * capacity
+    # one row past the end (the sink) takes the unused slots and is dropped by the slice
+    rows = torch.full((m + 1,), -1, dtype=torch.int64, device=dev)
+    vals = torch.zeros((m + 1, d), dtype=values.dtype, device=dev)
+    if n:
+        own = owner.to(torch.int64)
+        key = torch.where(own >= 0, own, torch.full_like(own, world))  # unused slots sort last
+        order = torch.sort(key, stable=True).indices
+        sk = key[order]
+        counts = torch.bincount(sk, minlength=world + 1)
+        start = torch.cumsum(counts, 0) - counts  # first sorted position of each owner
+        pos = torch.arange(n, device=dev) - start[sk]
+        slot = torch.where(sk < world, sk * capacity + pos, torch.full_like(sk, m))
+        rows[slot] = local.to(torch.int64)[order]
+        vals[slot] = values[order]
+    return rows[:m], vals[:m]
 
 
 def sum_received(rows: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,7 +122,9 @@ class DeviceGradExchange:
         team = nvshmem.Teams.TEAM_WORLD
         nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
         nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
-        return sum_received(recv_rows.clone(), recv_vals.clone())
+        # sum_received reads the buffers into new tensors on this stream, ahead of the next call's
+        # barrier and all-to-alls: nothing it returns aliases them
+        return sum_received(recv_rows, recv_vals)
 
     def free(self) -> None:
         """Collective: release the buffers."""
