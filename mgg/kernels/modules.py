@@ -17,7 +17,7 @@ Features:
     tall_rows         the GEMMs of tall float32 matrices (a rank with TALL_GEMM_ROWS rows or more)
     dropout           dropout masks from the counter hash, fused dropout + input projection
     batch_norm        fused batch norm + ReLU
-    sampling          neighbour sampling and id maps of --mode sampled
+    sampling          neighbour sampling, id maps and the block sums of --mode sampled
     embedding         the sharded embedding bag (mgg.embedding)
 
 A module may be built as several cubins of one source, its `parts` (local_csr: storage dtype x
@@ -180,6 +180,7 @@ _register(KernelModule("dropout", False, ("dropout",), build_s=0.3))
 _register(KernelModule("dropout_project", False, ("dropout",), build_s=1.8))
 _register(KernelModule("norm_relu", False, ("batch_norm",), build_s=0.4))
 _register(KernelModule("sample", False, ("sampling",), build_s=0.4))
+_register(KernelModule("block_sum", False, ("sampling",), build_s=0.6))
 _register(KernelModule("embedding_bag", True, ("embedding",), training=False, build_s=1.2))
 
 

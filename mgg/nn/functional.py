@@ -173,10 +173,14 @@ class DeviceSeeds:
 
 
 def draw_seed(generator) -> int | torch.Tensor:
-    """One dropout seed per call, on every rank alike: a 62-bit int from a torch.Generator (or
-    torch's default one for None), or an int64 CUDA tensor from a DeviceSeeds."""
+    """One dropout seed per call, on every rank alike: a 62-bit int from a CPU torch.Generator (or
+    torch's default one for None); an int64 CUDA tensor [1] from a DeviceSeeds or a GPU's
+    torch.Generator (drawn on the GPU: no host synchronisation; the kernels then use
+    mix_seed(value))."""
     if isinstance(generator, DeviceSeeds):
         return generator.draw()
+    if generator is not None and generator.device.type == "cuda":
+        return torch.randint(0, 2 ** 62, (1,), generator=generator, device=generator.device)
     return int(torch.randint(0, 2 ** 62, (1,), generator=generator).item())
 
 

@@ -18,6 +18,9 @@ them): the stack asks, the conv answers from its own structure.
                                      fused into the projection (mgg.nn.dense.dropout_project)
     input_scale(dg)         None     forward(s * x, dg, input_scale=s): its aggregation's
                                      column factor folded into the op producing its input
+    takes_block_dropout     False    (sampled block twins, mgg.nn.sampled.SampledGNN)
+                                     forward(x, block, drop=BlockDropout): the input dropout
+                                     folded into the block's aggregation (mgg.nn.block_sum)
 
 Adding a convolution: its module in mgg/nn/conv/ subclassing GraphConv (the hooks it offers),
 and its model's registration in mgg/nn/models.py (`register_model`). GNN needs no change.
@@ -50,6 +53,9 @@ class GraphConv(nn.Module):
     #: forward(..., epilogue=Epilogue) returns epilogue(out) (mgg.nn.epilogue: its bias, the ReLU
     #: and the next layer's input dropout and scale in one pass, fused with its aggregation)
     takes_epilogue: bool = False
+    #: a block twin's forward(x, block, drop=BlockDropout) applies the layer's input dropout itself,
+    #: inside its block aggregation (mgg.nn.block_sum); else SampledGNN drops x first
+    takes_block_dropout: bool = False
 
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True, **fusion) -> torch.Tensor:
         """x float32 [n_local, in] -> float32 [n_local, out] (module doc). Collective."""

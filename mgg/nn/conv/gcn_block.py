@@ -13,13 +13,15 @@ Both degrees are those of the block, as DGL computes them on a block. When the b
 node as a dst and all neighbors (fanout -1), they are the full graph's degrees + 1 and, on a
 symmetric graph, this is the full-graph `GCNConv` (D^-1/2 (A + I) D^-1/2 x W + b). The parameters
 are GCNConv's (`lin.weight`, `bias`), so a trained block model loads into the full-graph `GCN`.
-The block is duck-typed (`ptr`, `col`, `row`, `deg`, `n_src`, `n_dst`); torch ops only (CPU and
-CUDA, differentiable).
+The sum over sampled edges is mgg.nn.block_sum with both degree factors as its scales and, when
+the layer aggregates before projecting, its input dropout folded in. The block is duck-typed
+(`ptr`, `col`, `row`, `deg`, `n_src`, `n_dst`).
 """
 from __future__ import annotations
 
 import torch
 
+from ..block_sum import BlockDropout, block_sum
 from .gcn_conv import GCNConv
 
 __all__ = ["GCNBlockConv", "block_gcn_norm"]
@@ -41,17 +43,23 @@ class GCNBlockConv(GCNConv):
         input float [n_src, in_channels] -> output float [n_dst, out_channels].
     """
 
-    def forward(self, x: torch.Tensor, block) -> torch.Tensor:  # type: ignore[override]
+    takes_block_dropout = True
+
+    def forward(self, x: torch.Tensor, block, drop: BlockDropout | None = None) -> torch.Tensor:  # type: ignore[override]
+        """x float [n_src, in] (before the input dropout `drop`) -> float [n_dst, out]."""
         if x.shape[0] != block.n_src:
             raise ValueError(f"GCNBlockConv: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
         project_first = self.out_channels <= self.in_channels  # aggregate the narrower side
-        h = x @ self.lin.weight.t() if project_first else x
+        if project_first:
+            h = (x if drop is None else drop.apply(x)) @ self.lin.weight.t()
+            root, drop = h[: block.n_dst], None
+        else:
+            h = x
+            root = x[: block.n_dst] if drop is None else drop.apply(x[: block.n_dst])
         src_f, dst_f = block_gcn_norm(block, h.dtype)
-        h = h * src_f.unsqueeze(1)
-        out = h[: block.n_dst]  # the self loops
-        if block.col.numel():
-            out = out.index_add(0, block.row, h.index_select(0, block.col))
-        out = out * dst_f.unsqueeze(1)
+        # the self loops: (src_f * h)[i] * dst_f[i] for dst i, then the sampled edges
+        out = root * (src_f[: block.n_dst] * dst_f).to(root.dtype).unsqueeze(1)
+        out = out + block_sum(h, block, src_scale=src_f, dst_scale=dst_f, drop=drop)
         if not project_first:
             out = self.lin(out)
         return out if self.bias is None else out + self.bias

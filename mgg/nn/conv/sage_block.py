@@ -6,30 +6,30 @@ PyG `SAGEConv(aggr="mean")` semantics: bias on lin_l, no bias on lin_r (root wei
 without sampled neighbors aggregates to 0. The parameters are named as in `SAGEConv`, so a trained
 block model loads into the full-graph `SAGE` (full-neighborhood inference).
 
-The block is duck-typed (anything with `ptr`, `col`, `n_src`, `n_dst`, `row`, e.g.
+The layer's input dropout comes in as `drop` (mgg.nn.block_sum.BlockDropout) and is folded into
+the mean (one kernel on the GPU: each sampled row read once, no dropped copy of x); the root
+rows x[:n_dst] are dropped with the same mask.
+
+The block is duck-typed (anything with `ptr`, `col`, `n_src`, `n_dst`, `row`, `deg`, e.g.
 `mgg.sample.Block`); this module does not import mgg.sample.
 """
 from __future__ import annotations
 
 import torch
 
+from ..block_sum import BlockDropout, block_sum
 from .sage_conv import SAGEConv
 
 __all__ = ["SAGEBlockConv", "block_mean"]
 
 
-def block_mean(x: torch.Tensor, block) -> torch.Tensor:
-    """Mean of the sampled src rows of every dst node: float [n_src, D] -> [n_dst, D].
-
-    index_add over the block's edges (CPU and CUDA, differentiable); isolated dst rows are 0.
-    """
+def block_mean(x: torch.Tensor, block, drop: BlockDropout | None = None) -> torch.Tensor:
+    """Mean of the sampled (dropped) src rows of every dst node: float [n_src, D] -> [n_dst, D]
+    (differentiable); isolated dst rows are 0."""
     if x.shape[0] != block.n_src:
         raise ValueError(f"block_mean: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
-    out = x.new_zeros((block.n_dst, x.shape[1]))
-    if block.col.numel():
-        out = out.index_add(0, block.row, x.index_select(0, block.col))
-    deg = block.deg.clamp(min=1).to(x.dtype).unsqueeze(1)
-    return out / deg
+    inv_deg = 1.0 / block.deg.clamp(min=1).to(x.dtype)
+    return block_sum(x, block, dst_scale=inv_deg, drop=drop)
 
 
 class SAGEBlockConv(SAGEConv):
@@ -39,18 +39,25 @@ class SAGEBlockConv(SAGEConv):
         input float32 [n_src, in_channels] -> output float32 [n_dst, out_channels].
     """
 
+    takes_block_dropout = True
+
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True, root_weight: bool = True):
         super().__init__(in_channels, out_channels, bias=bias, root_weight=root_weight)
 
-    def forward(self, x: torch.Tensor, block) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, block, drop: BlockDropout | None = None) -> torch.Tensor:
+        """x float [n_src, in] (before the input dropout `drop`) -> float [n_dst, out]."""
         if self.out_channels < self.in_channels:  # mean is linear: project first (fewer columns)
+            if drop is not None:
+                x = drop.apply(x)
             out = block_mean(x @ self.lin_l.weight.t(), block)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
+            root = x[: block.n_dst]
         else:
-            out = self.lin_l(block_mean(x, block))
+            out = self.lin_l(block_mean(x, block, drop))
+            root = x[: block.n_dst] if drop is None else drop.apply(x[: block.n_dst])
         if self.lin_r is not None:
-            out = out + self.lin_r(x[: block.n_dst])
+            out = out + self.lin_r(root)
         return out
 
     def extra_repr(self) -> str:
