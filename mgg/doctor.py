@@ -326,14 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_settings(build_parser(), DoctorSettings, argv)
     from .runtime import abort_on_error, world
-    from .runtime.comm import mpi_env_defaults
+    from .runtime.comm import import_mpi, mpi_env_defaults
     from .runtime.launch_env import launch_problem
 
     mpi_env_defaults()  # before the mpi4py import below
 
     mpi_error = None
     try:
-        import mpi4py.MPI  # noqa: F401
+        import_mpi()
     except Exception as e:  # noqa: BLE001 - ImportError, or libmpi missing
         mpi_error = f"{type(e).__name__}: {e}"
     comm = world(use_mpi=None if mpi_error is None else False, check_launch=False)  # reported below

@@ -20,7 +20,8 @@ import numpy as np
 from .launch_env import MPI_INSTALL_HINT, LaunchError, launch_problem, launch_rank, mpi_problem
 from .watchdog import Watchdog
 
-__all__ = ["Communicator", "world", "abort_on_error", "RankError", "LaunchError", "mpi_env_defaults"]
+__all__ = ["Communicator", "world", "abort_on_error", "RankError", "LaunchError", "mpi_env_defaults", "import_mpi",
+           "singleton_transports", "SINGLETON_MCA"]
 
 
 class RankError(RuntimeError):
@@ -38,11 +39,42 @@ def mpi_env_defaults() -> None:
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
 
-def _mpi():
-    mpi_env_defaults()
-    from mpi4py import MPI  # imported lazily: the data layer and tests need no MPI
+#: Open MPI's transports for a process no launcher started (a singleton: it only ever talks to
+#: itself): MPI_Init skips probing the network and GPU transports, about 1 s on Open MPI 4.1 and 5
+SINGLETON_MCA = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self"}
 
+
+@contextmanager
+def singleton_transports(env=None) -> Iterator[None]:
+    """Inside the block, a process that no MPI launcher started gets `SINGLETON_MCA` (each where
+    the user set no value), so an MPI_Init inside it starts fast; the variables are removed again
+    afterwards, so the processes it launches later (an mpirun of its own) do not inherit them."""
+    from .launch_env import mpi_launched
+
+    env = os.environ if env is None else env
+    added = [] if mpi_launched(env) else [k for k in SINGLETON_MCA if k not in env]
+    for k in added:
+        env[k] = SINGLETON_MCA[k]
+    try:
+        yield
+    finally:
+        for k in added:
+            env.pop(k, None)
+
+
+def import_mpi():
+    """mpi4py.MPI, initialising MPI on the first call with mgg's environment defaults
+    (`mpi_env_defaults`, and `singleton_transports` for a process no launcher started)."""
+    mpi_env_defaults()
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"]
+    with singleton_transports():
+        from mpi4py import MPI  # imported lazily: the data layer and tests need no MPI
     return MPI
+
+
+def _mpi():
+    return import_mpi()
 
 
 @dataclass

@@ -62,6 +62,11 @@ def launch_rank(env: Mapping[str, str] | None = None) -> int:
     return 0
 
 
+def mpi_launched(env: Mapping[str, str] | None = None) -> bool:
+    """Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process."""
+    return _pmi(os.environ if env is None else env)
+
+
 def _pmi(env: Mapping[str, str]) -> bool:
     return mpi_launch_size(env) is not None or any(k in env for k in (*_MPI_RANK_KEYS, "PMI_FD", "PMIX_NAMESPACE"))
 
