@@ -146,10 +146,19 @@ def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, seeds: np.ndarray, tea
     feats = make_feature_source(prep.x, dg.store, dg.bounds, comm, cfg.feature_memory_budget, device=dg.device)
     teardown.together.append(feats.close)  # collective: only when every rank gets there
     loader = NeighborLoader((graph.indptr, graph.indices), feats, prep.y, seeds, list(cfg.fanout),
-                            cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=True,
+                            cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=reuse_pays(cfg, comm, feats),
                             seed=cfg.sample_seed, device=dg.device, comm=comm,
                             adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
     return loader, feats
+
+
+def reuse_pays(cfg: TrainConfig, comm, feats) -> bool:
+    """Whether batches reuse the previous batch's rows (mgg.sample.ResidentCache): yes where a row
+    is read over NVLink, PCIe or from the host (P > 1, the host tier, the CPU) or Match-Reorder
+    orders the batches for it; no when one GPU holds the whole matrix in its own memory, where the
+    lookup, sort and two scatters of the reuse cost more than gathering every row again."""
+    one_gpu_store = comm.size == 1 and feats.tier == "store" and feats.device.type == "cuda"
+    return bool(cfg.reorder) or not one_gpu_store
 
 
 def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, res: TrainResult) -> dict:
@@ -159,7 +168,7 @@ def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, res: T
     doc = {
         "fanout": list(cfg.fanout), "batch_size": cfg.batch_size, "global_batch_size": plan.global_batch_size,
         "steps_per_epoch": len(loader), "training_nodes": plan.num_seeds, "feature_tier": feats.tier,
-        "adjacency": loader.adjacency_tier, "reorder": cfg.reorder, "reuse": True, "prefetch": loader.prefetch,
+        "adjacency": loader.adjacency_tier, "reorder": cfg.reorder, "reuse": loader.reuse, "prefetch": loader.prefetch,
         "id_map": loader.id_map, "feature_memory_budget": cfg.feature_memory_budget,
         "sample_seed": cfg.sample_seed, "epochs": len(res.epochs),
         **{f"{k}_total": v for k, v in hooks.totals.items()},

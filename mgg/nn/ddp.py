@@ -87,9 +87,9 @@ def allreduce_mean_gradients(model: nn.Module, comm, count: int, store=None) -> 
     else:
         total = _allreduce(grads, comm, store, float(count))
     scale = 1.0 / max(total, 1.0) if isinstance(total, float) else 1.0 / total.clamp(min=1.0)
-    with torch.no_grad():
-        for g in grads:
-            g.mul_(scale)
+    if grads:
+        with torch.no_grad():
+            torch._foreach_mul_(grads, scale)  # a float or a 0-dim tensor: one launch for all
     return total
 
 

@@ -64,6 +64,7 @@ class Adam:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients (to None, or to zeros in place)."""
+        grads = []
         for p in self.params:
             if p.grad is None:
                 continue
@@ -74,7 +75,9 @@ class Adam:
                     p.grad.detach_()
                 else:
                     p.grad.requires_grad_(False)
-                p.grad.zero_()
+                grads.append(p.grad)
+        if grads:
+            torch._foreach_zero_(grads)  # one launch a device and dtype, not one a parameter
 
     @torch.no_grad()
     def step(self) -> None:
