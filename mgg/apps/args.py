@@ -103,7 +103,7 @@ def _check_sampled_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace
                      f"({len(fanout)} layers): in --mode sampled the number of layers is the number of "
                      f"fanouts; drop --layers or give {ns.layers} fanouts")
     for key, flag in (("tune", "--tune"), ("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume"),
-                      ("profile_steps", "--profile-steps"), ("cuda_graph", "--cuda-graph")):
+                      ("profile_steps", "--profile-steps")):
         if getattr(ns, key):
             parser.error(f"{flag} is not supported with --mode sampled yet")
 

@@ -179,11 +179,12 @@ class TrainConfig:
         "results are the same"))
     cuda_graph: bool | None = setting(None, Flag(
         "--cuda-graph", action="bool",
-        help="GPU, full-graph mode: capture the training step in a CUDA graph after two eager epochs and "
-        "replay it (the step's kernel launches cost the host as much time as the GPU takes at P > 1; dropout "
-        "seeds then live on the GPU). Default: on where it applies (the GPU backend, full-graph mode, without "
-        "--tune or --profile-steps, or as the checkpoint resumed from was written); --no-cuda-graph runs every "
-        "step eagerly. A step that cannot be captured runs eagerly, with the reason in the metrics"))
+        help="GPU: capture the training step in a CUDA graph and replay it (the step's kernel launches cost the "
+        "host as much time as the GPU takes; dropout seeds then live on the GPU). Full-graph mode captures "
+        "after two eager epochs; sampled mode (sage, gcn) after four eager steps, over batches padded to "
+        "fixed capacities. Default: on where it applies (the GPU backend, without --tune or --profile-steps, "
+        "or as the checkpoint resumed from was written); --no-cuda-graph runs every step eagerly. A step that "
+        "cannot be captured runs eagerly, with the reason in the metrics"))
     profile_steps: bool = setting(False, Flag(
         "--profile-steps", action="store_true",
         help="time the parts of every training step (forward, backward, aggregations, gradient all-reduce, "

@@ -90,28 +90,28 @@ def check_feature_budget(budget: int, max_share: int, feat_dim: int) -> None:
 class SampledHooks(EpochHooks):
     """One pass over the loader's mini-batches per epoch; sums the loader's counters."""
 
-    def __init__(self, state: LoopState, model, opt, drop_gen, loader):
+    def __init__(self, state: LoopState, model, opt, drop_gen, loader, graphed: bool = False):
+        """graphed: replay the step from a CUDA graph over padded batches (mgg.apps.sampled_graphed)."""
+        from functools import partial
+
+        from .sampled_graphed import PaddedStep, eager_step, padded_step
+
         self.cfg, self.comm, self.dg, self.res = state.cfg, state.comm, state.dg, state.res
         self.model, self.opt, self.drop_gen, self.loader = model, opt, drop_gen, loader
         self.totals = dict.fromkeys(SUMMED + ("bytes_identity_order",), 0)
         self.sample_ms_ranks = 0.0   # sampling milliseconds of the run, summed over the ranks
+        args = (model, opt, self.comm, self.dg.store, drop_gen)
+        self.step = partial(eager_step, *args)
+        if graphed:
+            self.step = PaddedStep(model, self.step, partial(padded_step, *args), self.comm)
 
     def train_step(self, epoch: int):
         import torch
 
-        from ..nn import allreduce_mean_gradients, cross_entropy_sum
-
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.dg.device)  # on the device: no sync per step
         steps = 0
         for batch in self.loader:
-            self.opt.zero_grad(set_to_none=False)
-            logits = self.model(batch.x, batch.blocks, self.drop_gen)
-            local = cross_entropy_sum(logits, batch.y)
-            local.backward()
-            total = allreduce_mean_gradients(self.model, self.comm, batch.batch_size, self.dg.store)
-            self.opt.step()
-            # this rank's part of the step's global-batch mean (the ranks' parts are summed later)
-            loss_sum += local.detach() / (max(total, 1.0) if isinstance(total, float) else total.clamp(min=1.0))
+            loss_sum += self.step(batch)
             steps += 1
         return loss_sum / max(steps, 1)
 
@@ -150,6 +150,23 @@ def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, seeds: np.ndarray, tea
                             seed=cfg.sample_seed, device=dg.device, comm=comm,
                             adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
     return loader, feats
+
+
+def sampled_cuda_graph(cfg: TrainConfig, device_type: str, model) -> bool:
+    """Whether the sampled step is replayed from a CUDA graph over padded batches
+    (mgg.apps.sampled_graphed): on the GPU unless --no-cuda-graph, for models whose block
+    convolutions aggregate with block_sum (SAGE, GCN); --cuda-graph on the CPU or with another
+    model is a UserError."""
+    from .sampled_graphed import can_pad
+
+    if cfg.cuda_graph is False:
+        return False
+    if cfg.cuda_graph and device_type != "cuda":
+        raise UserError("--cuda-graph needs the GPU backend (--backend gpu on a machine with CUDA)")
+    if cfg.cuda_graph and not can_pad(model):
+        raise UserError(f"--cuda-graph with --mode sampled supports models whose block convolutions use "
+                        f"block_sum (sage, gcn), not --model {cfg.model}")
+    return device_type == "cuda" and can_pad(model)
 
 
 def reuse_pays(cfg: TrainConfig, comm, feats) -> bool:
@@ -220,13 +237,22 @@ def train_sampled(cfg: TrainConfig, comm, graph: Any, prepared=None, verbose: bo
         model = model_entry(cfg.model).sampled_model(prep.x.shape[1], cfg.hidden, prep.num_classes, cfg.layers,
                                                      cfg.dropout).to(dg.device)
         broadcast_parameters(model, comm)
-        drop_gen = torch.Generator(device=dg.device).manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
-        opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        graphed = sampled_cuda_graph(cfg, dg.device.type, model)
+        drop_gen = torch.Generator().manual_seed(cfg.seed + 1 + comm.rank)  # dropout: per rank
+        if dg.device.type == "cuda":  # seeds drawn on the GPU: no host synchronisation, and replayable
+            from ..nn.functional import DeviceSeeds
+
+            drop_gen = DeviceSeeds(drop_gen, dg.device)
+        opt = Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=graphed)
         res = TrainResult(model=model, world_size=comm.size, backend=dg.backend, mode="sampled")
         state = LoopState(cfg, comm, dg, data, res, stop=stop, clock=clock)
-        hooks = SampledHooks(state, model, opt, drop_gen, loader)
+        hooks = SampledHooks(state, model, opt, drop_gen, loader, graphed)
         state.bar = progress_bar(cfg, comm, 0) if verbose else None
         run_epochs(state, hooks)
         finish(state, None)
+        if graphed:
+            st = hooks.step
+            res.cuda_graph = (f"replayed ({st.replays} steps, {st.eager_steps} eager)" if st.captured
+                              else f"eager: {st.why_eager or 'not captured'}")
         res.sampling = _sampling_summary(cfg, comm, hooks, feats, res)
         return res

@@ -94,8 +94,13 @@ def block_sum(x: torch.Tensor, block, src_scale: torch.Tensor | None = None,
     if src_scale is not None:
         h = h * src_scale.detach().to(h.dtype).unsqueeze(1)
     out = h.new_zeros((block.n_dst,) + tuple(h.shape[1:]))
-    if block.col.numel():
-        out = out.index_add(0, block.row, h.index_select(0, block.col))
+    col, row = block.col, None
+    if col.numel() and col.device.type == "cpu" and int(block.ptr[-1]) < col.numel():
+        # a padded block (mgg.apps.sampled_graphed): edges past ptr[-1] belong to no dst row
+        col = col[: int(block.ptr[-1])]
+        row = torch.repeat_interleave(torch.arange(block.n_dst), block.deg, output_size=col.numel())
+    if col.numel():
+        out = out.index_add(0, block.row if row is None else row, h.index_select(0, col))
     if dst_scale is not None:
         out = out * dst_scale.detach().to(out.dtype).unsqueeze(1)
     return out

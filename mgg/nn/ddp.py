@@ -68,24 +68,26 @@ def allreduce_gradients(model: nn.Module, comm, store=None) -> None:
     _allreduce(_grads_of(model), comm, store, None)
 
 
-def allreduce_mean_gradients(model: nn.Module, comm, count: int, store=None) -> float | torch.Tensor:
+def allreduce_mean_gradients(model: nn.Module, comm, count: int | torch.Tensor, store=None) -> float | torch.Tensor:
     """Turn every rank's gradient of a *summed* loss of `count` terms into the gradient of the
     mean over all ranks' terms: grad = (sum_r grad_r) / (sum_r count_r), in place. Collective
     (one all-reduce, the count travels with the gradients); missing grads count as 0, and a step
     where every rank has 0 terms leaves zero gradients.
 
     Args:
-        count: this rank's number of loss terms (>= 0), e.g. its seeds in the step.
+        count: this rank's number of loss terms (>= 0), e.g. its seeds in the step: an int, or a
+            0-dim float32 tensor on the gradients' GPU (a step replayed from a CUDA graph counts
+            on the device; reduced on the device where the store can, else read on the host).
         store: as in `allreduce_gradients` (on-device reduction where it applies).
     Returns:
-        sum_r count_r: a float, or a 0-dim float32 tensor on the gradients' GPU when the store
-        reduced them there (no host synchronisation).
+        sum_r count_r: a float, or a 0-dim float32 tensor on the gradients' GPU when the count
+        was one at P = 1 or the store reduced it there (no host synchronisation).
     """
     grads = _grads_of(model)
     if comm.size == 1:
-        total: float | torch.Tensor = float(count)
+        total: float | torch.Tensor = count if isinstance(count, torch.Tensor) else float(count)
     else:
-        total = _allreduce(grads, comm, store, float(count))
+        total = _allreduce(grads, comm, store, count if isinstance(count, torch.Tensor) else float(count))
     scale = 1.0 / max(total, 1.0) if isinstance(total, float) else 1.0 / total.clamp(min=1.0)
     if grads:
         with torch.no_grad():
@@ -102,13 +104,16 @@ def _grads_of(model: nn.Module) -> list[torch.Tensor]:
     return [p.grad for p in params]
 
 
-def _allreduce(grads: list[torch.Tensor], comm, store, extra: float | None) -> float | torch.Tensor | None:
-    """Sum `grads` (in place) and, when given, the scalar `extra` over the ranks in one all-reduce;
-    returns the summed `extra` (a 0-dim device tensor when the store reduced on the GPU)."""
+def _allreduce(grads: list[torch.Tensor], comm, store, extra: float | torch.Tensor | None) -> float | torch.Tensor | None:
+    """Sum `grads` (in place) and, when given, the scalar `extra` (a float or a 0-dim tensor) over
+    the ranks in one all-reduce; returns the summed `extra` (a 0-dim device tensor when the store
+    reduced on the GPU)."""
     if store is not None and grads and len({g.device for g in grads}) == 1 and grads[0].is_cuda \
             and all(g.dtype == torch.float32 for g in grads):
         parts = [g.reshape(-1) for g in grads]
-        if extra is not None:
+        if isinstance(extra, torch.Tensor):
+            parts.append(extra.detach().reshape(1).to(device=grads[0].device, dtype=torch.float32))
+        elif extra is not None:
             parts.append(torch.full((1,), extra, dtype=torch.float32, device=grads[0].device))
         flat = torch.cat(parts)
         if store.allreduce_sum_(flat):
@@ -117,7 +122,7 @@ def _allreduce(grads: list[torch.Tensor], comm, store, extra: float | None) -> f
             return None if extra is None else flat[-1]
     buf = flatten(grads)
     if extra is not None:
-        buf = np.append(buf, extra)
+        buf = np.append(buf, float(extra))
     comm.allreduce_(buf)
     with torch.no_grad():
         unflatten_into(buf, grads)

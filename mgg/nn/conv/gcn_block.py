@@ -30,8 +30,11 @@ __all__ = ["GCNBlockConv", "block_gcn_norm"]
 def block_gcn_norm(block, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """(src factor [n_src], dst factor [n_dst]): d_out(j)^-1/2 and d_in(i)^-1/2 of the block with
     a self loop per dst node (module doc)."""
-    d_out = torch.bincount(block.col, minlength=block.n_src)
-    d_out[: block.n_dst] += 1
+    col = block.col
+    # a scatter, not bincount: bincount reads its output size on the host (no CUDA graph capture)
+    d_out = torch.zeros(block.n_src, dtype=torch.int64, device=col.device).index_add_(0, col, torch.ones_like(col))
+    valid = getattr(block, "dst_valid", None)  # a padded block: only its real dst rows are src rows too
+    d_out[: block.n_dst] += 1 if valid is None else valid.to(d_out.dtype)
     d_in = block.deg + 1
     return d_out.clamp(min=1).to(dtype).rsqrt(), d_in.to(dtype).rsqrt()
 

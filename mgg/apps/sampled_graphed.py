@@ -1,0 +1,214 @@
+"""The sampled training step replayed from a CUDA graph over batches padded to fixed capacities.
+
+A sampled batch changes shape every step (its nodes and edges per layer, and the seeds of the
+last step), so the eager step launches its ~150 kernels and runs autograd's bookkeeping on the
+host every time, beside the loader's sampling thread and competing with it for the GIL. `PaddedStep`
+records the step once over static buffers and replays it:
+
+* the first `warmup` steps run eagerly and record the largest size of every level (the input
+  nodes, each block's dst nodes, each block's edges, the seeds); the capacities are those times
+  HEADROOM, plus one row (a level's last row is a padding row: the sink of padded edges);
+* each later batch is copied into the buffers: the features into the input rows; each block's
+  `ptr` with its padded dst rows empty, its `col` with padded edges on the sink row (inside no
+  dst row's range: the sums never read them, and a degree count gives them to the sink alone);
+  the real dst rows of each block (`Block.dst_valid`: GCN's degree counts its self loops there
+  only); the labels, and a loss weight of 1 for each seed and 0 for each padding row. Then the graph
+  replays forward, backward, the gradient all-reduce (its count is the weights' sum, on the
+  device) and the capturable Adam step. Padding rows hold finite values (zeros, or an earlier
+  batch's) and reach no real row, and their loss weight is 0, so the update is the eager one;
+* a batch above a capacity runs eagerly (it is rare: the capacities have headroom).
+
+The capture runs a forward and backward on a side stream first (in eval mode: no dropout seed is
+drawn, so the seeds follow the eager sequence; no optimizer step; the gradients are zeroed
+after), so nothing lazy is left for it. If the capture fails on any rank every rank
+goes on eagerly (the ranks agree by one host all-reduce), with the reason in `why_eager`.
+Dropout draws its seeds from a counter on the GPU (mgg.nn.functional.DeviceSeeds) and the
+block convolutions must aggregate with mgg.nn.block_sum (`takes_block_dropout`): both hold for
+SAGE and GCN; GAT's block convolution uses index_add over its edges and runs eagerly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = ["PaddedStep", "HEADROOM", "can_pad", "eager_step", "padded_step"]
+
+#: capacity over the largest size seen in the warm-up steps
+HEADROOM = 1.2
+
+
+def can_pad(model) -> bool:
+    """Whether `model`'s step can be replayed over padded blocks: every conv aggregates with
+    block_sum (padded edges on a sink row that no dst row's range holds)."""
+    return all(getattr(conv, "takes_block_dropout", False) for conv in model.convs)
+
+
+def eager_step(model, opt, comm, store, generator, batch) -> torch.Tensor:
+    """One optimizer step on `batch` (a SampledBatch); returns this rank's part of the step's
+    global-batch mean loss (the ranks' parts are summed later), a 0-d tensor."""
+    from ..nn import allreduce_mean_gradients, cross_entropy_sum
+
+    opt.zero_grad(set_to_none=False)
+    local = cross_entropy_sum(model(batch.x, batch.blocks, generator), batch.y)
+    local.backward()
+    total = allreduce_mean_gradients(model, comm, batch.batch_size, store)
+    opt.step()
+    return local.detach() / (max(total, 1.0) if isinstance(total, float) else total.clamp(min=1.0))
+
+
+def padded_step(model, opt, comm, store, generator, x, blocks, y, w) -> torch.Tensor:
+    """`eager_step` over padded inputs: loss weights w (float32 [N_L]), the seed count w.sum() on
+    the device; nothing reads the host, so it can be captured."""
+    from ..nn import allreduce_mean_gradients, cross_entropy_sum
+
+    opt.zero_grad(set_to_none=False)
+    local = cross_entropy_sum(model(x, blocks, generator), y, w)
+    local.backward()
+    total = allreduce_mean_gradients(model, comm, w.sum(), store)
+    opt.step()
+    return local.detach() / total.clamp(min=1.0)
+
+
+@dataclass
+class _Buffers:
+    """The static inputs of the captured step (every tensor on the GPU)."""
+
+    x: torch.Tensor        # float32 [N0, F] input rows
+    ptrs: list             # int64 [N_{l+1} + 1] per block
+    cols: list             # int64 [E_l] per block
+    y: torch.Tensor        # int64 [N_L] labels (0 on padding rows)
+    w: torch.Tensor        # float32 [N_L] loss weights (1 seeds, 0 padding)
+    valid: list            # bool [N_{l+1}] per block: its real dst rows
+    blocks: list           # mgg.sample.Block views of ptrs / cols / valid
+
+
+class PaddedStep:
+    """`step(batch)` -> this rank's part of the step's mean loss (0-d tensor), replayed from a CUDA
+    graph after `warmup` eager steps (module doc).
+
+    Args:
+        model: a SampledGNN whose convs pass `can_pad` (its optimizer a capturable mgg Adam).
+        eager: the eager step, `eager(batch)` -> the same 0-d loss tensor.
+        padded: `padded(x, blocks, y, w)` -> the loss of padded inputs (captured once).
+        comm: the communicator (the capture outcome is agreed over it).
+        warmup: eager steps before the capture (>= 1).
+    Attributes:
+        captured, why_eager, replays, eager_steps: what ran.
+    """
+
+    def __init__(self, model, eager: Callable, padded: Callable, comm, warmup: int = 4):
+        if warmup < 1:
+            raise ValueError(f"PaddedStep: warmup must be >= 1, got {warmup}")
+        self.model, self.eager, self.padded, self.comm, self.warmup = model, eager, padded, comm, warmup
+        self.graph = None
+        self.bufs: _Buffers | None = None
+        self.loss = None
+        self.captured = False
+        self.why_eager = ""
+        self.replays = self.eager_steps = 0
+        self._seen: list[int] | None = None   # largest sizes: nodes per level, then edges per block
+        self._caps: list[int] | None = None
+
+    # -- sizes ---------------------------------------------------------------------------------
+    @staticmethod
+    def _sizes(batch) -> list[int]:
+        """[N_0 .. N_L, E_0 .. E_{L-1}] of a batch (host ints the loader already knows)."""
+        blocks = batch.blocks
+        return [int(blocks[0].n_src)] + [int(b.n_dst) for b in blocks] + [int(b.col.numel()) for b in blocks]
+
+    def _fits(self, sizes: list[int]) -> bool:
+        levels = len(self._caps) // 2 + 1
+        # a level's last row is the sink: a real level must stay below it; edges may fill theirs
+        return all(s < c for s, c in zip(sizes[:levels], self._caps[:levels])) and \
+            all(s <= c for s, c in zip(sizes[levels:], self._caps[levels:]))
+
+    # -- the step ------------------------------------------------------------------------------
+    def __call__(self, batch):
+        sizes = self._sizes(batch)
+        if self.captured and self._fits(sizes):
+            self._load(batch)
+            self.graph.replay()
+            self.replays += 1
+            return self.loss
+        if self.why_eager or self.captured or self.eager_steps < self.warmup:
+            self._seen = sizes if self._seen is None else [max(a, b) for a, b in zip(self._seen, sizes)]
+            self.eager_steps += 1
+            return self.eager(batch)
+        self._capture(batch)
+        if self.captured and self._fits(sizes):
+            self._load(batch)
+            self.graph.replay()
+            self.replays += 1
+            return self.loss
+        self.eager_steps += 1
+        return self.eager(batch)
+
+    def _allocate(self, batch) -> _Buffers:
+        from ..sample.block import Block
+
+        levels = len(batch.blocks) + 1
+        seen = [max(a, b) for a, b in zip(self._seen, self._sizes(batch))]
+        self._caps = [int(math.ceil(s * HEADROOM)) + 1 for s in seen]
+        dev, dim = batch.x.device, int(batch.x.shape[1])
+        nodes, edges = self._caps[:levels], self._caps[levels:]
+        x = torch.zeros((nodes[0], dim), dtype=batch.x.dtype, device=dev)
+        ptrs = [torch.zeros(nodes[i + 1] + 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
+        cols = [torch.full((edges[i],), nodes[i] - 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
+        y = torch.zeros(nodes[-1], dtype=torch.int64, device=dev)
+        w = torch.zeros(nodes[-1], dtype=torch.float32, device=dev)
+        valid = [torch.zeros(nodes[i + 1], dtype=torch.bool, device=dev) for i in range(levels - 1)]
+        blocks = [Block(ptrs[i], cols[i], nodes[i], nodes[i + 1], dst_valid=valid[i]) for i in range(levels - 1)]
+        return _Buffers(x, ptrs, cols, y, w, valid, blocks)
+
+    def _load(self, batch) -> None:
+        """Copy `batch` into the buffers (a handful of copies and fills on the current stream)."""
+        b = self.bufs
+        u = int(batch.x.shape[0])
+        b.x[:u].copy_(batch.x)
+        for i, blk in enumerate(batch.blocks):
+            n_dst, e = int(blk.n_dst), int(blk.col.numel())
+            b.ptrs[i][: n_dst + 1].copy_(blk.ptr)
+            b.ptrs[i][n_dst + 1:].fill_(e)
+            b.cols[i][:e].copy_(blk.col)
+            b.cols[i][e:].fill_(b.blocks[i].n_src - 1)
+            b.valid[i][:n_dst].fill_(True)
+            b.valid[i][n_dst:].fill_(False)
+        k = int(batch.y.numel())
+        b.y[:k].copy_(batch.y)
+        b.y[k:].zero_()
+        b.w[:k].fill_(1.0)
+        b.w[k:].zero_()
+
+    def _capture(self, batch) -> None:
+        why = ""
+        try:
+            self.bufs = self._allocate(batch)
+            self._load(batch)
+            side = torch.cuda.Stream(device=batch.x.device)
+            side.wait_stream(torch.cuda.current_stream(batch.x.device))
+            with torch.cuda.stream(side):  # warm-up: forward and backward without dropout, no update
+                self.model.eval()
+                try:
+                    self.model(self.bufs.x, self.bufs.blocks, None).sum().backward()
+                finally:
+                    self.model.train()
+                for p in self.model.parameters():
+                    if p.grad is not None:
+                        p.grad.zero_()
+            torch.cuda.current_stream(batch.x.device).wait_stream(side)
+            torch.cuda.synchronize(batch.x.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                loss = self.padded(self.bufs.x, self.bufs.blocks, self.bufs.y, self.bufs.w)
+        except Exception as e:  # noqa: BLE001 - the reason is reported, the run goes on eagerly
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        failed = self.comm.allreduce_scalar(1.0 if why else 0.0, "max") > 0
+        if failed:
+            torch.cuda.synchronize()
+            self.why_eager = why or "another rank could not capture the step"
+            self.graph = self.bufs = None
+            return
+        self.graph, self.loss, self.captured = graph, loss, True
