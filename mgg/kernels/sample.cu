@@ -11,6 +11,8 @@
 //    For k <= FLOYD_SHARED_K the taken positions live in shared memory (32-bit, one column per
 //    thread: conflict-free), so the k^2 / 2 checks never touch global memory; larger k keep them
 //    in the output row. Both give the same sample (mgg.testing.sample_reference is the spec).
+//    A seed with k = 0 reads nothing (so seeds past a device-side count, whose out_ptr entries
+//    are flat, may hold anything); out_base (null: 0) is a device-side offset added to out_nbr.
 //    Launch: 1-D, SAMPLE_THREADS (256) threads per block, ceil(B / 256) blocks.
 // 2. fused_map_insert / fused_map_lookup (FastGL's Fused-Map): an open-addressing GPU hash table
 //    (linear probing, capacity a power of two >= 2 n) keyed by the global id; insert does
@@ -21,9 +23,10 @@
 //    then numbers the unique ids in first-occurrence order (seeds, which come first and are
 //    unique, keep ids 0..B-1) and fused_map_compact gives every element its local id: no sort,
 //    no unique, one pass over the ids.
-//    The element count is n = n_fixed + *n_var (n_var may be null: n = n_fixed), read on the
-//    device, so a hop's kernels can run on buffers sized by an upper bound before the host knows
-//    how many neighbors were sampled. Launch: 1-D, 256 threads per block, grid over the bound.
+//    The element count is n = n_fixed + *n_var (n_var may be null: n = n_fixed), and n_fixed is
+//    *n_fixed_dev when that is given, both read on the device, so a hop's kernels can run on
+//    buffers sized by an upper bound before the host knows how many nodes the previous hop
+//    found or how many neighbors this one sampled. Launch: 1-D, 256 threads per block, grid over the bound.
 // 3. fused_map_compact: from the inclusive prefix sum `rank` of the first-occurrence flags, writes
 //    the unique ids (n_id[rank[i] - 1] = ids[i] where i is a first occurrence), the local id of
 //    every element past the first n_fixed (local[i - n_fixed] = rank[first_pos[i]] - 1), and, when
@@ -61,14 +64,17 @@ __device__ __forceinline__ i64 bounded(u64 h, i64 n) {
 
 extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const i64* __restrict__ indices,
                                           const i64* __restrict__ seeds, const i64* __restrict__ out_ptr,
-                                          i64 n_seeds, int fanout, u64 rng_seed, i64* __restrict__ out_nbr) {
+                                          i64 n_seeds, int fanout, u64 rng_seed, i64* __restrict__ out_nbr,
+                                          const i64* __restrict__ out_base) {
   __shared__ unsigned int taken_all[FLOYD_SHARED_K * SAMPLE_THREADS];
   unsigned int* taken = taken_all + threadIdx.x;  // this thread's column: taken[q * SAMPLE_THREADS]
+  if (out_base) out_nbr += *out_base;
   for (i64 s = (i64)blockIdx.x * blockDim.x + threadIdx.x; s < n_seeds; s += (i64)gridDim.x * blockDim.x) {
+    const i64 k = out_ptr[s + 1] - out_ptr[s];  // min(deg, fanout), computed by the launcher
+    if (k == 0) continue;                       // also every seed past a device-side count
     const i64 node = seeds[s];
     const i64 beg = indptr[node], deg = indptr[node + 1] - beg;
     i64* out = out_nbr + out_ptr[s];
-    const i64 k = out_ptr[s + 1] - out_ptr[s];  // min(deg, fanout), computed by the launcher
     if (k == deg) {                                // all neighbors
       for (i64 q = 0; q < deg; ++q) out[q] = indices[beg + q];
       continue;
@@ -100,14 +106,21 @@ extern "C" __global__ void sample_uniform(const i64* __restrict__ indptr, const 
   }
 }
 
-// the element count of a Fused-Map pass: n_fixed plus the device-side count *n_var (if given)
-__device__ __forceinline__ i64 element_count(i64 n_fixed, const i64* n_var) {
-  return n_var ? n_fixed + *n_var : n_fixed;
+// the fixed part of a Fused-Map pass's elements: *n_fixed_dev when given (read on the device), else n_fixed
+__device__ __forceinline__ i64 fixed_count(i64 n_fixed, const i64* n_fixed_dev) {
+  return n_fixed_dev ? *n_fixed_dev : n_fixed;
 }
 
-extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+// the element count of a Fused-Map pass: the fixed part plus the device-side count *n_var (if given)
+__device__ __forceinline__ i64 element_count(i64 n_fixed, const i64* n_fixed_dev, const i64* n_var) {
+  const i64 f = fixed_count(n_fixed, n_fixed_dev);
+  return n_var ? f + *n_var : f;
+}
+
+extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n_fixed,
+                                            const i64* __restrict__ n_fixed_dev, const i64* __restrict__ n_var,
                                             u64* __restrict__ keys, u64* __restrict__ vals, i64 mask) {
-  const i64 n = element_count(n_fixed, n_var);
+  const i64 n = element_count(n_fixed, n_fixed_dev, n_var);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     const u64 key = (u64)ids[i];
     i64 slot = (i64)(splitmix64(key) & (u64)mask);
@@ -122,10 +135,11 @@ extern "C" __global__ void fused_map_insert(const i64* __restrict__ ids, i64 n_f
   }
 }
 
-extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n_fixed,
+                                            const i64* __restrict__ n_fixed_dev, const i64* __restrict__ n_var,
                                             const u64* __restrict__ keys, const u64* __restrict__ vals, i64 mask,
                                             i64* __restrict__ first_pos, unsigned char* __restrict__ is_first) {
-  const i64 n = element_count(n_fixed, n_var);
+  const i64 n = element_count(n_fixed, n_fixed_dev, n_var);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     const u64 key = (u64)ids[i];
     i64 slot = (i64)(splitmix64(key) & (u64)mask);
@@ -136,13 +150,15 @@ extern "C" __global__ void fused_map_lookup(const i64* __restrict__ ids, i64 n_f
   }
 }
 
-extern "C" __global__ void fused_map_compact(const i64* __restrict__ ids, i64 n_fixed, const i64* __restrict__ n_var,
+extern "C" __global__ void fused_map_compact(const i64* __restrict__ ids, i64 n_fixed,
+                                             const i64* __restrict__ n_fixed_dev, const i64* __restrict__ n_var,
                                              const i64* __restrict__ first_pos,
                                              const unsigned char* __restrict__ is_first,
                                              const i64* __restrict__ rank, const i64* __restrict__ indptr,
                                              i64 next_fanout, i64* __restrict__ n_id, i64* __restrict__ local,
                                              i64* __restrict__ next_count) {
-  const i64 n = element_count(n_fixed, n_var);
+  n_fixed = fixed_count(n_fixed, n_fixed_dev);
+  const i64 n = element_count(n_fixed, nullptr, n_var);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     if (is_first[i]) {
       const i64 j = rank[i] - 1, node = ids[i];

@@ -16,7 +16,7 @@ import torch
 from .launch import blocks_for, kernel, launch
 
 __all__ = ["sample_neighbors_cuda", "fused_map_cuda", "sample_hop_cuda", "sample_counts_cuda", "SampledHop",
-           "gather_host_rows_cuda", "THREADS"]
+           "BoundedHop", "sample_hop_bounded_cuda", "gather_host_rows_cuda", "THREADS"]
 
 THREADS = 256   # == SAMPLE_THREADS of sample.cu (sample_uniform's shared memory is sized for it)
 #: blocks per SM of the zero-copy gather: 8 warps, each lane 4 loads in flight (1-32 blocks/SM
@@ -26,6 +26,9 @@ HOST_GATHER_BLOCKS_PER_SM = 1
 
 def _ptr(t: torch.Tensor | None) -> np.uint64:
     return np.uint64(0 if t is None or t.numel() == 0 else t.data_ptr())
+
+
+_NULL = np.uint64(0)  # a null device pointer argument
 
 
 def _launch(name: str, n_threads: int, args: tuple, device: torch.device, blocks_per_sm: int = 32) -> None:
@@ -59,7 +62,7 @@ def sample_neighbors_cuda(indptr: torch.Tensor, indices: torch.Tensor, seeds: to
     nbr = torch.empty(total, dtype=torch.int64, device=dev)
     _launch("sample_uniform", seeds.numel(),
             (_ptr(indptr), _ptr(indices), _ptr(seeds), _ptr(ptr), np.int64(seeds.numel()),
-             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(nbr)), dev)
+             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(nbr), _NULL), dev)
     return ptr, nbr
 
 
@@ -89,7 +92,7 @@ def fused_map_cuda(ids: torch.Tensor, n_seeds: int) -> tuple[torch.Tensor, torch
     keys, vals, mask = _hash_table(n, dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.empty(n, dtype=torch.uint8, device=dev)
-    args = (_ptr(ids), np.int64(n), np.uint64(0), _ptr(keys), _ptr(vals), mask)
+    args = (_ptr(ids), np.int64(n), _NULL, _NULL, _ptr(keys), _ptr(vals), mask)
     _launch("fused_map_insert", n, args, dev)
     _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
     flag = is_first.to(torch.int64)
@@ -171,11 +174,12 @@ def sample_hop_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Te
     n_var = ptr[n_dst:]   # the hop's edge count, on the device
     _launch("sample_uniform", n_dst,
             (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(n_dst),
-             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(ids[n_dst:])), dev)
+             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(ids[n_dst:]),
+             _NULL), dev)
     keys, vals, mask = _hash_table(n, dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the sampled count
-    args = (_ptr(ids), np.int64(n_dst), _ptr(n_var), _ptr(keys), _ptr(vals), mask)
+    args = (_ptr(ids), np.int64(n_dst), _NULL, _ptr(n_var), _ptr(keys), _ptr(vals), mask)
     _launch("fused_map_insert", n, args, dev)
     _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
     rank = torch.cumsum(is_first, 0, dtype=torch.int64)
@@ -184,13 +188,83 @@ def sample_hop_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Te
     local = torch.empty(bound, dtype=torch.int64, device=dev)
     next_count = torch.zeros(u_bound, dtype=torch.int64, device=dev) if next_fanout else None
     _launch("fused_map_compact", n,
-            (_ptr(ids), np.int64(n_dst), _ptr(n_var), _ptr(first_pos), _ptr(is_first), _ptr(rank), _ptr(indptr),
+            (_ptr(ids), np.int64(n_dst), _NULL, _ptr(n_var), _ptr(first_pos), _ptr(is_first), _ptr(rank), _ptr(indptr),
              _ALL if next_fanout < 0 else np.int64(next_fanout), _ptr(n_id), _ptr(local), _ptr(next_count)), dev)
     sizes = [ptr[-1], rank[-1]] + ([next_count.sum()] if next_count is not None else [])
     got = torch.stack(sizes).tolist()   # the hop's one host synchronisation
     e, u = int(got[0]), int(got[1])
     nxt = None if next_count is None else next_count[:u]
     return SampledHop(ptr, local[:e], n_id[:u], count, e, nxt, int(got[2]) if nxt is not None else 0)
+
+
+@dataclass
+class BoundedHop:
+    """One hop sampled into buffers sized by upper bounds, its sizes still on the device.
+
+    Attributes:
+        ptr: int64 [dst_bound + 1]: the CSR row pointer, flat past the real dst nodes.
+        local: int64 [edge_bound]: local ids of the sampled neighbors (the first `edges`).
+        n_id: int64 [u_bound]: the hop's src nodes (the first `unique`).
+        next_count: int64 [u_bound] (zeros past `unique`) or None after the last hop.
+        edges, unique: int64 [1] CUDA views: the sampled edge count and the number of src nodes.
+        u_bound: n_id's length.
+    """
+
+    ptr: torch.Tensor
+    local: torch.Tensor
+    n_id: torch.Tensor
+    next_count: torch.Tensor | None
+    edges: torch.Tensor
+    unique: torch.Tensor
+    u_bound: int
+
+
+def sample_hop_bounded_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor,
+                            n_nodes: torch.Tensor | None, count: torch.Tensor, fanout: int, seed: int,
+                            next_fanout: int = 0) -> BoundedHop:
+    """`sample_hop_cuda` without its host synchronisation: the dst nodes' count may itself be on
+    the device, every buffer is sized by an upper bound, and the kernels read the real counts
+    on the device. The sample and the numbering are the same as `sample_hop_cuda`'s.
+
+    Args:
+        nodes: int64 [dst_bound] CUDA; the first n_nodes are the (unique) dst nodes, the rest anything.
+        n_nodes: int64 [1] CUDA view of the dst count, or None (all dst_bound are dst nodes).
+        count: int64 [dst_bound]: min(deg, fanout) of the dst nodes, 0 past them.
+        fanout: >= 1 (the edge bound is dst_bound * fanout). seed, next_fanout: as sample_hop_cuda.
+    """
+    if fanout < 1:
+        raise ValueError("sample_hop_bounded_cuda: the edge bound needs a fanout >= 1")
+    dev = nodes.device
+    dst_bound = int(nodes.numel())
+    edge_bound = dst_bound * int(fanout)
+    n = dst_bound + edge_bound
+    ptr = torch.zeros(dst_bound + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(count, 0, out=ptr[1:])
+    edges = ptr[dst_bound:]
+    ids = torch.empty(n, dtype=torch.int64, device=dev)
+    ids[:dst_bound].copy_(nodes)   # the neighbors overwrite the tail past the real dst nodes
+    # neighbors behind the real dst nodes: at n_nodes (on the device), or at dst_bound
+    out, base = (ids, _ptr(n_nodes)) if n_nodes is not None else (ids[dst_bound:], _NULL)
+    _launch("sample_uniform", dst_bound,
+            (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(dst_bound), np.int32(fanout),
+             np.uint64(seed & (2 ** 64 - 1)), _ptr(out), base), dev)
+    keys, vals, mask = _hash_table(n, dev)
+    first_pos = torch.empty(n, dtype=torch.int64, device=dev)
+    is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the real elements
+    fixed = _ptr(n_nodes) if n_nodes is not None else _NULL
+    args = (_ptr(ids), np.int64(dst_bound), fixed, _ptr(edges), _ptr(keys), _ptr(vals), mask)
+    _launch("fused_map_insert", n, args, dev)
+    _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
+    rank = torch.cumsum(is_first, 0, dtype=torch.int64)
+    u_bound = min(n, indptr.numel() - 1)
+    n_id = torch.empty(u_bound, dtype=torch.int64, device=dev)
+    local = torch.empty(edge_bound, dtype=torch.int64, device=dev)
+    next_count = torch.zeros(u_bound, dtype=torch.int64, device=dev) if next_fanout else None
+    _launch("fused_map_compact", n,
+            (_ptr(ids), np.int64(dst_bound), fixed, _ptr(edges), _ptr(first_pos), _ptr(is_first), _ptr(rank),
+             _ptr(indptr), _ALL if next_fanout < 0 else np.int64(next_fanout), _ptr(n_id), _ptr(local),
+             _ptr(next_count)), dev)
+    return BoundedHop(ptr, local, n_id, next_count, edges, rank[-1:], u_bound)
 
 
 def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor,

@@ -84,7 +84,7 @@ def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], 
     fanouts[0] is the hop from the seeds (the last GNN layer), fanouts[-1] the hop to the input
     nodes, as in PyG's `num_neighbors`. Every hop samples for all nodes of the current set.
     Returns (n_id int64 [U], blocks input layer first). On the GPU with the Fused-Map id map this
-    is `sample_blocks_cuda` (one host synchronisation per hop, same batches).
+    is `sample_blocks_cuda` (one host synchronisation a batch with fanouts >= 1, same batches).
     """
     if id_map == "fused" and isinstance(indptr, torch.Tensor) and indptr.is_cuda:
         return sample_blocks_cuda(indptr, indices, seeds, fanouts, generator)
