@@ -114,3 +114,29 @@ def test_a_failed_capture_on_any_rank_leaves_every_rank_eager(other_rank_fails, 
     for _ in range(4):
         assert float(step(batch)) == 1.0
     assert calls.count("capture") == 1 and not step.captured and step.why_eager
+
+
+@pytest.mark.parametrize("flag,device,model,want", [
+    (None, "cuda", "sage", True), (None, "cuda", "gcn", True),   # the default on the GPU
+    (None, "cuda", "gat", False),                                 # GAT's index_add: eager
+    (None, "cpu", "sage", False), (False, "cuda", "sage", False),  # no GPU; --no-cuda-graph
+    (True, "cuda", "gcn", True),
+])
+def test_the_padded_graph_is_on_where_it_applies(flag, device, model, want):
+    from mgg.apps.config import TrainConfig
+    from mgg.apps.sampled import sampled_cuda_graph
+    from mgg.nn.registry import model_entry
+
+    net = model_entry(model).sampled_model(6, 8, 3, 2, 0.5)
+    assert sampled_cuda_graph(TrainConfig(mode="sampled", model=model, cuda_graph=flag), device, net) is want
+
+
+@pytest.mark.parametrize("device,model,needle", [("cpu", "sage", "GPU backend"), ("cuda", "gat", "--model gat")])
+def test_an_explicit_cuda_graph_that_cannot_apply_names_why(device, model, needle):
+    from mgg.apps.config import TrainConfig, UserError
+    from mgg.apps.sampled import sampled_cuda_graph
+    from mgg.nn.registry import model_entry
+
+    net = model_entry(model).sampled_model(6, 8, 3, 2, 0.5)
+    with pytest.raises(UserError, match=needle):
+        sampled_cuda_graph(TrainConfig(mode="sampled", model=model, cuda_graph=True), device, net)
