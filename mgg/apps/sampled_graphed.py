@@ -11,8 +11,9 @@ records the step once over static buffers and replays it:
 * each later batch is copied into the buffers: the features into the input rows; each block's
   `ptr` with its padded dst rows empty, its `col` with padded edges on the sink row (inside no
   dst row's range: the sums never read them, and a degree count gives them to the sink alone);
-  the real dst rows of each block (`Block.dst_valid`: GCN's degree counts its self loops there
-  only); the labels, and a loss weight of 1 for each seed and 0 for each padding row. Then the graph
+  the graph degrees of the input nodes (`Block.src_degree`, GCN's normalisation: each block's src
+  nodes are a prefix of them); the labels, and a loss weight of 1 for each seed and 0 for each
+  padding row. Then the graph
   replays forward, backward, the gradient all-reduce (its count is the weights' sum, on the
   device) and the capturable Adam step. Padding rows hold finite values (zeros, or an earlier
   batch's) and reach no real row, and their loss weight is 0, so the update is the eager one;
@@ -81,8 +82,8 @@ class _Buffers:
     cols: list             # int64 [E_l] per block
     y: torch.Tensor        # int64 [N_L] labels (0 on padding rows)
     w: torch.Tensor        # float32 [N_L] loss weights (1 seeds, 0 padding)
-    valid: list            # bool [N_{l+1}] per block: its real dst rows
-    blocks: list           # mgg.sample.Block views of ptrs / cols / valid
+    degree: torch.Tensor   # int64 [N0] the graph's in-degree of the input rows (0 on padding rows)
+    blocks: list           # mgg.sample.Block views of ptrs / cols / degree
 
 
 class PaddedStep:
@@ -159,23 +160,24 @@ class PaddedStep:
         cols = [torch.full((edges[i],), nodes[i] - 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
         y = torch.zeros(nodes[-1], dtype=torch.int64, device=dev)
         w = torch.zeros(nodes[-1], dtype=torch.float32, device=dev)
-        valid = [torch.zeros(nodes[i + 1], dtype=torch.bool, device=dev) for i in range(levels - 1)]
-        blocks = [Block(ptrs[i], cols[i], nodes[i], nodes[i + 1], dst_valid=valid[i]) for i in range(levels - 1)]
-        return _Buffers(x, ptrs, cols, y, w, valid, blocks)
+        degree = torch.zeros(nodes[0], dtype=torch.int64, device=dev)
+        blocks = [Block(ptrs[i], cols[i], nodes[i], nodes[i + 1], src_degree=degree[: nodes[i]])
+                  for i in range(levels - 1)]
+        return _Buffers(x, ptrs, cols, y, w, degree, blocks)
 
     def _load(self, batch) -> None:
         """Copy `batch` into the buffers (a handful of copies and fills on the current stream)."""
         b = self.bufs
         u = int(batch.x.shape[0])
         b.x[:u].copy_(batch.x)
+        if batch.blocks[0].src_degree is not None:
+            b.degree[:u].copy_(batch.blocks[0].src_degree)
         for i, blk in enumerate(batch.blocks):
             n_dst, e = int(blk.n_dst), int(blk.col.numel())
             b.ptrs[i][: n_dst + 1].copy_(blk.ptr)
             b.ptrs[i][n_dst + 1:].fill_(e)
             b.cols[i][:e].copy_(blk.col)
             b.cols[i][e:].fill_(b.blocks[i].n_src - 1)
-            b.valid[i][:n_dst].fill_(True)
-            b.valid[i][n_dst:].fill_(False)
         k = int(batch.y.numel())
         b.y[:k].copy_(batch.y)
         b.y[k:].zero_()

@@ -37,9 +37,9 @@ class Block:
     n_src: int
     n_dst: int
     _row: torch.Tensor | None = field(default=None, repr=False, compare=False)
-    #: bool [n_dst]: which dst rows are real in a block padded to fixed capacities
-    #: (mgg.apps.sampled_graphed: padded dst rows have no edges); None: every row
-    dst_valid: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    #: int64 [n_src]: the whole graph's in-degree of every src node (dst i is src i), set by
+    #: `mgg.sample.sample_blocks`; GCN normalises with it. None: not known
+    src_degree: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.ptr.dim() != 1 or self.ptr.numel() != self.n_dst + 1:
@@ -68,7 +68,7 @@ class Block:
     def to(self, device: torch.device | str) -> "Block":
         return Block(self.ptr.to(device), self.col.to(device), self.n_src, self.n_dst,
                      None if self._row is None else self._row.to(device),
-                     None if self.dst_valid is None else self.dst_valid.to(device))
+                     None if self.src_degree is None else self.src_degree.to(device))
 
     def __repr__(self) -> str:
         return f"Block(n_src={self.n_src}, n_dst={self.n_dst}, num_edges={self.num_edges})"

@@ -87,7 +87,8 @@ def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], 
     is `sample_blocks_cuda` (one host synchronisation a batch with fanouts >= 1, same batches).
     """
     if id_map == "fused" and isinstance(indptr, torch.Tensor) and indptr.is_cuda:
-        return sample_blocks_cuda(indptr, indices, seeds, fanouts, generator)
+        nodes, blocks = sample_blocks_cuda(indptr, indices, seeds, fanouts, generator)
+        return nodes, _with_degrees(indptr, nodes, blocks)
     fn = fused_map if id_map == "fused" else unique_map
     nodes = seeds
     blocks: list[Block] = []
@@ -98,7 +99,18 @@ def sample_blocks(indptr, indices, seeds: torch.Tensor, fanouts: Sequence[int], 
         blocks.append(Block(ptr.to(n_id.device), local[n_dst:], int(n_id.numel()), n_dst))
         nodes = n_id
     blocks.reverse()
-    return nodes, blocks
+    return nodes, _with_degrees(indptr, nodes, blocks)
+
+
+def _with_degrees(indptr, n_id: torch.Tensor, blocks: list[Block]) -> list[Block]:
+    """Set every block's `src_degree`: the graph's in-degree of n_id, whose prefixes are the
+    blocks' src nodes (one gather a batch)."""
+    ip = indptr if isinstance(indptr, torch.Tensor) else torch.from_numpy(np.asarray(indptr, dtype=np.int64))
+    ids = n_id.to(ip.device)
+    deg = (ip[ids + 1] - ip[ids]).to(n_id.device)
+    for b in blocks:
+        b.src_degree = deg[: b.n_src]
+    return blocks
 
 
 @dataclass

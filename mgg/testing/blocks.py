@@ -12,7 +12,8 @@ __all__ = ["random_block", "block_dense"]
 def random_block(n_dst: int, n_src: int, max_deg: int, seed: int, device: torch.device | str = "cpu",
                  isolated: int = 2) -> Block:
     """A Block with n_dst dst rows of 0..max_deg sampled edges each (the first `isolated` rows
-    none, some src ids repeated within a row), src ids uniform in [0, n_src)."""
+    none, some src ids repeated within a row), src ids uniform in [0, n_src), and graph degrees
+    (`src_degree`) of 0..3 max_deg, at least each dst row's sampled edges."""
     rng = np.random.default_rng(seed)
     deg = rng.integers(0, max_deg + 1, n_dst)
     deg[: min(isolated, n_dst)] = 0
@@ -21,7 +22,10 @@ def random_block(n_dst: int, n_src: int, max_deg: int, seed: int, device: torch.
     col = rng.integers(0, n_src, int(ptr[-1])).astype(np.int64)
     if col.size > 1:
         col[1] = col[0]  # a repeated src in the row holding edges 0 and 1 (or across two rows)
-    return Block(torch.from_numpy(ptr).to(device), torch.from_numpy(col).to(device), n_src, n_dst)
+    degree = rng.integers(0, 3 * max_deg + 1, n_src).astype(np.int64)
+    degree[:n_dst] = np.maximum(degree[:n_dst], deg)
+    return Block(torch.from_numpy(ptr).to(device), torch.from_numpy(col).to(device), n_src, n_dst,
+                 src_degree=torch.from_numpy(degree).to(device))
 
 
 def block_dense(block: Block) -> np.ndarray:

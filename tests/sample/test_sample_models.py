@@ -45,25 +45,61 @@ def block_matrix(block) -> np.ndarray:
 # -- GCN ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
 def test_gcn_block_conv_equals_dense_reference(fin, fout):
+    """out = b + (x_i / D_i + deg(i) / s(i) sum_{j in S(i)} x_j / sqrt(D_i D_j)) W with the graph's
+    degrees D = deg + 1 (Block.src_degree), float64 dense math."""
     block = one_block()
     conv = GCNBlockConv(fin, fout).double()
     with torch.no_grad():
         conv.bias.normal_()
     h = torch.randn(block.n_src, fin, dtype=torch.float64, requires_grad=True)
-    a = block_matrix(block)
-    a[np.arange(block.n_dst), np.arange(block.n_dst)] += 1.0      # a self loop per dst node
-    d_in, d_out = a.sum(1), np.maximum(a.sum(0), 1.0)
-    norm = torch.from_numpy(a / np.sqrt(np.outer(d_in, d_out)))
-    ref = norm @ h @ conv.lin.weight.T + conv.bias
+    a = block_matrix(block)                                        # [n_dst, n_src] sampled edge counts
+    deg = block.src_degree.numpy().astype(np.float64)
+    d = deg + 1.0
+    s = a.sum(1)
+    assert (deg[: block.n_dst] >= s).all()                          # a node has at least its sampled edges
+    scale = np.where(s > 0, deg[: block.n_dst] / np.maximum(s, 1.0), 0.0)
+    norm = a * scale[:, None] / np.sqrt(np.outer(d[: block.n_dst], d))
+    norm[np.arange(block.n_dst), np.arange(block.n_dst)] += 1.0 / d[: block.n_dst]   # the self loops
+    ref = torch.from_numpy(norm) @ h @ conv.lin.weight.T + conv.bias
     assert torch.allclose(conv(h, block), ref, atol=1e-12)
     assert torch.autograd.gradcheck(lambda t: conv(t, block), (h,), eps=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="src nodes"):
         conv(h[:-1], block)
 
 
+def test_gcn_block_conv_needs_the_graph_degrees():
+    block = one_block()
+    block.src_degree = None
+    with pytest.raises(ValueError, match="Block.src_degree"):
+        GCNBlockConv(3, 2)(torch.randn(block.n_src, 3), block)
+
+
+def test_gcn_block_sum_is_an_unbiased_estimate_of_the_full_aggregation():
+    """Averaged over many samples of fanout 3, a seed's sampled GCN sum approaches the full
+    graph's D^-1/2 (A + I) D^-1/2 x (the estimator the training and the evaluation share)."""
+    indptr, indices = random_csr(60, 900, seed=4)
+    x = torch.randn(60, 4, dtype=torch.float64)
+    conv = GCNBlockConv(4, 4, bias=False).double()
+    with torch.no_grad():
+        conv.lin.weight.copy_(torch.eye(4))
+    seeds = torch.tensor([5, 17, 33])
+    outs = []
+    for k in range(400):
+        n_id, (block,) = sample_blocks(indptr, indices, seeds, [3], gen(k))
+        outs.append(conv(x[n_id], block))
+    est = torch.stack(outs).mean(0)
+    deg = np.diff(indptr).astype(np.float64)
+    a = np.zeros((60, 60))
+    np.add.at(a, (np.repeat(np.arange(60), np.diff(indptr)), indices), 1.0)
+    a += np.eye(60)
+    full = (a / np.sqrt(np.outer(deg + 1, deg + 1))) @ x.numpy()
+    assert np.allclose(est.detach().numpy(), full[seeds.numpy()], atol=0.06)
+    assert not np.allclose(outs[0].detach().numpy(), full[seeds.numpy()], atol=0.06)  # one sample is not
+
+
 def test_sampled_gcn_over_every_node_equals_the_full_graph_gcn():
-    """Every node a seed, fanout -1, a symmetric graph: the block degrees are the graph's + 1, and
-    SampledGCN computes the full-graph GCN (D^-1/2 (A + I) D^-1/2) with the same weights."""
+    """Every node a seed, fanout -1: every neighbor is sampled (deg(i) / s(i) = 1), and SampledGCN
+    computes the full-graph GCN (D^-1/2 (A + I) D^-1/2) with the same weights."""
     indptr, indices = symmetric_csr()
     n = len(indptr) - 1
     x = torch.randn(n, 7)

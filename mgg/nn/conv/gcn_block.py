@@ -1,21 +1,25 @@
 """GCNBlockConv: graph convolution over one sampled bipartite block (mini-batch training).
 
-PyG's GCNConv has no bipartite form; on a block this follows DGL's `GraphConv(norm="both")`,
-with a self loop added for every dst node (dst i is src i, see mgg.sample.block):
+The full graph's GCNConv, out = D^-1/2 (A + I) D^-1/2 x W + b with D the in-degree + 1, estimated
+from the sampled neighbors (dst i is src i, see mgg.sample.block):
 
-    out[i] = b + sum_{j in S(i) + {i}} (x_j W) / sqrt(d_out(j) * d_in(i))      for dst nodes i
+    out[i] = b + ( x_i / D_i + (deg(i) / s(i)) sum_{j in S(i)} x_j / sqrt(D_i D_j) ) W     for dst nodes i
 
-    S(i)      the sampled src nodes of i (a sampled edge j -> i counts once per occurrence)
-    d_in(i)   |S(i)| + 1 (its sampled edges and its self loop)
-    d_out(j)  the block edges leaving src j, its self loop included when j is a dst node (>= 1)
+    S(i)   the s(i) sampled src nodes of i (a sampled edge j -> i counts once per occurrence)
+    deg(i) the graph's in-degree of i, D_i = deg(i) + 1: the *whole graph's* degrees
+           (`Block.src_degree`, which mgg.sample.sample_blocks sets), not the block's
 
-Both degrees are those of the block, as DGL computes them on a block. When the block holds every
-node as a dst and all neighbors (fanout -1), they are the full graph's degrees + 1 and, on a
-symmetric graph, this is the full-graph `GCNConv` (D^-1/2 (A + I) D^-1/2 x W + b). The parameters
-are GCNConv's (`lin.weight`, `bias`), so a trained block model loads into the full-graph `GCN`.
-The sum over sampled edges is mgg.nn.block_sum with both degree factors as its scales and, when
-the layer aggregates before projecting, its input dropout folded in. The block is duck-typed
-(`ptr`, `col`, `row`, `deg`, `n_src`, `n_dst`).
+Sampling s(i) of i's deg(i) neighbors uniformly, the sum times deg(i) / s(i) is an unbiased
+estimate of the sum over all of them, so training and the full-graph evaluation (the model's
+`to_full_graph()` twin) normalise alike. With every neighbor sampled (fanout -1, or a fanout at
+least every degree) it is `GCNConv` exactly. A seed's output depends on its own sampled
+neighborhood only, not on the other seeds of its batch. (DGL's `GraphConv(norm="both")` on a
+block divides by the *block's* degrees instead; a src node of a large graph has few block edges
+next to its many graph edges, so its rows weigh several times more in training than in the
+evaluation.) The parameters are GCNConv's (`lin.weight`, `bias`), so a trained block model
+loads into the full-graph `GCN`. The sum over sampled edges is mgg.nn.block_sum with the two
+factors as its scales and, when the layer aggregates before projecting, its input dropout folded
+in. The block is duck-typed (`ptr`, `col`, `deg`, `src_degree`, `n_src`, `n_dst`).
 """
 from __future__ import annotations
 
@@ -27,20 +31,23 @@ from .gcn_conv import GCNConv
 __all__ = ["GCNBlockConv", "block_gcn_norm"]
 
 
-def block_gcn_norm(block, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """(src factor [n_src], dst factor [n_dst]): d_out(j)^-1/2 and d_in(i)^-1/2 of the block with
-    a self loop per dst node (module doc)."""
-    col = block.col
-    # a scatter, not bincount: bincount reads its output size on the host (no CUDA graph capture)
-    d_out = torch.zeros(block.n_src, dtype=torch.int64, device=col.device).index_add_(0, col, torch.ones_like(col))
-    valid = getattr(block, "dst_valid", None)  # a padded block: only its real dst rows are src rows too
-    d_out[: block.n_dst] += 1 if valid is None else valid.to(d_out.dtype)
-    d_in = block.deg + 1
-    return d_out.clamp(min=1).to(dtype).rsqrt(), d_in.to(dtype).rsqrt()
+def block_gcn_norm(block, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(src factor [n_src] D_j^-1/2, dst factor [n_dst] D_i^-1/2 deg(i) / s(i) (0 where i has no
+    sampled edge), self factor [n_dst] 1 / D_i) of the block (module doc)."""
+    degree = getattr(block, "src_degree", None)
+    if degree is None:
+        raise ValueError("GCNBlockConv needs the graph's in-degree of the block's src nodes (Block.src_degree, "
+                         "set by mgg.sample.sample_blocks)")
+    d = degree.to(dtype) + 1.0
+    src_f = d.rsqrt()
+    deg_dst, sampled = degree[: block.n_dst].to(dtype), block.deg.to(dtype)
+    dst_f = torch.where(sampled > 0, src_f[: block.n_dst] * deg_dst / sampled.clamp(min=1.0), torch.zeros_like(sampled))
+    return src_f, dst_f, 1.0 / d[: block.n_dst]
 
 
 class GCNBlockConv(GCNConv):
-    """GCN convolution on a Block: GCNConv's parameters, the block's normalised aggregation.
+    """GCN convolution on a Block: GCNConv's parameters, the full graph's normalisation estimated
+    from the sampled neighbors (module doc).
 
     Shapes:
         input float [n_src, in_channels] -> output float [n_dst, out_channels].
@@ -59,10 +66,8 @@ class GCNBlockConv(GCNConv):
         else:
             h = x
             root = x[: block.n_dst] if drop is None else drop.apply(x[: block.n_dst])
-        src_f, dst_f = block_gcn_norm(block, h.dtype)
-        # the self loops: (src_f * h)[i] * dst_f[i] for dst i, then the sampled edges
-        out = root * (src_f[: block.n_dst] * dst_f).to(root.dtype).unsqueeze(1)
-        out = out + block_sum(h, block, src_scale=src_f, dst_scale=dst_f, drop=drop)
+        src_f, dst_f, self_f = block_gcn_norm(block, h.dtype)
+        out = root * self_f.unsqueeze(1) + block_sum(h, block, src_scale=src_f, dst_scale=dst_f, drop=drop)
         if not project_first:
             out = self.lin(out)
         return out if self.bias is None else out + self.bias
