@@ -84,20 +84,20 @@ class FeatureSource(abc.ABC):
         self.stats = FetchStats(row_bytes=4 * self.dim)
         self.last = FetchStats(row_bytes=4 * self.dim)
 
-    def _ids(self, n_id) -> np.ndarray:
+    def _ids(self, n_id, checked: bool = False) -> np.ndarray:
         ids = n_id.detach().cpu().numpy() if isinstance(n_id, torch.Tensor) else np.asarray(n_id)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"gather: n_id must be a 1-D integer array, got {ids.dtype} {ids.shape}")
         ids = ids.astype(np.int64, copy=False)
-        if ids.size:
+        if ids.size and not checked:
             self._check_range(int(ids.min()), int(ids.max()))
         return ids
 
-    def _device_ids(self, n_id) -> torch.Tensor:
-        """n_id as int64 on self.device (a GPU), range-checked by one read of its (min, max)
-        instead of a copy of every id to the host."""
+    def _device_ids(self, n_id, checked: bool = False) -> torch.Tensor:
+        """n_id as int64 on self.device (a GPU), range-checked (unless `checked`) by one read of
+        its (min, max) instead of a copy of every id to the host."""
         ids = self._on_device(n_id)
-        if ids.numel():
+        if ids.numel() and not checked:
             self._check_range(*torch.stack([ids.min(), ids.max()]).tolist())
         return ids
 
@@ -120,8 +120,13 @@ class FeatureSource(abc.ABC):
         self.stats.add(self.last)
 
     @abc.abstractmethod
-    def gather(self, n_id) -> torch.Tensor:
-        """float32 [U, F] rows of the global ids n_id (int64 [U]) on `self.device`."""
+    def gather(self, n_id, checked: bool = False) -> torch.Tensor:
+        """float32 [U, F] rows of the global ids n_id (int64 [U]) on `self.device`.
+
+        checked: the caller guarantees every id lies in [0, num_nodes) (the loader's own ids: its
+        seeds were checked when it was built, sampled neighbors come from the CSR the load
+        checked), so the range is not read (on a GPU: one synchronisation fewer). Otherwise an
+        id out of range raises IndexError."""
 
     def close(self) -> None:
         """Free what the source holds (collective for the store and host tiers)."""
@@ -145,12 +150,12 @@ class TensorFeatures(FeatureSource):
         self.device = self.x.device
         self._init_stats()
 
-    def gather(self, n_id) -> torch.Tensor:
+    def gather(self, n_id, checked: bool = False) -> torch.Tensor:
         if self.device.type == "cuda":
-            ids = self._device_ids(n_id)
+            ids = self._device_ids(n_id, checked)
             self._count(int(ids.numel()))
             return self.x[ids]
-        ids = self._ids(n_id)
+        ids = self._ids(n_id, checked)
         self._count(len(ids))
         return self.x[torch.from_numpy(ids).to(self.device)]
 
@@ -201,10 +206,10 @@ class StoreFeatures(FeatureSource):
         """Owner rank of every global id (int64 [k]); empty ranges never own a node."""
         return np.searchsorted(self.bounds, ids, side="right") - 1
 
-    def gather(self, n_id) -> torch.Tensor:
+    def gather(self, n_id, checked: bool = False) -> torch.Tensor:
         if self.device.type == "cuda":
-            return self._gather_on_device(n_id)
-        ids = self._ids(n_id)
+            return self._gather_on_device(n_id, checked)
+        ids = self._ids(n_id, checked)
         owner = self.owner(ids)
         row = ids - self.bounds[owner]
         mine = owner == self.rank
@@ -226,20 +231,27 @@ class StoreFeatures(FeatureSource):
         self._count(len(ids), remote=n_remote)
         return out
 
-    def _gather_on_device(self, n_id) -> torch.Tensor:
+    def _gather_on_device(self, n_id, checked: bool = False) -> torch.Tensor:
         """`gather` on the GPU: owners and rows from the ids on the device, one launch; the ids'
-        range and the remote count in one read."""
+        range and the remote count in one read (checked ids on one rank: a row gather of the
+        local slice, nothing read)."""
         ids = self._on_device(n_id)
         k = int(ids.numel())
         if not k:
             self._count(0)
             return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
+        if checked and self.world_size == 1:
+            self._count(k)
+            return self.array.local.index_select(0, ids)
         if getattr(self, "_bounds_t", None) is None:
             self._bounds_t = torch.from_numpy(np.asarray(self.bounds, np.int64)).to(self.device)
         b = self._bounds_t
         owner = (torch.searchsorted(b, ids, right=True) - 1).clamp_(0, self.world_size - 1)
-        lo, hi, remote = torch.stack([ids.min(), ids.max(), (owner != self.rank).sum()]).tolist()
-        self._check_range(lo, hi)
+        if checked:
+            remote = int((owner != self.rank).sum())   # the remote-row counters' one read
+        else:
+            lo, hi, remote = torch.stack([ids.min(), ids.max(), (owner != self.rank).sum()]).tolist()
+            self._check_range(lo, hi)
         rows = self.array.gather(owner.to(torch.int32), (ids - b[owner]).to(torch.int32))
         self._count(k, remote=int(remote))
         return rows if rows.is_contiguous() else rows.contiguous()
@@ -313,14 +325,14 @@ class HostTierFeatures(FeatureSource):
             raise RuntimeError(f"HostTierFeatures: cudaHostRegister of {self.host.nbytes} bytes failed ({err})")
         self._registered = True
 
-    def gather(self, n_id) -> torch.Tensor:
+    def gather(self, n_id, checked: bool = False) -> torch.Tensor:
         if self.device.type == "cuda":
             from ..kernels.sample_gpu import gather_host_rows_cuda
 
-            rows = self._device_ids(n_id)
+            rows = self._device_ids(n_id, checked)
             self._count(int(rows.numel()), host=int(rows.numel()))
             return gather_host_rows_cuda(self.host_tensor, rows)
-        ids = self._ids(n_id)
+        ids = self._ids(n_id, checked)
         self._count(len(ids), host=len(ids))
         return self.host_tensor.index_select(0, torch.from_numpy(ids))
 

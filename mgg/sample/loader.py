@@ -387,12 +387,13 @@ class NeighborLoader:
             ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             ev[0].record(torch.cuda.current_stream(self.device))
         src = self.features
+        # the loader's own ids: seeds checked when it was built, neighbors from the loaded CSR
         if self.reuse:
-            x = self.cache.gather(n_id, src)
+            x = self.cache.gather(n_id, src, checked=True)
             fetched, reused = self.cache.last_fetched, self.cache.last_reused
             remote = src.last.rows_remote if fetched else 0
         else:
-            x = src.gather(n_id)
+            x = src.gather(n_id, checked=True)
             fetched, reused, remote = int(n_id.numel()), 0, src.last.rows_remote
         x = x.to(self.device)
         if timed:

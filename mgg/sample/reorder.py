@@ -167,17 +167,19 @@ class ResidentCache:
         hit = self.ids_sorted[pos] == ids
         return hit, self.order[pos]
 
-    def gather(self, n_id: torch.Tensor, source) -> torch.Tensor:
+    def gather(self, n_id: torch.Tensor, source, checked: bool = False) -> torch.Tensor:
+        """float32 [U, F] rows of n_id, the misses read from `source` (FeatureSource.gather's
+        `checked`: ids known to be in range)."""
         n_id = torch.as_tensor(n_id, dtype=torch.int64)
         hit, res_row = self.lookup(n_id)
         u = n_id.numel()
         out = torch.empty((u, source.dim), dtype=torch.float32, device=source.device)
         miss = torch.nonzero(~hit).flatten()
         if miss.numel() == u:
-            out = source.gather(n_id)
+            out = source.gather(n_id, checked=checked)
         else:
             if miss.numel():
-                out[miss.to(out.device)] = source.gather(n_id[miss])
+                out[miss.to(out.device)] = source.gather(n_id[miss], checked=checked)
             sel = torch.nonzero_static(hit, size=u - miss.numel()).flatten()  # size known: no second sync
             out[sel.to(out.device)] = self.x[res_row[sel].to(self.x.device)].to(out.device)
         self.last_fetched, self.last_reused = int(miss.numel()), int(u - miss.numel())

@@ -209,8 +209,26 @@ def test_feature_sources_gather_source_rows():
         assert src.gather(torch.zeros(0, dtype=torch.int64)).shape == (0, 6)
         with pytest.raises(IndexError, match="out of range"):
             src.gather(torch.tensor([57]))
+        assert torch.equal(src.gather(ids, checked=True), out) and src.last.rows == 5  # the range not read
         src.close()
     assert sources[2].tier == "host" and sources[1].tier == "store"
+
+
+def test_the_loader_gathers_its_own_ids_without_a_range_check(monkeypatch):
+    """The loader's ids are in range by construction (seeds checked when it is built, neighbors
+    from the loaded CSR): its gathers pass checked=True, so no range read (a GPU synchronisation)."""
+    indptr, indices = random_csr(300, 2400, seed=2)
+    x = np.random.default_rng(1).standard_normal((300, 5)).astype(np.float32)
+    for reuse in (False, True):
+        loader = NeighborLoader((indptr, indices), x, np.zeros(300, np.int64), np.arange(0, 300, 3), [4, 3],
+                                batch_size=25, reuse=reuse)
+
+        def refuse(lo, hi):
+            raise AssertionError("the loader's gather read the ids' range")
+
+        monkeypatch.setattr(loader.features, "_check_range", refuse)
+        for batch in loader:
+            assert torch.equal(batch.x, torch.from_numpy(x[batch.n_id.numpy()]))
 
 
 def test_feature_budget_choice_and_sizes():

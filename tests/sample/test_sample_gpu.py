@@ -232,11 +232,11 @@ def test_prefetch_thread_raises_in_the_caller_and_stops_on_break():
     class Failing(TensorFeatures):
         calls = 0
 
-        def gather(self, n_id):
+        def gather(self, n_id, checked=False):
             Failing.calls += 1
             if Failing.calls == 3:
                 raise RuntimeError("gather failed on purpose")
-            return super().gather(n_id)
+            return super().gather(n_id, checked)
 
     indptr, indices = random_csr(2000, 20000, seed=12)
     x = np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32)
