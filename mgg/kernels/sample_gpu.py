@@ -67,9 +67,10 @@ def sample_neighbors_cuda(indptr: torch.Tensor, indices: torch.Tensor, seeds: to
 
 
 def _hash_table(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, np.int64]:
-    """(keys, values, mask) of an empty Fused-Map table for n elements: capacity a power of two
-    >= 2 n (load factor <= 1/2), keys and values all ones (EMPTY_KEY; the largest unsigned
-    position), set by one fill."""
+    """(keys, values, mask) of an empty Fused-Map table for at most n distinct keys: capacity a
+    power of two >= 2 n (load factor <= 1/2), keys and values all ones (EMPTY_KEY; the largest
+    unsigned position), set by one fill. A hop's keys are node ids, so n is at most the graph's
+    node count however many elements the hop maps."""
     cap = 1 << max(4, int(2 * n - 1).bit_length())
     table = torch.full((2, cap), -1, dtype=torch.int64, device=dev)
     return table[0], table[1], np.int64(cap - 1)
@@ -176,7 +177,7 @@ def sample_hop_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Te
             (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(n_dst),
              np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(ids[n_dst:]),
              _NULL), dev)
-    keys, vals, mask = _hash_table(n, dev)
+    keys, vals, mask = _hash_table(min(n, indptr.numel() - 1), dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the sampled count
     args = (_ptr(ids), np.int64(n_dst), _NULL, _ptr(n_var), _ptr(keys), _ptr(vals), mask)
@@ -248,7 +249,7 @@ def sample_hop_bounded_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: 
     _launch("sample_uniform", dst_bound,
             (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(dst_bound), np.int32(fanout),
              np.uint64(seed & (2 ** 64 - 1)), _ptr(out), base), dev)
-    keys, vals, mask = _hash_table(n, dev)
+    keys, vals, mask = _hash_table(min(n, indptr.numel() - 1), dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the real elements
     fixed = _ptr(n_nodes) if n_nodes is not None else _NULL
