@@ -169,28 +169,8 @@ def sample_hop_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Te
         raise ValueError("sample_hop_cuda: fanout -1 (every neighbor) needs the hop's edge count")
     bound = n_dst * int(fanout) if edges is None else int(edges)
     torch.cumsum(count, 0, out=ptr[1:])
-    n = n_dst + bound
-    ids = torch.empty(n, dtype=torch.int64, device=dev)
-    ids[:n_dst].copy_(nodes)
-    n_var = ptr[n_dst:]   # the hop's edge count, on the device
-    _launch("sample_uniform", n_dst,
-            (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(n_dst),
-             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(ids[n_dst:]),
-             _NULL), dev)
-    keys, vals, mask = _hash_table(min(n, indptr.numel() - 1), dev)
-    first_pos = torch.empty(n, dtype=torch.int64, device=dev)
-    is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the sampled count
-    args = (_ptr(ids), np.int64(n_dst), _NULL, _ptr(n_var), _ptr(keys), _ptr(vals), mask)
-    _launch("fused_map_insert", n, args, dev)
-    _launch("fused_map_lookup", n, args + (_ptr(first_pos), _ptr(is_first)), dev)
-    rank = torch.cumsum(is_first, 0, dtype=torch.int64)
-    u_bound = min(n, indptr.numel() - 1)
-    n_id = torch.empty(u_bound, dtype=torch.int64, device=dev)
-    local = torch.empty(bound, dtype=torch.int64, device=dev)
-    next_count = torch.zeros(u_bound, dtype=torch.int64, device=dev) if next_fanout else None
-    _launch("fused_map_compact", n,
-            (_ptr(ids), np.int64(n_dst), _NULL, _ptr(n_var), _ptr(first_pos), _ptr(is_first), _ptr(rank), _ptr(indptr),
-             _ALL if next_fanout < 0 else np.int64(next_fanout), _ptr(n_id), _ptr(local), _ptr(next_count)), dev)
+    n_id, local, next_count, rank = _sample_and_map(indptr, indices, nodes, None, ptr, bound, fanout, seed,
+                                                    next_fanout)
     sizes = [ptr[-1], rank[-1]] + ([next_count.sum()] if next_count is not None else [])
     got = torch.stack(sizes).tolist()   # the hop's one host synchronisation
     e, u = int(got[0]), int(got[1])
@@ -235,20 +215,39 @@ def sample_hop_bounded_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: 
     """
     if fanout < 1:
         raise ValueError("sample_hop_bounded_cuda: the edge bound needs a fanout >= 1")
+    dst_bound = int(nodes.numel())
+    ptr = torch.zeros(dst_bound + 1, dtype=torch.int64, device=nodes.device)
+    torch.cumsum(count, 0, out=ptr[1:])
+    n_id, local, next_count, rank = _sample_and_map(indptr, indices, nodes, n_nodes, ptr, dst_bound * int(fanout),
+                                                    fanout, seed, next_fanout)
+    return BoundedHop(ptr, local, n_id, next_count, ptr[dst_bound:], rank[-1:], int(n_id.numel()))
+
+
+def _sample_and_map(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, n_nodes: torch.Tensor | None,
+                    ptr: torch.Tensor, edge_bound: int, fanout: int, seed: int, next_fanout: int):
+    """A hop's kernels once its row pointer is known: the sample written behind the real dst nodes
+    in the id buffer, the Fused-Map of [dst nodes, neighbors], the compaction.
+
+    Args:
+        nodes: int64 [dst_bound] CUDA; the first n_nodes are the dst nodes (all when n_nodes is None,
+            else an int64 [1] CUDA view read on the device).
+        ptr: int64 [dst_bound + 1]: the prefix sums of the sample counts (flat past the dst nodes).
+        edge_bound: at least the sampled edges (ptr[-1]). fanout, seed, next_fanout: as sample_hop_cuda.
+    Returns:
+        (n_id int64 [u_bound], local int64 [edge_bound], next_count int64 [u_bound] or None,
+         rank int64 [dst_bound + edge_bound]: the prefix sums of the first occurrences).
+    """
     dev = nodes.device
     dst_bound = int(nodes.numel())
-    edge_bound = dst_bound * int(fanout)
-    n = dst_bound + edge_bound
-    ptr = torch.zeros(dst_bound + 1, dtype=torch.int64, device=dev)
-    torch.cumsum(count, 0, out=ptr[1:])
-    edges = ptr[dst_bound:]
+    n = dst_bound + int(edge_bound)
+    edges = ptr[dst_bound:]   # the hop's edge count, on the device
     ids = torch.empty(n, dtype=torch.int64, device=dev)
     ids[:dst_bound].copy_(nodes)   # the neighbors overwrite the tail past the real dst nodes
     # neighbors behind the real dst nodes: at n_nodes (on the device), or at dst_bound
     out, base = (ids, _ptr(n_nodes)) if n_nodes is not None else (ids[dst_bound:], _NULL)
     _launch("sample_uniform", dst_bound,
-            (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(dst_bound), np.int32(fanout),
-             np.uint64(seed & (2 ** 64 - 1)), _ptr(out), base), dev)
+            (_ptr(indptr), _ptr(indices), _ptr(nodes), _ptr(ptr), np.int64(dst_bound),
+             np.int32(fanout if fanout > 0 else 1 << 30), np.uint64(seed & (2 ** 64 - 1)), _ptr(out), base), dev)
     keys, vals, mask = _hash_table(min(n, indptr.numel() - 1), dev)
     first_pos = torch.empty(n, dtype=torch.int64, device=dev)
     is_first = torch.zeros(n, dtype=torch.uint8, device=dev)   # 0 past the real elements
@@ -259,13 +258,13 @@ def sample_hop_bounded_cuda(indptr: torch.Tensor, indices: torch.Tensor, nodes: 
     rank = torch.cumsum(is_first, 0, dtype=torch.int64)
     u_bound = min(n, indptr.numel() - 1)
     n_id = torch.empty(u_bound, dtype=torch.int64, device=dev)
-    local = torch.empty(edge_bound, dtype=torch.int64, device=dev)
+    local = torch.empty(int(edge_bound), dtype=torch.int64, device=dev)
     next_count = torch.zeros(u_bound, dtype=torch.int64, device=dev) if next_fanout else None
     _launch("fused_map_compact", n,
             (_ptr(ids), np.int64(dst_bound), fixed, _ptr(edges), _ptr(first_pos), _ptr(is_first), _ptr(rank),
              _ptr(indptr), _ALL if next_fanout < 0 else np.int64(next_fanout), _ptr(n_id), _ptr(local),
              _ptr(next_count)), dev)
-    return BoundedHop(ptr, local, n_id, next_count, edges, rank[-1:], u_bound)
+    return n_id, local, next_count, rank
 
 
 def gather_host_rows_cuda(table: torch.Tensor, rows: torch.Tensor,
