@@ -60,6 +60,25 @@ __device__ __forceinline__ float4 dropped(float4 v, i64 j, int c0, const BlockDr
   return v;
 }
 
+// op(j, s) for every edge k of [beg, end), j = col[k] and s = src_scale[j] (1 without scales): the
+// warp reads 32 of the row's column ids (and scales) at a time and broadcasts them by shuffle, so
+// every lane of the warp must call it with the same row
+template <typename Op>
+__device__ __forceinline__ void for_each_edge(i64 beg, i64 end, int lane, const i64* __restrict__ col,
+                                              const float* __restrict__ src_scale, Op op) {
+  for (i64 kb = beg; kb < end; kb += 32) {
+    const int nk = (int)min((i64)32, end - kb);
+    i64 my_j = 0;
+    float my_s = 1.f;
+    if (lane < nk) {
+      my_j = col[kb + lane];
+      if (src_scale) my_s = src_scale[my_j];
+    }
+#pragma unroll 4
+    for (int t = 0; t < nk; ++t) op(__shfl_sync(FULL_MASK, my_j, t), __shfl_sync(FULL_MASK, my_s, t));
+  }
+}
+
 extern "C" __global__ void mgg_block_sum(const float* __restrict__ x, int dim, const i64* __restrict__ ptr,
                                          const i64* __restrict__ col, i64 n_dst,
                                          const float* __restrict__ src_scale, const float* __restrict__ dst_scale,
@@ -77,27 +96,14 @@ extern "C" __global__ void mgg_block_sum(const float* __restrict__ x, int dim, c
       const int c0 = cb + 4 * lane;
       const bool active = c0 < dim;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (i64 kb = beg; kb < end; kb += 32) {
-        const int nk = (int)min((i64)32, end - kb);
-        i64 my_j = 0;
-        float my_s = 1.f;
-        if (lane < nk) {
-          my_j = col[kb + lane];
-          if (src_scale) my_s = src_scale[my_j];
-        }
-#pragma unroll 4
-        for (int t = 0; t < nk; ++t) {
-          const i64 j = __shfl_sync(FULL_MASK, my_j, t);
-          const float s = __shfl_sync(FULL_MASK, my_s, t);
-          if (active) {
-            const float4 v = dropped(load_cols(x + j * dim, c0, dim, vec4), j, c0, d);
-            acc.x += s * v.x;
-            acc.y += s * v.y;
-            acc.z += s * v.z;
-            acc.w += s * v.w;
-          }
-        }
-      }
+      for_each_edge(beg, end, lane, col, src_scale, [&](i64 j, float s) {
+        if (!active) return;
+        const float4 v = dropped(load_cols(x + j * dim, c0, dim, vec4), j, c0, d);
+        acc.x += s * v.x;
+        acc.y += s * v.y;
+        acc.z += s * v.z;
+        acc.w += s * v.w;
+      });
       if (!active) continue;
       float* o = out + i * dim;
       acc.x *= ds; acc.y *= ds; acc.z *= ds; acc.w *= ds;
@@ -133,26 +139,15 @@ extern "C" __global__ void mgg_block_sum_grad(const float* __restrict__ g, int d
       const bool active = c0 < dim;
       float4 gi = active ? load_cols(g + i * dim, c0, dim, vec4) : make_float4(0.f, 0.f, 0.f, 0.f);
       gi.x *= ds; gi.y *= ds; gi.z *= ds; gi.w *= ds;
-      for (i64 kb = beg; kb < end; kb += 32) {
-        const int nk = (int)min((i64)32, end - kb);
-        i64 my_j = 0;
-        float my_s = 1.f;
-        if (lane < nk) {
-          my_j = col[kb + lane];
-          if (src_scale) my_s = src_scale[my_j];
-        }
-        for (int t = 0; t < nk; ++t) {
-          const i64 j = __shfl_sync(FULL_MASK, my_j, t);
-          const float s = __shfl_sync(FULL_MASK, my_s, t);
-          if (!active) continue;
-          const float4 v = dropped(make_float4(s * gi.x, s * gi.y, s * gi.z, s * gi.w), j, c0, d);
-          float* r = grad_x + j * dim + c0;
-          if (v.x != 0.f) atomicAdd(r + 0, v.x);
-          if (c0 + 1 < dim && v.y != 0.f) atomicAdd(r + 1, v.y);
-          if (c0 + 2 < dim && v.z != 0.f) atomicAdd(r + 2, v.z);
-          if (c0 + 3 < dim && v.w != 0.f) atomicAdd(r + 3, v.w);
-        }
-      }
+      for_each_edge(beg, end, lane, col, src_scale, [&](i64 j, float s) {
+        if (!active) return;
+        const float4 v = dropped(make_float4(s * gi.x, s * gi.y, s * gi.z, s * gi.w), j, c0, d);
+        float* r = grad_x + j * dim + c0;
+        if (v.x != 0.f) atomicAdd(r + 0, v.x);
+        if (c0 + 1 < dim && v.y != 0.f) atomicAdd(r + 1, v.y);
+        if (c0 + 2 < dim && v.z != 0.f) atomicAdd(r + 2, v.z);
+        if (c0 + 3 < dim && v.w != 0.f) atomicAdd(r + 3, v.w);
+      });
     }
   }
 }
