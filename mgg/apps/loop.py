@@ -8,6 +8,7 @@ an `EpochHooks` object.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -278,6 +279,9 @@ def _epochs(state: LoopState, hooks: EpochHooks, start: int) -> None:
             with torch.no_grad():
                 counts = mask_counts(hooks.eval_logits(state.data), state.data)
         sums = reduce_epoch(state.comm, float(loss), requested, hooks.epoch_values(), counts)
+        if not math.isfinite(sums.loss):  # the loss is summed over the ranks: all of them stop here
+            raise UserError(f"training diverged: the loss of epoch {epoch} is {sums.loss} "
+                            "(try a lower --lr)")
         if sums.accuracies is not None:
             state.last = sums.accuracies
         rec = {"epoch": epoch, "loss": sums.loss, "train_acc": state.last["train_acc"],

@@ -47,6 +47,10 @@ class Block:
         if self.n_dst > self.n_src:
             raise ValueError(f"Block: n_dst ({self.n_dst}) > n_src ({self.n_src}); dst nodes are a prefix of src")
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """Every tensor the block holds (what a stream that reads the block must keep alive)."""
+        return tuple(t for t in (self.ptr, self.col, self._row, self.src_degree) if t is not None)
+
     @property
     def num_edges(self) -> int:
         return int(self.col.numel())

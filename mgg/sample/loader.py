@@ -422,7 +422,7 @@ def _tensors_of(obj) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, Block):
-        yield from (t for t in (obj.ptr, obj.col, obj._row) if t is not None)
+        yield from obj.tensors()
     elif isinstance(obj, (tuple, list)):
         for o in obj:
             yield from _tensors_of(o)

@@ -136,6 +136,8 @@ def make_case(name, d: Path) -> tuple[list[str], str]:
     if name == "checkpoint-dir-is-a-file":
         (d / "file").write_text("")
         return ["--checkpoint-dir", str(d / "file")], f"--checkpoint-dir {d / 'file'}: exists and is not a folder"
+    if name == "diverging-loss":  # the loss of the default graph is nan by the second epoch
+        return ["--lr", "1e30", "--epochs", "3"], "training diverged: the loss of epoch 2 is nan"
     if name == "checkpoint-of-another-run":
         # a 1-rank checkpoint of another graph: both mismatches are named
         ck = d / "ck"
@@ -152,7 +154,7 @@ CASES = ["truncated-npz", "corrupt-npz", "id-out-of-range", "negative-id", "edge
          "ps-out-of-range", "dist-out-of-range", "wpb-out-of-range", "ps-inter-out-of-range",
          "checkpoint-of-another-run", "metrics-json-unwritable", "metrics-json-is-a-folder",
          "checkpoint-dir-unwritable", "checkpoint-dir-is-a-file", "label-beyond-classes",
-         "label-beyond-num-classes", "label-below-minus-one"]
+         "label-beyond-num-classes", "label-below-minus-one", "diverging-loss"]
 ARGPARSE = {"unknown-option", "ps-out-of-range", "dist-out-of-range", "wpb-out-of-range",
             "ps-inter-out-of-range"}
 

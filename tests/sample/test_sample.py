@@ -116,6 +116,20 @@ def test_sampling_is_seeded_and_handles_empty_input():
     assert ptr.tolist() == [0, 0, 0] and nbr.numel() == 0
 
 
+def test_a_block_names_every_tensor_it_holds():
+    """The prefetching loader keeps a batch's memory alive for the stream that reads it through
+    Block.tensors(): a tensor field it leaves out would be reused while still being read."""
+    import dataclasses
+
+    t = lambda n: torch.arange(n)  # noqa: E731
+    blk = Block(t(4), t(5), 6, 3, _row=t(5), src_degree=t(6))
+    held = {id(x) for x in blk.tensors()}
+    tensor_fields = [f.name for f in dataclasses.fields(Block) if isinstance(getattr(blk, f.name), torch.Tensor)]
+    assert len(tensor_fields) == 4
+    assert all(id(getattr(blk, name)) in held for name in tensor_fields)
+    assert len(Block(t(4), t(5), 6, 3).tensors()) == 2
+
+
 def test_sampling_bad_input():
     indptr, indices = random_csr(20, 100, seed=1)
     with pytest.raises(IndexError, match="out of range"):
