@@ -148,7 +148,8 @@ def _loader(cfg: TrainConfig, comm, graph: Any, dg, prep, seeds: np.ndarray, tea
     loader = NeighborLoader((graph.indptr, graph.indices), feats, prep.y, seeds, list(cfg.fanout),
                             cfg.batch_size, shuffle=True, reorder=cfg.reorder, reuse=reuse_pays(cfg, comm, feats),
                             seed=cfg.sample_seed, device=dg.device, comm=comm,
-                            adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch)
+                            adjacency_budget=cfg.feature_memory_budget, prefetch=cfg.prefetch,
+                            index_features=True)
     return loader, feats
 
 

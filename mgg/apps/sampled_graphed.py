@@ -8,7 +8,9 @@ records the step once over static buffers and replays it:
 * the first `warmup` steps run eagerly and record the largest size of every level (the input
   nodes, each block's dst nodes, each block's edges, the seeds); the capacities are those times
   HEADROOM, plus one row (a level's last row is a padding row: the sink of padded edges);
-* each later batch is copied into the buffers: the features into the input rows; each block's
+* each later batch is copied into the buffers: the features into the input rows (or, when the
+  batch gives them as mgg.nn.IndexedRows of one feature table, only their ids: the graph reads
+  the table through them, and padding ids are valid rows); each block's
   `ptr` with its padded dst rows empty, its `col` with padded edges on the sink row (inside no
   dst row's range: the sums never read them, and a degree count gives them to the sink alone);
   the graph degrees of the input nodes (`Block.src_degree`, GCN's normalisation: each block's src
@@ -77,7 +79,7 @@ def padded_step(model, opt, comm, store, generator, x, blocks, y, w) -> torch.Te
 class _Buffers:
     """The static inputs of the captured step (every tensor on the GPU)."""
 
-    x: torch.Tensor        # float32 [N0, F] input rows
+    x: object              # float32 [N0, F] input rows, or IndexedRows(table, int64 [N0] ids)
     ptrs: list             # int64 [N_{l+1} + 1] per block
     cols: list             # int64 [E_l] per block
     y: torch.Tensor        # int64 [N_L] labels (0 on padding rows)
@@ -127,9 +129,21 @@ class PaddedStep:
             all(s <= c for s, c in zip(sizes[levels:], self._caps[levels:]))
 
     # -- the step ------------------------------------------------------------------------------
+    def _same_input(self, batch) -> bool:
+        """Whether the batch's features take the buffers' form (rows, or ids into the same table)."""
+        from ..nn.indexed_rows import IndexedRows
+
+        if self.bufs is None:
+            return True
+        mine, x = self.bufs.x, batch.x
+        if isinstance(mine, IndexedRows) != isinstance(x, IndexedRows):
+            return False
+        return not isinstance(x, IndexedRows) or (x.table.data_ptr() == mine.table.data_ptr()
+                                                  and x.table.shape == mine.table.shape)
+
     def __call__(self, batch):
         sizes = self._sizes(batch)
-        if self.captured and self._fits(sizes):
+        if self.captured and self._fits(sizes) and self._same_input(batch):
             self._load(batch)
             self.graph.replay()
             self.replays += 1
@@ -139,7 +153,7 @@ class PaddedStep:
             self.eager_steps += 1
             return self.eager(batch)
         self._capture(batch)
-        if self.captured and self._fits(sizes):
+        if self.captured and self._fits(sizes) and self._same_input(batch):
             self._load(batch)
             self.graph.replay()
             self.replays += 1
@@ -153,9 +167,14 @@ class PaddedStep:
         levels = len(batch.blocks) + 1
         seen = [max(a, b) for a, b in zip(self._seen, self._sizes(batch))]
         self._caps = [int(math.ceil(s * HEADROOM)) + 1 for s in seen]
+        from ..nn.indexed_rows import IndexedRows
+
         dev, dim = batch.x.device, int(batch.x.shape[1])
         nodes, edges = self._caps[:levels], self._caps[levels:]
-        x = torch.zeros((nodes[0], dim), dtype=batch.x.dtype, device=dev)
+        if isinstance(batch.x, IndexedRows):  # padding ids 0: a valid row, read by no real row
+            x = IndexedRows(batch.x.table, torch.zeros(nodes[0], dtype=torch.int64, device=dev))
+        else:
+            x = torch.zeros((nodes[0], dim), dtype=batch.x.dtype, device=dev)
         ptrs = [torch.zeros(nodes[i + 1] + 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
         cols = [torch.full((edges[i],), nodes[i] - 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
         y = torch.zeros(nodes[-1], dtype=torch.int64, device=dev)
@@ -167,9 +186,14 @@ class PaddedStep:
 
     def _load(self, batch) -> None:
         """Copy `batch` into the buffers (a handful of copies and fills on the current stream)."""
+        from ..nn.indexed_rows import IndexedRows
+
         b = self.bufs
         u = int(batch.x.shape[0])
-        b.x[:u].copy_(batch.x)
+        if isinstance(b.x, IndexedRows):
+            b.x.index[:u].copy_(batch.x.index)
+        else:
+            b.x[:u].copy_(batch.x)
         if batch.blocks[0].src_degree is not None:
             b.degree[:u].copy_(batch.blocks[0].src_degree)
         for i, blk in enumerate(batch.blocks):

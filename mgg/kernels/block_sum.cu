@@ -8,6 +8,9 @@
 // (dropout_hash.cuh), scale = float32(1 / (1 - p)); with drop_on = 0 it is 1. dst_scale and
 // src_scale are float32 [n_dst] / [n_src] or null (1): the mean's 1 / deg, GCN's degree factors.
 // Nothing exists per edge: the [E, F] messages of index_select + index_add are never written.
+// With src_index (int64 [n_src], or null: the identity) x is a table and src j's row is
+// x[src_index[j]]: the first layer reads the feature table itself, no gathered copy of its rows
+// (mgg.nn.IndexedRows); the dropout still numbers rows by j.
 //
 // Kernels
 //   mgg_block_sum       one warp per dst row, grid-stride over rows. The warp reads 32 of the
@@ -60,27 +63,32 @@ __device__ __forceinline__ float4 dropped(float4 v, i64 j, int c0, const BlockDr
   return v;
 }
 
-// op(j, s) for every edge k of [beg, end), j = col[k] and s = src_scale[j] (1 without scales): the
-// warp reads 32 of the row's column ids (and scales) at a time and broadcasts them by shuffle, so
-// every lane of the warp must call it with the same row
+// op(j, r, s) for every edge k of [beg, end), j = col[k], r = src_index[j] (j without an index) and
+// s = src_scale[j] (1 without scales): the warp reads 32 of the row's column ids (and their rows
+// and scales) at a time and broadcasts them by shuffle, so every lane of the warp must call it with
+// the same row
 template <typename Op>
 __device__ __forceinline__ void for_each_edge(i64 beg, i64 end, int lane, const i64* __restrict__ col,
+                                              const i64* __restrict__ src_index,
                                               const float* __restrict__ src_scale, Op op) {
   for (i64 kb = beg; kb < end; kb += 32) {
     const int nk = (int)min((i64)32, end - kb);
-    i64 my_j = 0;
+    i64 my_j = 0, my_r = 0;
     float my_s = 1.f;
     if (lane < nk) {
       my_j = col[kb + lane];
+      my_r = src_index ? src_index[my_j] : my_j;
       if (src_scale) my_s = src_scale[my_j];
     }
 #pragma unroll 4
-    for (int t = 0; t < nk; ++t) op(__shfl_sync(FULL_MASK, my_j, t), __shfl_sync(FULL_MASK, my_s, t));
+    for (int t = 0; t < nk; ++t)
+      op(__shfl_sync(FULL_MASK, my_j, t), __shfl_sync(FULL_MASK, my_r, t), __shfl_sync(FULL_MASK, my_s, t));
   }
 }
 
 extern "C" __global__ void mgg_block_sum(const float* __restrict__ x, int dim, const i64* __restrict__ ptr,
                                          const i64* __restrict__ col, i64 n_dst,
+                                         const i64* __restrict__ src_index,
                                          const float* __restrict__ src_scale, const float* __restrict__ dst_scale,
                                          unsigned int s1, unsigned int s2, float p, float scale, int drop_on,
                                          const unsigned long long* __restrict__ seed_ptr, int vec4,
@@ -96,9 +104,9 @@ extern "C" __global__ void mgg_block_sum(const float* __restrict__ x, int dim, c
       const int c0 = cb + 4 * lane;
       const bool active = c0 < dim;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for_each_edge(beg, end, lane, col, src_scale, [&](i64 j, float s) {
+      for_each_edge(beg, end, lane, col, src_index, src_scale, [&](i64 j, i64 r, float s) {
         if (!active) return;
-        const float4 v = dropped(load_cols(x + j * dim, c0, dim, vec4), j, c0, d);
+        const float4 v = dropped(load_cols(x + r * dim, c0, dim, vec4), j, c0, d);
         acc.x += s * v.x;
         acc.y += s * v.y;
         acc.z += s * v.z;
@@ -139,7 +147,7 @@ extern "C" __global__ void mgg_block_sum_grad(const float* __restrict__ g, int d
       const bool active = c0 < dim;
       float4 gi = active ? load_cols(g + i * dim, c0, dim, vec4) : make_float4(0.f, 0.f, 0.f, 0.f);
       gi.x *= ds; gi.y *= ds; gi.z *= ds; gi.w *= ds;
-      for_each_edge(beg, end, lane, col, src_scale, [&](i64 j, float s) {
+      for_each_edge(beg, end, lane, col, nullptr, src_scale, [&](i64 j, i64, float s) {
         if (!active) return;
         const float4 v = dropped(make_float4(s * gi.x, s * gi.y, s * gi.z, s * gi.w), j, c0, d);
         float* r = grad_x + j * dim + c0;

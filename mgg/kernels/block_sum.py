@@ -5,6 +5,7 @@ For a block in CSR (ptr int64 [n_dst + 1], col int64 [E], local src ids) and flo
 * `block_sum_cuda(x, ptr, col, ...)`: out float32 [n_dst, F],
   out[i] = dst_scale[i] * sum_k src_scale[col[k]] * drop(x)[col[k]] -- one pass over the edges,
   no [E, F] message tensor;
+  with `src_index` (int64 [n_src]) x is a table [N, F] and src j's row is x[src_index[j]];
 * `block_sum_grad_cuda(g, ptr, col, n_src, ...)`: grad_x float32 [n_src, F], its transpose.
 
 drop(x) is the hash dropout of x's rows numbered from 0 (mgg.nn.functional.seeded_dropout(x, p,
@@ -66,27 +67,37 @@ def _vec4(dim: int, *tensors: torch.Tensor) -> np.int32:
 
 def block_sum_cuda(x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst: int,
                    src_scale: torch.Tensor | None = None, dst_scale: torch.Tensor | None = None,
-                   p: float = 0.0, seed=None) -> torch.Tensor:
+                   p: float = 0.0, seed=None, src_index: torch.Tensor | None = None) -> torch.Tensor:
     """float32 CUDA x [n_src, F] -> [n_dst, F]: the block's row sums (module doc).
 
     Args:
-        x: float32 [n_src, F] on the GPU (made contiguous). ptr: int64 [n_dst + 1], col: int64 [E]
-            local src ids < n_src, both on x's GPU. src_scale: float32 [n_src] or None.
-            dst_scale: float32 [n_dst] or None. p, seed: the dropout of x's rows (seed None or
-            p == 0: none).
+        x: float32 [n_src, F] on the GPU (made contiguous); with `src_index`, a table [N, F]
+            whose row src_index[j] is src j's (ids < N: not checked here). ptr: int64
+            [n_dst + 1], col: int64 [E] local src ids < n_src, both on x's GPU. src_scale:
+            float32 [n_src] or None. dst_scale: float32 [n_dst] or None. p, seed: the dropout of
+            the src rows, numbered by j (seed None or p == 0: none). src_index: int64 [n_src] on
+            x's GPU, or None.
     """
     if x.dtype != torch.float32 or not x.is_cuda or x.dim() != 2:
         raise TypeError(f"block_sum_cuda: expected a float32 CUDA [n, F] tensor, got {x.dtype} "
                         f"{tuple(x.shape)} on {x.device}")
     x = x.contiguous()
     dim = int(x.shape[1])
-    keep, args = _args(ptr, col, n_dst, int(x.shape[0]), src_scale, dst_scale, p, seed, x.device)
+    n_src = int(x.shape[0])
+    if src_index is not None:
+        if src_index.dtype != torch.int64 or src_index.device != x.device or src_index.dim() != 1:
+            raise TypeError(f"block_sum_cuda: src_index must be a 1-D int64 tensor on {x.device}, got "
+                            f"{src_index.dtype} {tuple(src_index.shape)} on {src_index.device}")
+        src_index = src_index.contiguous()
+        n_src = int(src_index.numel())
+    keep, args = _args(ptr, col, n_dst, n_src, src_scale, dst_scale, p, seed, x.device)
     out = torch.empty((n_dst, dim), dtype=torch.float32, device=x.device)
     if n_dst and dim:
         launch(kernel("block_sum", "mgg_block_sum", x.device), x.device,
                blocks_for(n_dst, THREADS // 32, x.device, BLOCKS_PER_SM), THREADS,
-               (_ptr(x), np.int32(dim)) + args + (_vec4(dim, x, out), _ptr(out)))
-    del keep
+               (_ptr(x), np.int32(dim)) + args[:3] + (_ptr(src_index),) + args[3:]
+               + (_vec4(dim, x, out), _ptr(out)))
+    del keep, src_index
     return out
 
 

@@ -13,6 +13,9 @@ ops. Both draw the mask of `seeded_dropout(x, p, seed, 0)`: rows are numbered by
 in x, so a layer drops its root rows x[:n_dst] with `drop.apply(x[:n_dst])` and gets the same
 entries the aggregation dropped.
 
+x may be `IndexedRows` (mgg.nn.indexed_rows): on the GPU the kernel reads each sampled row from
+the table through the index (no gathered copy); elsewhere the rows are gathered first.
+
 The block is duck-typed (`ptr`, `col`, `row`, `n_src`, `n_dst`, e.g. mgg.sample.Block).
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .functional import draw_seed, seeded_dropout
+from .indexed_rows import IndexedRows
 
 __all__ = ["BlockDropout", "BlockSum", "block_sum"]
 
@@ -57,12 +61,15 @@ class BlockSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst: int,  # type: ignore[override]
-                src_scale: torch.Tensor | None, dst_scale: torch.Tensor | None, p: float, seed) -> torch.Tensor:
+                src_scale: torch.Tensor | None, dst_scale: torch.Tensor | None, p: float, seed,
+                src_index: torch.Tensor | None = None) -> torch.Tensor:
         from ..kernels.block_sum import block_sum_cuda
 
+        if src_index is not None and x.requires_grad:
+            raise ValueError("block_sum: a table read through an index takes no gradient")
         ctx.block = (ptr, col, int(x.shape[0]))
         ctx.scales, ctx.drop = (src_scale, dst_scale), (p, seed)
-        return block_sum_cuda(x.detach(), ptr, col, n_dst, src_scale, dst_scale, p, seed)
+        return block_sum_cuda(x.detach(), ptr, col, n_dst, src_scale, dst_scale, p, seed, src_index)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
@@ -72,16 +79,17 @@ class BlockSum(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             ptr, col, n_src = ctx.block
             grad_x = block_sum_grad_cuda(grad_out, ptr, col, n_src, *ctx.scales, *ctx.drop)
-        return grad_x, None, None, None, None, None, None, None
+        return grad_x, None, None, None, None, None, None, None, None
 
 
-def block_sum(x: torch.Tensor, block, src_scale: torch.Tensor | None = None,
+def block_sum(x: torch.Tensor | IndexedRows, block, src_scale: torch.Tensor | None = None,
               dst_scale: torch.Tensor | None = None, drop: BlockDropout | None = None) -> torch.Tensor:
     """float [n_src, F] -> [n_dst, F]: the block's scaled sums of (dropped) rows (module doc).
 
     Args:
-        x: float [block.n_src, F]. src_scale: float [n_src] or None. dst_scale: float [n_dst] or
-            None (constants: no gradient flows into them). drop: the input dropout, or None.
+        x: float [block.n_src, F], or IndexedRows of n_src rows. src_scale: float [n_src] or
+            None. dst_scale: float [n_dst] or None (constants: no gradient flows into them).
+            drop: the input dropout, or None.
     Raises:
         ValueError when x's rows are not the block's src nodes.
     """
@@ -89,7 +97,10 @@ def block_sum(x: torch.Tensor, block, src_scale: torch.Tensor | None = None,
         raise ValueError(f"block_sum: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
     if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
         p, seed = (drop.p, drop.seed) if drop is not None else (0.0, None)
-        return BlockSum.apply(x, block.ptr, block.col, int(block.n_dst), src_scale, dst_scale, p, seed)
+        table, index = (x.table, x.index) if isinstance(x, IndexedRows) else (x, None)
+        return BlockSum.apply(table, block.ptr, block.col, int(block.n_dst), src_scale, dst_scale, p, seed, index)
+    if isinstance(x, IndexedRows):
+        x = x.materialize()
     h = drop.apply(x) if drop is not None else x
     if src_scale is not None:
         h = h * src_scale.detach().to(h.dtype).unsqueeze(1)

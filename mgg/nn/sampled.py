@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .block_sum import BlockDropout
+from .indexed_rows import IndexedRows
 from .conv.gat_block import GATBlockConv
 from .conv.gcn_block import GCNBlockConv
 from .conv.sage_block import SAGEBlockConv
@@ -50,8 +51,9 @@ class SampledGNN(nn.Module):
         for conv in self.convs:
             conv.reset_parameters()
 
-    def forward(self, x: torch.Tensor, blocks: Sequence, generator=None) -> torch.Tensor:
-        """x float [U, in_dim] -> logits float [B, out_dim]. Each layer's input dropout is the hash
+    def forward(self, x: torch.Tensor | IndexedRows, blocks: Sequence, generator=None) -> torch.Tensor:
+        """x float [U, in_dim] (or IndexedRows: the feature table's rows of the batch, read
+        through the index by a conv that `takes_indexed_rows`) -> logits float [B, out_dim]. Each layer's input dropout is the hash
         dropout of mgg.nn.block_sum.BlockDropout, one seed a layer drawn from `generator` (a
         torch.Generator on the CPU or on x's GPU, a DeviceSeeds, or None: torch's default one);
         a conv that takes it (`takes_block_dropout`) folds it into its aggregation."""
@@ -61,6 +63,9 @@ class SampledGNN(nn.Module):
         last = len(self.convs) - 1
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             drop = None
+            if isinstance(x, IndexedRows) and not (getattr(conv, "takes_indexed_rows", False)
+                                                   and not (self.training and self.dropout >= 1.0)):
+                x = x.materialize()
             if self.training and self.dropout >= 1.0:
                 x = torch.zeros_like(x)
             elif self.training and self.dropout > 0.0:

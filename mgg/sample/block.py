@@ -15,6 +15,7 @@ its src set). Because dst nodes are the first n_dst src nodes, a layer's self te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -85,7 +86,8 @@ class SampledBatch:
     Attributes:
         n_id: int64 [U] global ids of every node of the batch (seeds first).
         blocks: list of L Blocks, input layer first (blocks[0].n_src == U, blocks[-1].n_dst == B).
-        x: float32 [U, F] input features of n_id (on the loader's device).
+        x: float32 [U, F] input features of n_id (on the loader's device), or, from a loader
+            with `index_features`, mgg.nn.IndexedRows of the feature table (the model reads them).
         y: int64 [B] labels of the seeds.
         seeds: int64 [B] global ids of the seeds (== n_id[:B]).
         bytes_fetched: feature bytes read from the feature source for this batch (local slice,
@@ -97,7 +99,7 @@ class SampledBatch:
 
     n_id: torch.Tensor
     blocks: list[Block]
-    x: torch.Tensor
+    x: Any   # torch.Tensor | mgg.nn.IndexedRows
     y: torch.Tensor
     seeds: torch.Tensor
     bytes_fetched: int = 0

@@ -128,6 +128,24 @@ class FeatureSource(abc.ABC):
         checked), so the range is not read (on a GPU: one synchronisation fewer). Otherwise an
         id out of range raises IndexError."""
 
+    def table(self) -> torch.Tensor | None:
+        """float32 [N, F] on `self.device` when this source holds every row in one table there
+        (row i = node i), else None."""
+        return None
+
+    def rows(self, n_id, checked: bool = False):
+        """The rows of n_id as `gather` returns them, or -- for ids the caller checked, from a
+        source with one table (`table()`) -- as mgg.nn.IndexedRows(table, n_id): nothing copied,
+        the first layer reads the table through the index. Counted as fetched either way."""
+        table = self.table() if checked else None
+        if table is None:
+            return self.gather(n_id, checked)
+        from ..nn.indexed_rows import IndexedRows
+
+        ids = self._on_device(n_id)
+        self._count(int(ids.numel()))
+        return IndexedRows(table, ids)
+
     def close(self) -> None:
         """Free what the source holds (collective for the store and host tiers)."""
 
@@ -149,6 +167,9 @@ class TensorFeatures(FeatureSource):
         self.num_nodes, self.dim = int(self.x.shape[0]), int(self.x.shape[1])
         self.device = self.x.device
         self._init_stats()
+
+    def table(self) -> torch.Tensor:
+        return self.x
 
     def gather(self, n_id, checked: bool = False) -> torch.Tensor:
         if self.device.type == "cuda":
@@ -201,6 +222,10 @@ class StoreFeatures(FeatureSource):
         r = store.comm.rank
         b = np.asarray(bounds, dtype=np.int64)
         return cls(store, b, np.asarray(x)[int(b[r]): int(b[r + 1])])
+
+    def table(self) -> torch.Tensor | None:
+        """This rank's slice when it is the whole table (one rank), else None."""
+        return self.array.local[: self.num_nodes] if self.world_size == 1 and self.array is not None else None
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
         """Owner rank of every global id (int64 [k]); empty ranges never own a node."""

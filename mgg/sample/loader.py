@@ -44,6 +44,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from ..nn.indexed_rows import IndexedRows
 from .batching import BatchPlan, epoch_order, seeds_fingerprint
 from .block import Block, SampledBatch
 from .features import FeatureSource, TensorFeatures
@@ -180,6 +181,10 @@ class NeighborLoader:
             stay in pinned host memory (CUDA only).
         prefetch: make the next batches in a background thread on side CUDA streams while the
             caller computes (see the module doc); None: on for CUDA devices. Ignored on the CPU.
+        index_features: without `reuse`, give `batch.x` as mgg.nn.IndexedRows(table, n_id) when
+            the features are one table on this device (`FeatureSource.table()`: one rank):
+            nothing is gathered, the model's first layer reads the table through the index
+            (mgg.nn.block_sum). Else, and by default, the gathered rows.
     Raises:
         ValueError naming the argument for bad fanouts, batch sizes, seeds or labels, seeds that
         differ between ranks (on every rank), or drop_last leaving no batch.
@@ -189,7 +194,7 @@ class NeighborLoader:
                  shuffle: bool = True, drop_last: bool = False, reorder: bool = False, reuse: bool = True,
                  seed: int = 0, device: torch.device | str = "cpu", comm=None, id_map: str = "fused",
                  reorder_metric: str = "intersection", adjacency_budget: int = 0,
-                 prefetch: bool | None = None):
+                 prefetch: bool | None = None, index_features: bool = False):
         indptr, indices = (graph_csr.indptr, graph_csr.indices) if hasattr(graph_csr, "indptr") else graph_csr
         indptr_np = np.asarray(indptr.cpu() if isinstance(indptr, torch.Tensor) else indptr)
         self.num_nodes = int(len(indptr_np) - 1)
@@ -225,6 +230,7 @@ class NeighborLoader:
         self.indptr, self.indices, self.adjacency_tier = place_adjacency(indptr_np, indices, self.device,
                                                                           adjacency_budget)
         self.shuffle, self.drop_last, self.reorder, self.reuse = bool(shuffle), bool(drop_last), bool(reorder), bool(reuse)
+        self.index_features = bool(index_features)
         self.seed, self.id_map, self.reorder_metric = int(seed), id_map, reorder_metric
         self.comm = comm
         self.rank = 0 if comm is None else comm.rank
@@ -393,9 +399,10 @@ class NeighborLoader:
             fetched, reused = self.cache.last_fetched, self.cache.last_reused
             remote = src.last.rows_remote if fetched else 0
         else:
-            x = src.gather(n_id, checked=True)
+            x = src.rows(n_id, checked=True) if self.index_features else src.gather(n_id, checked=True)
             fetched, reused, remote = int(n_id.numel()), 0, src.last.rows_remote
-        x = x.to(self.device)
+        if not isinstance(x, IndexedRows):
+            x = x.to(self.device)
         if timed:
             ev[1].record(torch.cuda.current_stream(self.device))
             self._gpu_events.append(ev)
@@ -423,6 +430,8 @@ def _tensors_of(obj) -> Iterator[torch.Tensor]:
         yield obj
     elif isinstance(obj, Block):
         yield from obj.tensors()
+    elif isinstance(obj, IndexedRows):
+        yield from (obj.table, obj.index)
     elif isinstance(obj, (tuple, list)):
         for o in obj:
             yield from _tensors_of(o)

@@ -10,20 +10,22 @@ import pytest
 import torch
 
 from mgg.apps.sampled_graphed import PaddedStep, can_pad
-from mgg.nn import SampledGAT, SampledGCN, SampledSAGE, cross_entropy_sum
+from mgg.nn import IndexedRows, SampledGAT, SampledGCN, SampledSAGE, cross_entropy_sum
 from mgg.runtime import Communicator
 from mgg.sample import sample_blocks
 from mgg.sample.block import SampledBatch
 from mgg.testing.graphs import random_csr
 
 
-def a_batch(seed: int, n: int = 300, batch: int = 12, fanouts=(4, 3)) -> SampledBatch:
+def a_batch(seed: int, n: int = 300, batch: int = 12, fanouts=(4, 3), table: torch.Tensor | None = None) -> SampledBatch:
+    """A sampled batch of a random graph; with `table` its features are IndexedRows(table, n_id)."""
     indptr, indices = random_csr(n, 8 * n, seed=seed)
     rng = np.random.default_rng(seed)
     seeds = torch.from_numpy(rng.choice(n, batch, replace=False).astype(np.int64))
     n_id, blocks = sample_blocks(torch.from_numpy(indptr), torch.from_numpy(indices), seeds, list(fanouts),
                                  torch.Generator().manual_seed(seed))
-    x = torch.from_numpy(rng.standard_normal((n, 6)).astype(np.float32))[n_id]
+    x = (torch.from_numpy(rng.standard_normal((n, 6)).astype(np.float32))[n_id] if table is None
+         else IndexedRows(table, n_id))
     y = torch.from_numpy(rng.integers(0, 3, batch).astype(np.int64))
     return SampledBatch(n_id=n_id, blocks=blocks, x=x, y=y, seeds=seeds)
 
@@ -36,15 +38,23 @@ def loss_and_grads(model, x, blocks, y, w=None, seed=7):
 
 
 @pytest.mark.parametrize("cls", [SampledSAGE, SampledGCN])
-def test_a_padded_batch_trains_as_the_batch_itself(cls):
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_padded_batch_trains_as_the_batch_itself(cls, indexed):
+    """Padded rows (stale values, or stale ids into the table) change no real row's result."""
     torch.manual_seed(0)
     model = cls(6, 8, 3, layers=2, dropout=0.5)
     assert can_pad(model)
-    batch = a_batch(1)
+    table = torch.randn(300, 6) if indexed else None
+    batch = a_batch(1, table=table)
     step = PaddedStep(model, None, None, Communicator(comm=None))
     step._seen = [s + 5 for s in step._sizes(batch)]  # capacities above this batch's sizes
     step.bufs = step._allocate(batch)
-    step.bufs.x.fill_(3.0)  # stale rows from an earlier batch: finite, never read by a real row
+    if indexed:
+        step.bufs.x.index.fill_(299)  # ids of an earlier batch: valid rows, never read by a real row
+        assert step._same_input(batch) and not step._same_input(a_batch(1, table=torch.randn(300, 6)))
+        assert not step._same_input(a_batch(1))
+    else:
+        step.bufs.x.fill_(3.0)  # stale rows from an earlier batch: finite, never read by a real row
     step._load(batch)
     assert all(s < c for s, c in zip(step._sizes(batch), step._caps))
     want_loss, want_grads = loss_and_grads(model, batch.x, batch.blocks, batch.y)

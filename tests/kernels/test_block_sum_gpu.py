@@ -1,7 +1,7 @@
 """mgg/kernels/block_sum.cu on one GPU against dense float64 math: a block's scaled row sums with
 the hash dropout folded in, and the transposed kernel (x's gradient). Widths on and off the
 float4 path and past one 128-column chunk, isolated dst rows, repeated src ids, host and device
-seeds; outputs land in NaN-poisoned memory."""
+seeds, rows read from a table through an index; outputs land in NaN-poisoned memory."""
 import numpy as np
 import pytest
 import torch
@@ -58,6 +58,26 @@ def test_sums_and_gradient_equal_dense_math(width, scaled, seed):
         gx = gx * mask(n_src, width, host_seed, p) / (1 - p)
     got = block_sum_grad_cuda(g, block.ptr, block.col, n_src, src, dst, p if seed else 0.0, dev_seed)
     np.testing.assert_allclose(got.cpu().double().numpy(), gx, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("width", [3, 100, 130])
+@pytest.mark.parametrize("seed", [None, 2 ** 37 + 5])
+def test_rows_read_through_an_index_equal_dense_math(width, seed):
+    """x a table [N, F], src j's row x[src_index[j]]; the dropout numbers rows by j."""
+    n_dst, n_src, n_table, p = 200, 600, 1500, 0.4
+    block = random_block(n_dst, n_src, max_deg=30, seed=width + 1, device=DEV, isolated=3)
+    table = torch.randn(n_table, width, device=DEV)
+    index = torch.randint(0, n_table, (n_src,), device=DEV)
+    src = (torch.rand(n_src) + 0.5).to(DEV)
+    x64 = table.cpu().double().numpy()[index.cpu().numpy()]
+    if seed is not None:
+        x64 = x64 * mask(n_src, width, seed, p) / (1 - p)
+    a = block_dense(block) * src.cpu().double().numpy()[None, :]
+    poison_allocator(n_dst * width)
+    out = block_sum_cuda(table, block.ptr, block.col, n_dst, src, None, p if seed else 0.0, seed, src_index=index)
+    np.testing.assert_allclose(out.cpu().double().numpy(), a @ x64, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="src_index must be a 1-D int64"):
+        block_sum_cuda(table, block.ptr, block.col, n_dst, src_index=index.int())
 
 
 def test_unaligned_rows_take_the_scalar_path():

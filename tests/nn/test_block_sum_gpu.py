@@ -1,5 +1,6 @@
 """mgg.nn.block_sum's kernel path (float32 CUDA) against its torch-op path on the CPU: the same
-dropout mask, sums and gradient; a sampled SAGE step on the GPU equals the CPU's."""
+dropout mask, sums and gradient; a sampled SAGE step on the GPU equals the CPU's, also with its
+input as IndexedRows of a table."""
 import pytest
 import torch
 
@@ -8,7 +9,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
-from mgg.nn import SampledSAGE  # noqa: E402
+from mgg.nn import IndexedRows, SampledGCN, SampledSAGE  # noqa: E402
 from mgg.nn.block_sum import BlockDropout, block_sum  # noqa: E402
 from mgg.testing.blocks import random_block  # noqa: E402
 
@@ -42,6 +43,26 @@ def test_a_sampled_sage_step_on_the_gpu_equals_the_cpu():
     model.zero_grad()
     model.to(DEV)
     out_gpu = model(x.to(DEV), [b.to(DEV) for b in blocks], torch.Generator().manual_seed(3))
+    out_gpu.sum().backward()
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, rtol=1e-4, atol=1e-5)
+    for gc, p in zip(grads_cpu, model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), gc, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [SampledSAGE, SampledGCN])
+def test_a_sampled_step_on_indexed_rows_on_the_gpu_equals_the_cpu(cls):
+    torch.manual_seed(0)
+    model = cls(16, 32, 5, layers=2, dropout=0.5)
+    blocks = [random_block(60, 300, 10, seed=1), random_block(8, 60, 6, seed=2)]
+    table = torch.randn(1000, 16)
+    index = torch.randint(0, 1000, (300,), generator=torch.Generator().manual_seed(5))
+    out_cpu = model(table[index], blocks, torch.Generator().manual_seed(3))
+    out_cpu.sum().backward()
+    grads_cpu = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.to(DEV)
+    rows = IndexedRows(table.to(DEV), index.to(DEV))
+    out_gpu = model(rows, [b.to(DEV) for b in blocks], torch.Generator().manual_seed(3))
     out_gpu.sum().backward()
     torch.testing.assert_close(out_gpu.cpu(), out_cpu, rtol=1e-4, atol=1e-5)
     for gc, p in zip(grads_cpu, model.parameters()):

@@ -245,6 +245,28 @@ def test_the_loader_gathers_its_own_ids_without_a_range_check(monkeypatch):
             assert torch.equal(batch.x, torch.from_numpy(x[batch.n_id.numpy()]))
 
 
+def test_a_loader_with_index_features_gives_the_tables_rows_by_id():
+    """index_features: batch.x is IndexedRows(table, n_id) over a one-table source (in memory, or
+    the store of one rank) -- nothing gathered, the same rows --; with reuse, or a source of
+    several tables, the gathered rows."""
+    from mgg.nn import IndexedRows
+
+    indptr, indices = random_csr(300, 2400, seed=2)
+    x = np.random.default_rng(1).standard_normal((300, 5)).astype(np.float32)
+    store = LocalStore(Communicator(comm=None))
+    feats = StoreFeatures.from_global(store, partition_ranges(indptr, 1), x)
+    for source in (x, feats):
+        for reuse in (False, True):
+            loader = NeighborLoader((indptr, indices), source, np.zeros(300, np.int64), np.arange(0, 300, 3),
+                                    [4, 3], batch_size=25, reuse=reuse, index_features=True)
+            for batch in loader:
+                assert isinstance(batch.x, IndexedRows) != reuse
+                got = batch.x.materialize() if isinstance(batch.x, IndexedRows) else batch.x
+                assert torch.equal(got, torch.from_numpy(x[batch.n_id.numpy()]))
+            assert loader.stats.rows_fetched + loader.stats.rows_reused == loader.stats.nodes
+    feats.close()
+
+
 def test_feature_budget_choice_and_sizes():
     assert parse_size("8G") == 8 << 30 and parse_size("512M") == 512 << 20 and parse_size("64k") == 64 << 10
     assert parse_size("1.5K") == 1536 and parse_size("0") == 0 and parse_size("2GiB") == 2 << 30

@@ -21,6 +21,9 @@ them): the stack asks, the conv answers from its own structure.
     takes_block_dropout     False    (sampled block twins, mgg.nn.sampled.SampledGNN)
                                      forward(x, block, drop=BlockDropout): the input dropout
                                      folded into the block's aggregation (mgg.nn.block_sum)
+    takes_indexed_rows      False    (sampled block twins) forward(IndexedRows, block): the
+                                     input read from its table through the index
+                                     (mgg.nn.indexed_rows); else SampledGNN gathers the rows
 
 Adding a convolution: its module in mgg/nn/conv/ subclassing GraphConv (the hooks it offers),
 and its model's registration in mgg/nn/models.py (`register_model`). GNN needs no change.
@@ -56,6 +59,9 @@ class GraphConv(nn.Module):
     #: a block twin's forward(x, block, drop=BlockDropout) applies the layer's input dropout itself,
     #: inside its block aggregation (mgg.nn.block_sum); else SampledGNN drops x first
     takes_block_dropout: bool = False
+    #: a block twin's forward takes x as mgg.nn.IndexedRows (rows of a table read through an
+    #: index); else SampledGNN materialises them first
+    takes_indexed_rows: bool = False
 
     def forward(self, x: torch.Tensor, dg, rows=None, compact: bool = True, **fusion) -> torch.Tensor:
         """x float32 [n_local, in] -> float32 [n_local, out] (module doc). Collective."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..block_sum import BlockDropout, block_sum
+from ..indexed_rows import IndexedRows, head_rows, materialize
 from .gcn_conv import GCNConv
 
 __all__ = ["GCNBlockConv", "block_gcn_norm"]
@@ -54,18 +55,22 @@ class GCNBlockConv(GCNConv):
     """
 
     takes_block_dropout = True
+    takes_indexed_rows = True
 
-    def forward(self, x: torch.Tensor, block, drop: BlockDropout | None = None) -> torch.Tensor:  # type: ignore[override]
-        """x float [n_src, in] (before the input dropout `drop`) -> float [n_dst, out]."""
+    def forward(self, x: torch.Tensor | IndexedRows, block, drop: BlockDropout | None = None) -> torch.Tensor:  # type: ignore[override]
+        """x float [n_src, in] or IndexedRows (before the input dropout `drop`) -> float [n_dst, out]."""
         if x.shape[0] != block.n_src:
             raise ValueError(f"GCNBlockConv: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
         project_first = self.out_channels <= self.in_channels  # aggregate the narrower side
         if project_first:
+            x = materialize(x)
             h = (x if drop is None else drop.apply(x)) @ self.lin.weight.t()
             root, drop = h[: block.n_dst], None
         else:
             h = x
-            root = x[: block.n_dst] if drop is None else drop.apply(x[: block.n_dst])
+            root = head_rows(x, block.n_dst)
+            if drop is not None:
+                root = drop.apply(root)
         src_f, dst_f, self_f = block_gcn_norm(block, h.dtype)
         out = root * self_f.unsqueeze(1) + block_sum(h, block, src_scale=src_f, dst_scale=dst_f, drop=drop)
         if not project_first:
