@@ -172,11 +172,12 @@ def sampled_cuda_graph(cfg: TrainConfig, device_type: str, model) -> bool:
 
 def reuse_pays(cfg: TrainConfig, comm, feats) -> bool:
     """Whether batches reuse the previous batch's rows (mgg.sample.ResidentCache): yes where a row
-    is read over NVLink, PCIe or from the host (P > 1, the host tier, the CPU) or Match-Reorder
-    orders the batches for it; no when one GPU holds the whole matrix in its own memory, where the
-    lookup, sort and two scatters of the reuse cost more than gathering every row again."""
-    one_gpu_store = comm.size == 1 and feats.tier == "store" and feats.device.type == "cuda"
-    return bool(cfg.reorder) or not one_gpu_store
+    is read over PCIe, from the host or through MPI (the host tier, the CPU) or Match-Reorder
+    orders the batches for it; no from the GPUs' symmetric store, at any P: the lookup, the sort
+    and the two scatters of the reuse cost more GPU time than gathering every row again, over
+    NVLink too (products-like at P = 2, docs/sampling.md)."""
+    gpu_store = feats.tier == "store" and feats.device.type == "cuda"
+    return bool(cfg.reorder) or not gpu_store
 
 
 def _sampling_summary(cfg: TrainConfig, comm, hooks: SampledHooks, feats, res: TrainResult) -> dict:

@@ -213,3 +213,21 @@ def test_sampled_summary_reports_sampled_edges_per_second():
     assert f"sampled_edges={edges} sample_rate={s['sampled_edges_per_s'] / 1e6:.2f}M edges/s per rank" in line
     assert "sample_rate" not in sampling_line({**s, "sampled_edges_per_s": None})
     assert sampled_edges_per_s(10, 0.0) is None and sampled_edges_per_s(3000, 1.5) == pytest.approx(2e6)
+
+
+def test_batches_reuse_resident_rows_only_where_a_fetch_is_dear():
+    """ResidentCache reuse: off for the GPUs' symmetric store at any P (gathering again costs less
+    GPU time than the reuse's lookup and scatters), on for the host tier, the CPU and Match-Reorder."""
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from mgg.apps.sampled import reuse_pays
+
+    cfg = NS(reorder=False)
+    gpu_store = NS(tier="store", device=torch.device("cuda", 0))
+    for size in (1, 2, 4):
+        assert not reuse_pays(cfg, NS(size=size), gpu_store)
+    assert reuse_pays(NS(reorder=True), NS(size=2), gpu_store)
+    assert reuse_pays(cfg, NS(size=2), NS(tier="store", device=torch.device("cpu")))
+    assert reuse_pays(cfg, NS(size=1), NS(tier="host", device=torch.device("cuda", 0)))
