@@ -53,8 +53,8 @@ def test_block_sum_refuses_rows_that_are_not_the_blocks_src_nodes():
         block_sum(torch.zeros(8, 2), block)
 
 
-@pytest.mark.parametrize("conv_cls,fin,fout", [(SAGEBlockConv, 6, 10), (SAGEBlockConv, 10, 6),
-                                               (GCNBlockConv, 6, 10), (GCNBlockConv, 10, 6)])
+@pytest.mark.parametrize("conv_cls,fin,fout", [(SAGEBlockConv, 6, 10), (SAGEBlockConv, 10, 6), (SAGEBlockConv, 8, 8),
+                                               (GCNBlockConv, 6, 10), (GCNBlockConv, 10, 6), (GCNBlockConv, 8, 8)])
 def test_block_convs_fold_the_dropout_as_dropping_x_first_would(conv_cls, fin, fout):
     torch.manual_seed(0)
     conv = conv_cls(fin, fout).double()

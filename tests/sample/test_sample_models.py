@@ -43,7 +43,7 @@ def block_matrix(block) -> np.ndarray:
 
 
 # -- GCN ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6)])
+@pytest.mark.parametrize("fin,fout", [(6, 3), (3, 6), (5, 5)])
 def test_gcn_block_conv_equals_dense_reference(fin, fout):
     """out = b + (x_i / D_i + deg(i) / s(i) sum_{j in S(i)} x_j / sqrt(D_i D_j)) W with the graph's
     degrees D = deg + 1 (Block.src_degree), float64 dense math."""

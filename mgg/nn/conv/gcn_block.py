@@ -61,7 +61,9 @@ class GCNBlockConv(GCNConv):
         """x float [n_src, in] or IndexedRows (before the input dropout `drop`) -> float [n_dst, out]."""
         if x.shape[0] != block.n_src:
             raise ValueError(f"GCNBlockConv: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
-        project_first = self.out_channels <= self.in_channels  # aggregate the narrower side
+        # aggregate the narrower side; at equal widths aggregate first: the product then runs on the
+        # n_dst rows only, not on all n_src (the hidden layers of a sampled stack: 15K against 400K)
+        project_first = self.out_channels < self.in_channels
         if project_first:
             x = materialize(x)
             h = (x if drop is None else drop.apply(x)) @ self.lin.weight.t()
