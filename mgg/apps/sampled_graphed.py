@@ -8,9 +8,11 @@ records the step once over static buffers and replays it:
 * the first `warmup` steps run eagerly and record the largest size of every level (the input
   nodes, each block's dst nodes, each block's edges, the seeds); the capacities are those times
   HEADROOM, plus one row (a level's last row is a padding row: the sink of padded edges);
-* each later batch is copied into the buffers: the features into the input rows (or, when the
-  batch gives them as mgg.nn.IndexedRows of one feature table, only their ids: the graph reads
-  the table through them, and padding ids are valid rows); each block's
+* each later batch is copied into the buffers. Its features are not copied: when the batch gives
+  them as mgg.nn.IndexedRows of one feature table, their ids are (the graph reads the table
+  through them); when it gives gathered rows on the GPU and the first convolution reads indexed
+  rows, the rows' address is (an int64 in device memory the kernels read) with the identity ids;
+  otherwise the rows are copied. Padding ids are 0, a valid row. Each block's
   `ptr` with its padded dst rows empty, its `col` with padded edges on the sink row (inside no
   dst row's range: the sums never read them, and a degree count gives them to the sink alone);
   the graph degrees of the input nodes (`Block.src_degree`, GCN's normalisation: each block's src
@@ -79,13 +81,15 @@ def padded_step(model, opt, comm, store, generator, x, blocks, y, w) -> torch.Te
 class _Buffers:
     """The static inputs of the captured step (every tensor on the GPU)."""
 
-    x: object              # float32 [N0, F] input rows, or IndexedRows(table, int64 [N0] ids)
+    x: object              # float32 [N0, F] input rows, or IndexedRows(table, int64 [N0] ids[, address])
     ptrs: list             # int64 [N_{l+1} + 1] per block
     cols: list             # int64 [E_l] per block
     y: torch.Tensor        # int64 [N_L] labels (0 on padding rows)
     w: torch.Tensor        # float32 [N_L] loss weights (1 seeds, 0 padding)
     degree: torch.Tensor   # int64 [N0] the graph's in-degree of the input rows (0 on padding rows)
     blocks: list           # mgg.sample.Block views of ptrs / cols / degree
+    kind: str = "rows"     # how x takes a batch: "rows" (copied), "ids" (IndexedRows), "address"
+    identity: torch.Tensor | None = None  # int64 [N0] 0 .. N0 - 1 ("address")
 
 
 class PaddedStep:
@@ -135,11 +139,13 @@ class PaddedStep:
 
         if self.bufs is None:
             return True
-        mine, x = self.bufs.x, batch.x
-        if isinstance(mine, IndexedRows) != isinstance(x, IndexedRows):
+        kind, mine, x = self.bufs.kind, self.bufs.x, batch.x
+        if kind == "ids":
+            return (isinstance(x, IndexedRows) and x.address is None and x.table.data_ptr() == mine.table.data_ptr()
+                    and x.table.shape == mine.table.shape)
+        if isinstance(x, IndexedRows):
             return False
-        return not isinstance(x, IndexedRows) or (x.table.data_ptr() == mine.table.data_ptr()
-                                                  and x.table.shape == mine.table.shape)
+        return kind == "rows" or _addressable(x, int(mine.shape[1]))
 
     def __call__(self, batch):
         sizes = self._sizes(batch)
@@ -171,8 +177,14 @@ class PaddedStep:
 
         dev, dim = batch.x.device, int(batch.x.shape[1])
         nodes, edges = self._caps[:levels], self._caps[levels:]
+        kind, identity = "rows", None
         if isinstance(batch.x, IndexedRows):  # padding ids 0: a valid row, read by no real row
-            x = IndexedRows(batch.x.table, torch.zeros(nodes[0], dtype=torch.int64, device=dev))
+            kind, x = "ids", IndexedRows(batch.x.table, torch.zeros(nodes[0], dtype=torch.int64, device=dev))
+        elif getattr(self.model.convs[0], "takes_indexed_rows", False) and _addressable(batch.x, dim):
+            kind, identity = "address", torch.arange(nodes[0], device=dev)
+            x = IndexedRows(torch.empty((0, dim), dtype=torch.float32, device=dev),
+                            torch.zeros(nodes[0], dtype=torch.int64, device=dev),
+                            torch.zeros(1, dtype=torch.int64, device=dev))
         else:
             x = torch.zeros((nodes[0], dim), dtype=batch.x.dtype, device=dev)
         ptrs = [torch.zeros(nodes[i + 1] + 1, dtype=torch.int64, device=dev) for i in range(levels - 1)]
@@ -182,15 +194,17 @@ class PaddedStep:
         degree = torch.zeros(nodes[0], dtype=torch.int64, device=dev)
         blocks = [Block(ptrs[i], cols[i], nodes[i], nodes[i + 1], src_degree=degree[: nodes[i]])
                   for i in range(levels - 1)]
-        return _Buffers(x, ptrs, cols, y, w, degree, blocks)
+        return _Buffers(x, ptrs, cols, y, w, degree, blocks, kind, identity)
 
     def _load(self, batch) -> None:
         """Copy `batch` into the buffers (a handful of copies and fills on the current stream)."""
-        from ..nn.indexed_rows import IndexedRows
-
         b = self.bufs
         u = int(batch.x.shape[0])
-        if isinstance(b.x, IndexedRows):
+        if b.kind == "address":  # the rows stay where the loader left them (alive for this stream)
+            b.x.address.fill_(batch.x.data_ptr())
+            b.x.index[:u].copy_(b.identity[:u])
+            b.x.index[u:].zero_()
+        elif b.kind == "ids":
             b.x.index[:u].copy_(batch.x.index)
         else:
             b.x[:u].copy_(batch.x)
@@ -238,3 +252,9 @@ class PaddedStep:
             self.graph = self.bufs = None
             return
         self.graph, self.loss, self.captured = graph, loss, True
+
+
+def _addressable(x, dim: int) -> bool:
+    """Whether rows x can be read by their address: float32 [U, dim], contiguous, on a GPU, 16-byte aligned."""
+    return (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype == torch.float32 and x.dim() == 2
+            and int(x.shape[1]) == dim and x.is_contiguous() and x.data_ptr() % 16 == 0)

@@ -10,7 +10,9 @@
 // Nothing exists per edge: the [E, F] messages of index_select + index_add are never written.
 // With src_index (int64 [n_src], or null: the identity) x is a table and src j's row is
 // x[src_index[j]]: the first layer reads the feature table itself, no gathered copy of its rows
-// (mgg.nn.IndexedRows); the dropout still numbers rows by j.
+// (mgg.nn.IndexedRows); the dropout still numbers rows by j. With x_addr (or null) the table's
+// address is read from device memory at the start (a step replayed from a CUDA graph reads each
+// batch's rows where the loader left them: only the 8-byte address changes between replays).
 //
 // Kernels
 //   mgg_block_sum       one warp per dst row, grid-stride over rows. The warp reads 32 of the
@@ -86,14 +88,16 @@ __device__ __forceinline__ void for_each_edge(i64 beg, i64 end, int lane, const 
   }
 }
 
-extern "C" __global__ void mgg_block_sum(const float* __restrict__ x, int dim, const i64* __restrict__ ptr,
+extern "C" __global__ void mgg_block_sum(const float* __restrict__ x_arg, int dim, const i64* __restrict__ ptr,
                                          const i64* __restrict__ col, i64 n_dst,
                                          const i64* __restrict__ src_index,
+                                         const unsigned long long* __restrict__ x_addr,
                                          const float* __restrict__ src_scale, const float* __restrict__ dst_scale,
                                          unsigned int s1, unsigned int s2, float p, float scale, int drop_on,
                                          const unsigned long long* __restrict__ seed_ptr, int vec4,
                                          float* __restrict__ out) {
   mgg_seed_from_device(seed_ptr, s1, s2);
+  const float* __restrict__ x = x_addr ? reinterpret_cast<const float*>(*x_addr) : x_arg;
   const BlockDrop d{s1, s2, p, scale, drop_on};
   const int lane = threadIdx.x & 31;
   const i64 n_warps = ((i64)gridDim.x * blockDim.x) >> 5;

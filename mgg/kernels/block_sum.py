@@ -6,6 +6,8 @@ For a block in CSR (ptr int64 [n_dst + 1], col int64 [E], local src ids) and flo
   out[i] = dst_scale[i] * sum_k src_scale[col[k]] * drop(x)[col[k]] -- one pass over the edges,
   no [E, F] message tensor;
   with `src_index` (int64 [n_src]) x is a table [N, F] and src j's row is x[src_index[j]];
+  with `x_addr` (int64 [1] on the GPU) the table is at the address stored there, read by the
+  kernel (x then only gives the width, dtype and device);
 * `block_sum_grad_cuda(g, ptr, col, n_src, ...)`: grad_x float32 [n_src, F], its transpose.
 
 drop(x) is the hash dropout of x's rows numbered from 0 (mgg.nn.functional.seeded_dropout(x, p,
@@ -67,7 +69,8 @@ def _vec4(dim: int, *tensors: torch.Tensor) -> np.int32:
 
 def block_sum_cuda(x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst: int,
                    src_scale: torch.Tensor | None = None, dst_scale: torch.Tensor | None = None,
-                   p: float = 0.0, seed=None, src_index: torch.Tensor | None = None) -> torch.Tensor:
+                   p: float = 0.0, seed=None, src_index: torch.Tensor | None = None,
+                   x_addr: torch.Tensor | None = None) -> torch.Tensor:
     """float32 CUDA x [n_src, F] -> [n_dst, F]: the block's row sums (module doc).
 
     Args:
@@ -76,7 +79,9 @@ def block_sum_cuda(x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst:
             [n_dst + 1], col: int64 [E] local src ids < n_src, both on x's GPU. src_scale:
             float32 [n_src] or None. dst_scale: float32 [n_dst] or None. p, seed: the dropout of
             the src rows, numbered by j (seed None or p == 0: none). src_index: int64 [n_src] on
-            x's GPU, or None.
+            x's GPU, or None. x_addr: int64 [1] on x's GPU holding the address of a contiguous,
+            16-byte aligned float32 [N, F] table (rows past those src_index reaches are never
+            read), or None; requires src_index.
     """
     if x.dtype != torch.float32 or not x.is_cuda or x.dim() != 2:
         raise TypeError(f"block_sum_cuda: expected a float32 CUDA [n, F] tensor, got {x.dtype} "
@@ -84,6 +89,12 @@ def block_sum_cuda(x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst:
     x = x.contiguous()
     dim = int(x.shape[1])
     n_src = int(x.shape[0])
+    if x_addr is not None:
+        if src_index is None:
+            raise ValueError("block_sum_cuda: a table at x_addr is read through src_index; give both")
+        if x_addr.dtype != torch.int64 or x_addr.device != x.device or x_addr.numel() != 1:
+            raise TypeError(f"block_sum_cuda: x_addr must be one int64 on {x.device}, got {x_addr.dtype} "
+                            f"{tuple(x_addr.shape)} on {x_addr.device}")
     if src_index is not None:
         if src_index.dtype != torch.int64 or src_index.device != x.device or src_index.dim() != 1:
             raise TypeError(f"block_sum_cuda: src_index must be a 1-D int64 tensor on {x.device}, got "
@@ -95,8 +106,8 @@ def block_sum_cuda(x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst:
     if n_dst and dim:
         launch(kernel("block_sum", "mgg_block_sum", x.device), x.device,
                blocks_for(n_dst, THREADS // 32, x.device, BLOCKS_PER_SM), THREADS,
-               (_ptr(x), np.int32(dim)) + args[:3] + (_ptr(src_index),) + args[3:]
-               + (_vec4(dim, x, out), _ptr(out)))
+               (_ptr(x), np.int32(dim)) + args[:3] + (_ptr(src_index), _ptr(x_addr)) + args[3:]
+               + (_vec4(dim, x, out) if x_addr is None else np.int32(dim % 4 == 0), _ptr(out)))
     del keep, src_index
     return out
 

@@ -62,14 +62,14 @@ class BlockSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, ptr: torch.Tensor, col: torch.Tensor, n_dst: int,  # type: ignore[override]
                 src_scale: torch.Tensor | None, dst_scale: torch.Tensor | None, p: float, seed,
-                src_index: torch.Tensor | None = None) -> torch.Tensor:
+                src_index: torch.Tensor | None = None, x_addr: torch.Tensor | None = None) -> torch.Tensor:
         from ..kernels.block_sum import block_sum_cuda
 
         if src_index is not None and x.requires_grad:
             raise ValueError("block_sum: a table read through an index takes no gradient")
         ctx.block = (ptr, col, int(x.shape[0]))
         ctx.scales, ctx.drop = (src_scale, dst_scale), (p, seed)
-        return block_sum_cuda(x.detach(), ptr, col, n_dst, src_scale, dst_scale, p, seed, src_index)
+        return block_sum_cuda(x.detach(), ptr, col, n_dst, src_scale, dst_scale, p, seed, src_index, x_addr)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
@@ -79,7 +79,7 @@ class BlockSum(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             ptr, col, n_src = ctx.block
             grad_x = block_sum_grad_cuda(grad_out, ptr, col, n_src, *ctx.scales, *ctx.drop)
-        return grad_x, None, None, None, None, None, None, None, None
+        return grad_x, None, None, None, None, None, None, None, None, None
 
 
 def block_sum(x: torch.Tensor | IndexedRows, block, src_scale: torch.Tensor | None = None,
@@ -97,8 +97,9 @@ def block_sum(x: torch.Tensor | IndexedRows, block, src_scale: torch.Tensor | No
         raise ValueError(f"block_sum: x has {x.shape[0]} rows, the block has {block.n_src} src nodes")
     if x.is_cuda and x.dtype == torch.float32 and x.dim() == 2:
         p, seed = (drop.p, drop.seed) if drop is not None else (0.0, None)
-        table, index = (x.table, x.index) if isinstance(x, IndexedRows) else (x, None)
-        return BlockSum.apply(table, block.ptr, block.col, int(block.n_dst), src_scale, dst_scale, p, seed, index)
+        table, index, addr = (x.table, x.index, x.address) if isinstance(x, IndexedRows) else (x, None, None)
+        return BlockSum.apply(table, block.ptr, block.col, int(block.n_dst), src_scale, dst_scale, p, seed, index,
+                              addr)
     if isinstance(x, IndexedRows):
         x = x.materialize()
     h = drop.apply(x) if drop is not None else x

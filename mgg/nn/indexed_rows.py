@@ -9,6 +9,11 @@ x[:n_dst] are gathered. A value, not a flag: a layer that cannot read through an
 
     rows = IndexedRows(table, n_id)       # table float [N, F], n_id int64 [U]
     rows.shape == (U, F); rows.materialize() == table[n_id]; rows.head(k) == IndexedRows(table, n_id[:k])
+
+On the GPU the table may also be given by its address in device memory (`address`, int64 [1];
+`table` is then an empty [0, F] tensor of its dtype and device): a step replayed from a CUDA graph
+reads each batch's rows where they are, and only the address changes between replays. Such rows
+are read by the block_sum kernel (also to materialise them).
 """
 from __future__ import annotations
 
@@ -24,13 +29,16 @@ class IndexedRows:
     """Rows table[index] of a table, not copied.
 
     Attributes:
-        table: float [N, F], no gradient (an input).
+        table: float [N, F], no gradient (an input); with `address`, float32 [0, F] on the GPU.
         index: int64 [U] row ids < N, on the table's device (not range-checked here: the caller's
             ids, as a sampler's).
+        address: None, or int64 [1] on the table's GPU holding the address of the float32 [N, F]
+            table (contiguous, 16-byte aligned), read when a kernel runs.
     """
 
     table: torch.Tensor
     index: torch.Tensor
+    address: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.table.dim() != 2:
@@ -42,6 +50,12 @@ class IndexedRows:
             raise ValueError(f"IndexedRows: index on {self.index.device}, table on {self.table.device}")
         if self.table.requires_grad:
             raise ValueError("IndexedRows: the table is an input; it takes no gradient")
+        if self.address is not None and not (self.table.is_cuda and self.table.dtype == torch.float32
+                                             and self.address.dtype == torch.int64
+                                             and self.address.device == self.table.device
+                                             and self.address.numel() == 1):
+            raise ValueError("IndexedRows: a table given by its address is float32 on a GPU, the address "
+                             "one int64 on that GPU")
 
     @property
     def shape(self) -> torch.Size:
@@ -64,11 +78,17 @@ class IndexedRows:
 
     def head(self, n: int) -> "IndexedRows":
         """The first n rows, still indexed."""
-        return IndexedRows(self.table, self.index[:n])
+        return IndexedRows(self.table, self.index[:n], self.address)
 
     def materialize(self) -> torch.Tensor:
         """float [U, F]: table[index] (one row gather)."""
-        return self.table.index_select(0, self.index)
+        if self.address is None:
+            return self.table.index_select(0, self.index)
+        from ..kernels.block_sum import block_sum_cuda
+
+        n = int(self.index.numel())
+        one_each = torch.arange(n + 1, device=self.index.device)  # row i sums its one row index[i]
+        return block_sum_cuda(self.table, one_each, one_each[:n], n, src_index=self.index, x_addr=self.address)
 
 
 def materialize(x) -> torch.Tensor:

@@ -63,3 +63,5 @@ def test_replayed_steps_train_the_eager_weights(cls, indexed):
             torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=f"{name} after step {i}")
     assert step.captured, step.why_eager
     assert (step.replays, step.eager_steps) == (6, 3)
+    # gathered rows are read where they lie (their address), indexed rows through their ids
+    assert step.bufs.kind == ("ids" if indexed else "address")

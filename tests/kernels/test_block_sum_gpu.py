@@ -78,6 +78,15 @@ def test_rows_read_through_an_index_equal_dense_math(width, seed):
     np.testing.assert_allclose(out.cpu().double().numpy(), a @ x64, rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match="src_index must be a 1-D int64"):
         block_sum_cuda(table, block.ptr, block.col, n_dst, src_index=index.int())
+    # the table given by its address in device memory: the same sums
+    addr = torch.tensor([table.data_ptr()], dtype=torch.int64, device=DEV)
+    template = torch.empty((0, width), device=DEV)
+    poison_allocator(n_dst * width)
+    by_addr = block_sum_cuda(template, block.ptr, block.col, n_dst, src, None, p if seed else 0.0, seed,
+                             src_index=index, x_addr=addr)
+    assert torch.equal(by_addr, out)
+    with pytest.raises(ValueError, match="give both"):
+        block_sum_cuda(template, block.ptr, block.col, n_dst, x_addr=addr)
 
 
 def test_unaligned_rows_take_the_scalar_path():

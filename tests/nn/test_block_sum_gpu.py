@@ -67,3 +67,16 @@ def test_a_sampled_step_on_indexed_rows_on_the_gpu_equals_the_cpu(cls):
     torch.testing.assert_close(out_gpu.cpu(), out_cpu, rtol=1e-4, atol=1e-5)
     for gc, p in zip(grads_cpu, model.parameters()):
         torch.testing.assert_close(p.grad.cpu(), gc, rtol=1e-4, atol=1e-4)
+
+
+def test_indexed_rows_by_address_read_the_rows_at_that_address():
+    table = torch.randn(500, 12, device=DEV)
+    index = torch.randint(0, 500, (300,), device=DEV)
+    addr = torch.tensor([table.data_ptr()], dtype=torch.int64, device=DEV)
+    rows = IndexedRows(torch.empty((0, 12), device=DEV), index, addr)
+    assert torch.equal(rows.materialize(), table[index]) and torch.equal(rows.head(40).materialize(), table[index[:40]])
+    block = random_block(60, 300, 10, seed=4).to(DEV)
+    torch.testing.assert_close(block_sum(rows, block), block_sum(table[index], block), rtol=1e-6, atol=1e-6)
+    other = torch.randn(500, 12, device=DEV)
+    addr.fill_(other.data_ptr())  # the next batch: only the address changes
+    assert torch.equal(rows.materialize(), other[index])
