@@ -24,6 +24,10 @@ otherwise the bench prints the two loss sequences and exits 1 without timing any
 each runs --warmup + --steps steps; a step's time is the max over ranks of forward + backward +
 optimizer (ranks start together after a barrier; GPU synchronised; the designs take turns step
 by step), the table shows the medians and a2a/mgg. --json writes the results (host, P, configuration, per-step times, check losses).
+
+On the GPU store mgg's step is replayed from a CUDA graph after its warm-up (MggDLRM's default,
+mgg.embedding.dlrm_graphed; `--no-cuda-graph` runs it eagerly); the table and the JSON's "graph"
+say whether it was (captured, replays, eager steps, and why not). The a2a design stays eager.
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.1, help="MLP SGD learning rate")
     p.add_argument("--emb-lr", type=float, default=0.1, help="row-wise Adagrad learning rate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-cuda-graph", action="store_true", help="run mgg's GPU step eagerly (no CUDA graph)")
     p.add_argument("--json", default=None, help="write the results here (JSON)")
     args = p.parse_args(argv)
     for name in ("steps", "batch_size", "dim", "check_steps"):
@@ -126,6 +131,14 @@ def losses_disagree(a: list[float], b: list[float], rtol: float) -> str | None:
     return None
 
 
+def graph_status(model) -> dict:
+    """Whether mgg's step was replayed from a CUDA graph: captured, replays, eager_steps, why_eager."""
+    g = getattr(model, "graphed", None)
+    if g is None:
+        return {"captured": False, "replays": 0, "eager_steps": None, "why_eager": "off (CPU store or --no-cuda-graph)"}
+    return {"captured": g.captured, "replays": g.replays, "eager_steps": g.eager_steps, "why_eager": g.why_eager}
+
+
 def time_steps(models: dict, streams: dict, warmup: int, steps: int, device, comm) -> dict[str, list[float]]:
     """Seconds of each timed step of every design, the max over ranks (barrier before, GPU
     synchronised after). The designs take turns step by step, so a change in the machine's load
@@ -162,7 +175,8 @@ def run(args) -> dict | None:
     t0 = time.perf_counter()
     store = make_store(comm, args.backend)
     device = init_torch_distributed(comm, args.backend)
-    models = {"mgg": MggDLRM(cfg, comm, store), "a2a": AllToAllDLRM(cfg, device)}
+    models = {"mgg": MggDLRM(cfg, comm, store, cuda_graph=False if args.no_cuda_graph else None),
+              "a2a": AllToAllDLRM(cfg, device)}
     P, B = comm.size, args.batch_size
     if comm.rank == 0:
         print(f"DLRM step: P={P} ({args.backend}), {cfg.num_tables} tables ({sum(cfg.cards):,} rows x {cfg.dim}, "
@@ -177,6 +191,7 @@ def run(args) -> dict | None:
                       f"  mgg losses: {check['mgg']}\n  a2a losses: {check['a2a']}", file=sys.stderr, flush=True)
             return None
         times = time_steps(models, streams, args.warmup, args.steps, device, comm)
+        graph = graph_status(models["mgg"])  # before free() releases the graph
     finally:
         models["mgg"].free()
         import torch.distributed as tdist
@@ -189,7 +204,7 @@ def run(args) -> dict | None:
             "lr": cfg.lr, "emb_lr": cfg.emb_lr, "seed": cfg.seed, "check_losses": check, "loss_rtol": args.loss_rtol,
             "warmup": args.warmup, "steps": args.steps, "step_s": times, "median_s": med,
             "samples_per_s": {k: B * P / v for k, v in med.items()},
-            "ratio_a2a_over_mgg": med["a2a"] / med["mgg"],
+            "ratio_a2a_over_mgg": med["a2a"] / med["mgg"], "graph": graph,
             "torchrec": {"run": False, "reason": tr} if tr else {"run": False, "reason": "installed; no design written"},
             "host": socket.gethostname(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if args.backend == "gpu" else None,
@@ -206,6 +221,9 @@ def print_table(r: dict) -> None:
         m = r["median_s"][k]
         print(f"{k:<9} {m * 1e3:9.2f} {r['samples_per_s'][k]:11.0f} {m / r['median_s']['mgg']:6.2f}x")
     print(f"{'torchrec':<9} {'-':>9} {'-':>11} {'-':>7}  {r['torchrec']['reason']}")
+    g = r["graph"]
+    print(f"mgg step: replayed from a CUDA graph ({g['replays']} replays, {g['eager_steps']} eager steps)" if g["captured"]
+          else f"mgg step: eager ({g['why_eager']})")
     print(f"a2a/mgg = {r['ratio_a2a_over_mgg']:.2f}", flush=True)
 
 

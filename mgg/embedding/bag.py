@@ -47,10 +47,14 @@ __all__ = ["TableConfig", "SparseRowGrad", "MultiTableEmbeddingBag", "ShardedEmb
 @dataclass
 class SparseRowGrad:
     """Summed gradient of the rows this rank owns: local rows (unique, ascending; int64 numpy on
-    the CPU store, an int64 tensor on the GPU on the GPU store) and values [k, Dmax]."""
+    the CPU store, an int64 tensor on the GPU on the GPU store) and values [k, Dmax].
+
+    fixed: the fixed-shape form (`reduce_gradients_fixed`): rows may hold -1 (no gradient; its
+    values are to be ignored), the valid rows unique; the optimizers update under a mask."""
 
     rows: np.ndarray | torch.Tensor
     values: torch.Tensor
+    fixed: bool = False
 
     def rows_numpy(self) -> np.ndarray:
         """The rows as an int64 numpy array (a copy from the GPU where they live there)."""
@@ -107,6 +111,9 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         if checks not in CHECKS:
             raise ValueError(f"checks must be one of {CHECKS}, got {checks!r}")
         self.checks = checks
+        #: GPU store training: pool with mgg.embedding.capturable_pool (no host read: capturable)
+        #: instead of F.embedding_bag ("sum" and "mean" only; equal to float rounding)
+        self.capturable_pooling = False
         self.tables = [t if isinstance(t, TableConfig) else TableConfig(**t) for t in tables]
         if not self.tables:
             raise ValueError("MultiTableEmbeddingBag needs at least one table")
@@ -133,6 +140,7 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         # (keys, grad) on the CPU store; ((owner, local), grad) tensors on the GPU store
         self._pending: list[tuple[Any, torch.Tensor]] = []
         self._exchange = None  # the GPU store's DeviceGradExchange, made on first use
+        self._dims_on: dict = {}  # device -> (tables' local bases, dims) for row_dims
         self._anchor = torch.zeros((), requires_grad=True)
         self.array = self.store.allocate(self.layout.rows_per_pe, self.dim, dtype)
         self._gpu = self.array.local.is_cuda  # NVSHMEM store: rows come through the CUDA kernels
@@ -284,6 +292,12 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         CPU store's calls are not counted: all zeros)."""
         return self._lookup.counters if self._lookup is not None else LookupCounters()
 
+    def capture_refs(self) -> list[torch.Tensor]:
+        """Device tensors a captured GPU training call reads besides its inputs and the module's own
+        (the lookup's cached per-shape vectors, which a later call may evict): a CUDA graph's
+        owner keeps them alive as long as the graph."""
+        return [] if self._lookup is None else list(self._lookup.route_cache.tensors.values())
+
     def raise_input_errors(self) -> None:
         """With checks="deferred": raise the first bad-input error recorded by the GPU lookups
         since the last check, and clear it (one synchronisation). Nothing to do on the CPU store."""
@@ -365,14 +379,44 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         rows, vals = self._exchange.exchange(owner, local, grads)
         return SparseRowGrad(rows, vals)
 
+    def reserve_fixed_gradients(self, slots: int) -> None:
+        """Collective, outside any CUDA graph: make `reduce_gradients_fixed` ready for forwards of
+        up to `slots` gradient slots (GPU store: n + 1 for a call of n ids over all tables)."""
+        if not self._gpu:
+            raise RuntimeError("fixed-shape gradients need the GPU store")
+        if self.world_size > 1:
+            from .grad_exchange import DeviceGradExchange
+
+            if self._exchange is None:
+                self._exchange = DeviceGradExchange(self.store, self.world_size, self.dim, self.dtype)
+            self._exchange.reserve_fixed(slots)
+
+    def reduce_gradients_fixed(self) -> SparseRowGrad:
+        """Collective, no host read (capturable), GPU store: the gradient of ONE forward (its slots
+        are unique keys) at the owners, of a fixed shape: rows int64 [m] with -1 where nothing
+        (the optimizers' masked update), values [m, Dmax]. At P = 1 the slots are the rows."""
+        if not self._gpu or len(self._pending) != 1:
+            raise RuntimeError(f"fixed-shape gradients need one pending GPU forward, got {len(self._pending)}")
+        (owner, local), grads = self._pending.pop()
+        grads = grads.to(self.dtype)
+        if self.world_size == 1:
+            local = local.to(torch.int64)
+            return SparseRowGrad(torch.where(owner >= 0, local, torch.full_like(local, -1)), grads, fixed=True)
+        rows, vals = self._exchange.exchange_fixed(owner, local, grads)
+        return SparseRowGrad(rows, vals, fixed=True)
+
     def row_dims(self, local_rows: torch.Tensor) -> torch.Tensor:
         """Embedding dim of the table of each of my local rows (int64 [k] on local_rows' device: the
-        table from the tables' local bases, no host copy)."""
+        table from the tables' local bases; the small vectors are copied to the device once, so
+        a CUDA graph capture can call it)."""
+        dev = local_rows.device
         if (self.dims == self.dims[0]).all():
-            return torch.full(local_rows.shape, int(self.dims[0]), dtype=torch.int64, device=local_rows.device)
-        base = torch.from_numpy(self.layout.base).to(local_rows.device)
+            return torch.full(local_rows.shape, int(self.dims[0]), dtype=torch.int64, device=dev)
+        if dev not in self._dims_on:
+            self._dims_on[dev] = (torch.from_numpy(self.layout.base).to(dev), torch.from_numpy(self.dims).to(dev))
+        base, dims = self._dims_on[dev]
         t = torch.searchsorted(base, local_rows, right=True) - 1
-        return torch.from_numpy(self.dims).to(local_rows.device)[t]
+        return dims[t]
 
     # -- whole tables (collective; tests, snapshots) ----------------------------------------------
     def gather_table(self, t: int) -> torch.Tensor:

@@ -13,6 +13,11 @@ One step (collective; every rank its own batch of B samples, the global batch is
 
 The summed-over-ranks loss is the mean over the global batch, so P ranks x B samples train like
 one process with P * B samples.
+
+On the GPU store the step is replayed from a CUDA graph by default (`cuda_graph`;
+mgg.embedding.dlrm_graphed): the same step in its capturable form, `train_step(..., fixed=True)`.
+The MLP update is plain SGD without momentum written as one foreach add (what torch.optim.SGD
+computes), in both forms.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from ..runtime.comm import Communicator
 from ..runtime.store import SymmetricStore
 from .bag import MultiTableEmbeddingBag
 from .dlrm_data import DLRMBatch
+from .dlrm_graphed import GraphedDLRMStep
 from .dlrm_model import DLRMConfig, DLRMDense, dlrm_loss
 from .optim import RowWiseAdagrad
 from .table import TableConfig
@@ -37,9 +43,15 @@ class MggDLRM:
         cfg: the model and its learning rates.
         comm, store: the communicator and the symmetric store the tables live in.
         sharding: "range" (contiguous row blocks per rank) or "hash" (row g on rank g % P).
+        cuda_graph: replay the step from a CUDA graph (`GraphedDLRMStep`); None: on for the GPU
+            store, off on the CPU. True on the CPU store is refused.
+        warmup: eager steps before the capture.
+    Attributes:
+        graphed: the `GraphedDLRMStep` (what ran: captured, replays, eager_steps, why_eager), or None.
     """
 
-    def __init__(self, cfg: DLRMConfig, comm: Communicator, store: SymmetricStore, sharding: str = "range"):
+    def __init__(self, cfg: DLRMConfig, comm: Communicator, store: SymmetricStore, sharding: str = "range",
+                 cuda_graph: bool | None = None, warmup: int = 2):
         self.cfg, self.comm, self.store = cfg, comm, store
         self.emb = MultiTableEmbeddingBag(
             [TableConfig(n, cfg.dim, "sum", sharding, f"C{t + 1}") for t, n in enumerate(cfg.cards)],
@@ -47,10 +59,13 @@ class MggDLRM:
         try:
             loc = self.emb.array.local
             self.device = loc.device
+            if cuda_graph and self.device.type != "cuda":
+                raise ValueError("MggDLRM: cuda_graph=True needs the GPU store")
             torch.manual_seed(cfg.seed)  # the same MLP weights on every rank (and in every design)
             self.dense = DLRMDense(cfg).to(self.device)
-            self.opt = torch.optim.SGD(self.dense.parameters(), lr=cfg.lr)
             self.emb_opt = RowWiseAdagrad(self.emb, lr=cfg.emb_lr)
+            on = self.device.type == "cuda" if cuda_graph is None else bool(cuda_graph)
+            self.graphed = GraphedDLRMStep(self.train_step, self.emb, comm, warmup) if on else None
         except BaseException:
             self.emb.free()
             raise
@@ -58,15 +73,26 @@ class MggDLRM:
     def step(self, batch: DLRMBatch) -> torch.Tensor:
         """One training step on this rank's batch (on `self.device`); returns this rank's share
         of the global mean loss (a 0-dim tensor; the ranks' shares sum to the global loss)."""
-        T, B = self.cfg.num_tables, batch.dense.shape[0]
-        x = self.dense.bottom(batch.dense)
-        embs = self.emb(batch.ids, [batch.offsets] * T)
-        loss = dlrm_loss(self.dense.head(x, embs), batch.labels, B * self.comm.size)
-        self.opt.zero_grad()
+        if self.graphed is not None:
+            return self.graphed(batch)
+        return self.train_step(batch.dense, batch.ids, batch.offsets, batch.labels)
+
+    def train_step(self, dense: torch.Tensor, ids: list[torch.Tensor], offsets: torch.Tensor, labels: torch.Tensor,
+                   fixed: bool = False) -> torch.Tensor:
+        """The step on dense float32 [B, 13], T id tensors [B], offsets [B] and labels float32 [B];
+        fixed: its capturable form (no host read; the tables' module in its capture mode, see
+        mgg.embedding.dlrm_graphed). Returns the loss share (0-d)."""
+        T, B = self.cfg.num_tables, dense.shape[0]
+        self.dense.zero_grad(set_to_none=True)
+        x = self.dense.bottom(dense)
+        embs = self.emb(ids, [offsets] * T)
+        loss = dlrm_loss(self.dense.head(x, embs), labels, B * self.comm.size)
         loss.backward()
         allreduce_gradients(self.dense, self.comm, self.store)
-        self.opt.step()
-        self.emb_opt.step()
+        params = [p for p in self.dense.parameters() if p.grad is not None]
+        with torch.no_grad():  # SGD without momentum: p -= lr * grad
+            torch._foreach_add_(params, [p.grad for p in params], alpha=-self.cfg.lr)
+        self.emb_opt.step(fixed=fixed)
         return loss.detach()
 
     def table(self, t: int) -> torch.Tensor:
@@ -74,5 +100,7 @@ class MggDLRM:
         return self.emb.gather_table(t)
 
     def free(self) -> None:
-        """Collective: release the tables' symmetric array."""
+        """Collective: release the step's graph, then the tables' symmetric array."""
+        if self.graphed is not None:
+            self.graphed.close()
         self.emb.free()

@@ -11,7 +11,9 @@ Training with grad: one check-only launch per table, then every table at once
 host round trip (sort, segment ids, a buffer of n + 1 slots, unused slots zero rows of owner -1),
 one row-gather launch, and one torch embedding_bag per group of tables of one width and mode over
 the gathered rows, so the max-mode, per-sample-weight and mean gradients are torch's own; the rows'
-gradient goes to the module (`reduce_gradients` drops the unused slots).
+gradient goes to the module (`reduce_gradients` drops the unused slots). With
+`module.capturable_pooling` the pooling is mgg.embedding.capturable_pool's instead, and with checks
+"deferred" nothing in the call reads the host: it can be captured in a CUDA graph.
 
 Checks (`module.checks`, see mgg.embedding.device_input.CHECKS): with "sync" a call ends with one
 device-to-host copy of the tables' status records and one synchronisation, and bad input raises
@@ -111,7 +113,8 @@ class GpuLookup:
         key, owner, local, _ = route(self.geometry, m.layout.table_offset, bags, self.route_cache, self.device)
         inv, slot_key, slot_owner, slot_local = unique_slots(key, owner, local)
         rows = fetch(slot_key, slot_owner, slot_local)
-        outs = pool(rows, inv, bags, self.geometry, present, m.include_last_offset, self.route_cache)
+        outs = pool(rows, inv, bags, self.geometry, present, m.include_last_offset, self.route_cache,
+                    capturable=m.capturable_pooling)
         c.launches += _TRAIN_LAUNCHES + 3 * len(present)  # the routing, unique slots, gather and pooling
         self._finish(bags)
         return outs

@@ -17,12 +17,21 @@ two; the buffers grow to it collectively and are kept. A barrier on the stream p
 all-to-alls, so a PE that has not yet consumed the previous call's buffers is never overwritten.
 
 At P = 1 nothing is exchanged: the slots are summed by row in place (`sum_received`).
+
+The fixed-shape path (`exchange_fixed`, `sum_received_fixed`) reads nothing back to the host, so a
+training step replayed from a CUDA graph can run it. Its capacity is reserved once, collectively,
+outside the graph (`reserve_fixed`: the largest slot count of any PE, an upper bound of what it
+sends to one PE), in buffers of their own that the per-call path never frees. It holds when every
+PE sends a given row at most once (the slots of one forward are unique keys), so a row has at
+most P contributions: they are placed in a dense [m + 1, P, D] buffer by (row's segment, source
+order) and added over the P axis in a fixed order. Its result keeps its shape: rows with -1
+where nothing, and the optimizers update under a mask (mgg.embedding.optim).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["pack_by_owner", "sum_received", "DeviceGradExchange", "MIN_CAPACITY"]
+__all__ = ["pack_by_owner", "sum_received", "sum_received_fixed", "DeviceGradExchange", "MIN_CAPACITY"]
 
 #: the smallest per-pair capacity the buffers are allocated with (rows)
 MIN_CAPACITY = 1024
@@ -47,7 +56,8 @@ def pack_by_owner(owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
         key = torch.where(own >= 0, own, torch.full_like(own, world))  # unused slots sort last
         order = torch.sort(key, stable=True).indices
         sk = key[order]
-        counts = torch.bincount(sk, minlength=world + 1)
+        # counts by owner without bincount (which synchronises on CUDA): a scatter-add of ones
+        counts = torch.zeros(world + 1, dtype=torch.int64, device=dev).index_add_(0, sk, torch.ones_like(sk))
         start = torch.cumsum(counts, 0) - counts  # first sorted position of each owner
         pos = torch.arange(n, device=dev) - start[sk]
         slot = torch.where(sk < world, sk * capacity + pos, torch.full_like(sk, m))
@@ -71,6 +81,39 @@ def sum_received(rows: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, 
     return uniq, sums
 
 
+def sum_received_fixed(rows: torch.Tensor, vals: torch.Tensor, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sum_received` with a fixed shape and no host read: rows int64 [m] (-1: nothing) and vals
+    [m, D], where a row occurs at most `world` times -> (rows int64 [m]: the distinct rows
+    ascending, then -1; sums [m, D], zeros where the row is -1).
+
+    Rows sorted stably; a segment a distinct row (the cumsum of "new row" flags), an entry's
+    position in its segment (its index minus the cummax of the segment starts); the entries
+    written to a dense [m + 1, world, D] buffer at (segment, position), the unused rows into the
+    sink segment m (dropped), and the P positions added in order 0, 1, .., P - 1: each row's
+    entries in their input order, as `sum_received` adds them, the same bits every call."""
+    m, d = int(rows.numel()), int(vals.shape[1])
+    dev = rows.device
+    out_rows = torch.full((m + 1,), -1, dtype=torch.int64, device=dev)
+    dense = torch.zeros(((m + 1) * world, d), dtype=vals.dtype, device=dev)
+    if m:
+        sk, perm = torch.sort(rows, stable=True)
+        valid = sk >= 0  # the unused rows (-1) sort first
+        new = torch.ones(m, dtype=torch.bool, device=dev)
+        new[1:] = sk[1:] != sk[:-1]
+        seg = torch.cumsum(new & valid, 0) - 1
+        idx = torch.arange(m, device=dev)
+        first = torch.cummax(torch.where(new, idx, torch.zeros_like(idx)), 0).values
+        seg = torch.where(valid, seg, torch.full_like(seg, m))  # the unused rows: the sink segment
+        pos = torch.where(valid, (idx - first).clamp(max=world - 1), torch.zeros_like(idx))
+        out_rows.scatter_(0, seg, torch.where(valid, sk, torch.full_like(sk, -1)))
+        dense[seg * world + pos] = vals[perm]
+    dense = dense.view(m + 1, world, d)[:m]
+    sums = dense[:, 0].clone()
+    for p in range(1, world):
+        sums += dense[:, p]
+    return out_rows[:m], sums
+
+
 class DeviceGradExchange:
     """The all-to-all of row gradients over an NVSHMEM store (see the module docstring).
 
@@ -81,6 +124,16 @@ class DeviceGradExchange:
         self.store, self.world, self.dim, self.dtype = store, int(world), int(dim), dtype
         self.capacity = 0
         self._bufs = None  # (send_rows, recv_rows, send_vals, recv_vals), symmetric
+        self.fixed_capacity = 0
+        self._fixed = None  # the fixed-shape path's own buffers (a CUDA graph may hold them)
+
+    def _alloc(self, capacity: int) -> tuple:
+        """Collective: symmetric (send_rows, recv_rows, send_vals, recv_vals) of `capacity` rows a pair."""
+        import nvshmem.core as nvshmem
+
+        n = self.world * capacity
+        return (nvshmem.tensor((n,), dtype=torch.int64), nvshmem.tensor((n,), dtype=torch.int64),
+                nvshmem.tensor((n, self.dim), dtype=self.dtype), nvshmem.tensor((n, self.dim), dtype=self.dtype))
 
     def _grow(self, capacity: int) -> None:
         """Collective: symmetric buffers for `capacity` rows a pair (every PE the same)."""
@@ -91,11 +144,52 @@ class DeviceGradExchange:
             for b in self._bufs:
                 nvshmem.free_tensor(b)
             self._bufs = None
-        n = self.world * capacity
-        self._bufs = (nvshmem.tensor((n,), dtype=torch.int64), nvshmem.tensor((n,), dtype=torch.int64),
-                      nvshmem.tensor((n, self.dim), dtype=self.dtype), nvshmem.tensor((n, self.dim), dtype=self.dtype))
+        self._bufs = self._alloc(capacity)
         self.capacity = capacity
         self.store.quiesce()
+
+    def reserve_fixed(self, slots: int) -> int:
+        """Collective, outside any CUDA graph: buffers for the fixed-shape path that hold `slots`
+        slots of every PE (the largest count over the PEs, agreed by one host all-reduce); kept
+        until `free`, never reallocated smaller. Returns the capacity a pair."""
+        import nvshmem.core as nvshmem
+
+        need = int(self.store.comm.allreduce_scalar(int(slots), op="max"))
+        if need > self.fixed_capacity:
+            cap = max(MIN_CAPACITY, 1 << (max(need, 1) - 1).bit_length())
+            self.store.quiesce()
+            if self._fixed is not None:
+                for b in self._fixed:
+                    nvshmem.free_tensor(b)
+                self._fixed = None
+            self._fixed = self._alloc(cap)
+            self.fixed_capacity = cap
+            self.store.quiesce()
+        return self.fixed_capacity
+
+    def exchange_fixed(self, owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Collective, no host read (capturable): the slots of ONE forward (unique keys; owner int
+        [n], -1 unused; local int64 [n]; values [n, D]), n <= the reserved capacity, to their
+        owners. Returns (rows int64 [P * C], -1 where nothing; sums [P * C, D]) on this GPU."""
+        import nvshmem.core as nvshmem
+
+        from ..runtime.stream_ref import StreamRef
+
+        if self._fixed is None or int(owner.numel()) > self.fixed_capacity:
+            raise RuntimeError(f"the fixed gradient exchange holds {self.fixed_capacity} slots a PE, got "
+                               f"{int(owner.numel())}: call reserve_fixed first (collective)")
+        send_rows, recv_rows, send_vals, recv_vals = self._fixed
+        rows, vals = pack_by_owner(owner.to(torch.int64), local, values.to(self.dtype), self.world,
+                                   self.fixed_capacity)
+        send_rows.copy_(rows)
+        send_vals.copy_(vals)
+        stream = StreamRef(torch.cuda.current_stream().cuda_stream)
+        nvshmem.barrier_all(stream=stream)  # every PE done with the previous call's buffers
+        team = nvshmem.Teams.TEAM_WORLD
+        nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
+        nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
+        return sum_received_fixed(recv_rows, recv_vals, self.world)
 
     def exchange(self, owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,11 +221,12 @@ class DeviceGradExchange:
         return sum_received(recv_rows, recv_vals)
 
     def free(self) -> None:
-        """Collective: release the buffers."""
-        if self._bufs is not None:
+        """Collective: release the buffers (both paths')."""
+        if self._bufs is not None or self._fixed is not None:
             import nvshmem.core as nvshmem
 
             self.store.quiesce()
-            for b in self._bufs:
+            for b in (self._bufs or ()) + (self._fixed or ()):
                 nvshmem.free_tensor(b)
             self._bufs, self.capacity = None, 0
+            self._fixed, self.fixed_capacity = None, 0

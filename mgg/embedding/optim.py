@@ -8,6 +8,12 @@ symmetric array, and publishes the slice.
   gradient, no momentum).
 * `RowWiseAdagrad` (FBGEMM/TorchRec's EXACT_ROWWISE_ADAGRAD): one accumulator per row,
   s[r] += mean_j g[r, j]^2 over the table's D columns; w[r] -= lr * g[r] / (sqrt(s[r]) + eps).
+
+`step(fixed=True)` (GPU store) takes the gradient of one forward in its fixed shape
+(`reduce_gradients_fixed`: rows with -1 where nothing) and updates under a mask: every place
+is written, the places without a row at row 0 with a zero update, and nothing is read back to
+the host, so a step replayed from a CUDA graph can run it. The valid rows are unique, so the
+masked update is the same arithmetic as the update of the unique rows.
 """
 from __future__ import annotations
 
@@ -27,13 +33,20 @@ class _ShardedOptimizer:
     def zero_grad(self) -> None:
         self.module.clear_gradients()
 
-    def step(self) -> SparseRowGrad:
-        """Collective: exchange gradients, update my rows, publish. Returns the applied gradient."""
-        grad = self.module.reduce_gradients()
+    def step(self, fixed: bool = False) -> SparseRowGrad:
+        """Collective: exchange gradients, update my rows, publish. Returns the applied gradient.
+        fixed: the fixed-shape, sync-free path (GPU store, one pending forward; see the module)."""
+        grad = self.module.reduce_gradients_fixed() if fixed else self.module.reduce_gradients()
         # other PEs' lookups may still be reading my rows on their streams (a GPU lookup with
         # checks "deferred" returns before its kernel ends): every PE done reading before I write
         self.module.array.release()
-        if len(grad.rows):
+        if fixed:
+            with torch.no_grad():
+                loc = self.module.array.local
+                valid = grad.rows >= 0
+                rows = torch.where(valid, grad.rows, torch.zeros_like(grad.rows))
+                self._apply_masked(loc, rows, grad.values.to(loc.dtype), valid)
+        elif len(grad.rows):
             with torch.no_grad():
                 loc = self.module.array.local
                 rows = grad.rows if isinstance(grad.rows, torch.Tensor) else torch.from_numpy(grad.rows)
@@ -45,12 +58,20 @@ class _ShardedOptimizer:
         """Update my slice `loc` at local rows `rows` (int64 [k], unique) with their gradient g [k, Dmax]."""
         raise NotImplementedError
 
+    def _apply_masked(self, loc, rows, g, valid) -> None:
+        """`_apply` on places `rows` (int64 [m], 0 where not `valid`, the valid ones unique) with
+        gradient g [m, Dmax], where `valid` (bool [m]) says which places hold a row."""
+        raise NotImplementedError
+
 
 class SparseSGD(_ShardedOptimizer):
     """Plain SGD on the rows that received a gradient."""
 
     def _apply(self, loc, rows, g) -> None:
         loc.index_add_(0, rows, g, alpha=-self.lr)
+
+    def _apply_masked(self, loc, rows, g, valid) -> None:
+        loc.index_add_(0, rows, torch.where(valid.unsqueeze(1), g, torch.zeros_like(g)), alpha=-self.lr)
 
 
 class RowWiseAdagrad(_ShardedOptimizer):
@@ -71,3 +92,11 @@ class RowWiseAdagrad(_ShardedOptimizer):
         self.state.index_copy_(0, rows, s)
         step = g * (self.lr / (s.sqrt() + self.eps)).unsqueeze(1)
         loc.index_add_(0, rows, step, alpha=-1.0)
+
+    def _apply_masked(self, loc, rows, g, valid) -> None:
+        dims = self.module.row_dims(rows).to(g.dtype)
+        zero = torch.zeros((), dtype=g.dtype, device=g.device)
+        self.state.index_add_(0, rows, torch.where(valid, (g * g).sum(1) / dims, zero))
+        s = self.state.index_select(0, rows)
+        scale = torch.where(valid, self.lr / (s.sqrt() + self.eps), zero)
+        loc.index_add_(0, rows, g * scale.unsqueeze(1), alpha=-1.0)

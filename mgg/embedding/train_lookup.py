@@ -14,6 +14,9 @@ table's check launch and its input's conversions):
    concatenated bags (each table's offsets shifted by its first id's position), split per table;
    the gradient of the gathered rows is torch's own (max mode, per-sample weights, mean). With
    `include_last_offset` a table pools on its own (its ids after offsets[-1] go to the sink slot).
+   With `capturable` the groups pool with `mgg.embedding.capturable_pool.pool_bags` instead
+   ("sum" and "mean": nothing read back to the host in forward or backward, so the step can be
+   captured in a CUDA graph; equal to torch's to float rounding); "max" raises ValueError there.
 
 Per-table vectors that depend only on the call's shape (the tables present, their id and bag
 counts) are cached on the `RouteCache`.
@@ -27,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.embedding_gpu import TableGeometry
+from .capturable_pool import pool_bags
 from .device_input import DeviceBags
 
 __all__ = ["RouteCache", "route", "unique_slots", "pool"]
@@ -130,9 +134,11 @@ def _bag_offsets(b: DeviceBags, device) -> torch.Tensor:
 
 
 def pool(rows: torch.Tensor, inv: torch.Tensor, bags: Sequence[DeviceBags | None], geometry: Sequence[TableGeometry],
-         present: Sequence[int], include_last_offset: bool, cache: RouteCache) -> list[torch.Tensor | None]:
+         present: Sequence[int], include_last_offset: bool, cache: RouteCache,
+         capturable: bool = False) -> list[torch.Tensor | None]:
     """Pooled bags [B_t, D_t] of every present table (None elsewhere) from the gathered slot rows
-    `rows` [n + 1, Dmax] and each id's slot `inv` [n] (ids in table order)."""
+    `rows` [n + 1, Dmax] and each id's slot `inv` [n] (ids in table order). capturable: pool
+    with `pool_bags` (no host read; "sum" and "mean" only) instead of F.embedding_bag."""
     dev = rows.device
     outs: list[torch.Tensor | None] = [None] * len(bags)
     start, pos = {}, 0
@@ -144,7 +150,7 @@ def pool(rows: torch.Tensor, inv: torch.Tensor, bags: Sequence[DeviceBags | None
     for t in present:
         b, g = bags[t], geometry[t]
         if include_last_offset and b.offsets is not None:
-            outs[t] = _pool_alone(rows, inv, b, g, start[t], sink)
+            outs[t] = _pool_alone(rows, inv, b, g, start[t], sink, capturable)
         else:
             groups.setdefault((g.dim, g.mode, b.per_sample_weights is not None), []).append(t)
     for (dim, mode, weighted), ts in groups.items():
@@ -166,13 +172,17 @@ def pool(rows: torch.Tensor, inv: torch.Tensor, bags: Sequence[DeviceBags | None
         if weighted:
             ws = [bags[t].per_sample_weights for t in ts]
             psw = (torch.cat(ws) if len(ws) > 1 else ws[0]).to(w.dtype)
-        pooled = F.embedding_bag(inv_g, w, off, mode=mode, per_sample_weights=psw)
+        if capturable:
+            pooled = pool_bags(w, inv_g, off, mode, psw)
+        else:
+            pooled = F.embedding_bag(inv_g, w, off, mode=mode, per_sample_weights=psw)
         for t, o in zip(ts, torch.split(pooled, nb)):
             outs[t] = o
     return outs
 
 
-def _pool_alone(rows, inv, b: DeviceBags, g: TableGeometry, first: int, sink: int) -> torch.Tensor:
+def _pool_alone(rows, inv, b: DeviceBags, g: TableGeometry, first: int, sink: int,
+                capturable: bool = False) -> torch.Tensor:
     """One table with include_last_offset: its ids after offsets[-1] point at the sink slot (a zero
     row whose gradient is dropped; torch would leave theirs uninitialised with per-sample weights)."""
     k = int(b.ids.numel())
@@ -182,5 +192,7 @@ def _pool_alone(rows, inv, b: DeviceBags, g: TableGeometry, first: int, sink: in
     if k:
         inside = torch.arange(k, device=rows.device) < off[-1]
         inv_t = torch.where(inside, inv_t, sink)
+    if capturable:
+        return pool_bags(w, inv_t, off, g.mode, b.per_sample_weights, include_last_offset=True)
     return F.embedding_bag(inv_t, w, off, mode=g.mode, per_sample_weights=b.per_sample_weights,
                            include_last_offset=True)

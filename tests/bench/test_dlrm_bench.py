@@ -67,3 +67,5 @@ def test_command_line_prints_the_table_and_writes_the_json(tmp_path):
     assert len(res["step_s"]["mgg"]) == len(res["step_s"]["a2a"]) == 3
     assert res["ratio_a2a_over_mgg"] == pytest.approx(res["median_s"]["a2a"] / res["median_s"]["mgg"])
     assert res["torchrec"]["run"] is False and res["torchrec"]["reason"]
+    assert res["graph"]["captured"] is False and "CPU store" in res["graph"]["why_eager"]  # eager on the CPU
+    assert "mgg step: eager" in r.stdout
