@@ -313,6 +313,16 @@ class MultiTableEmbeddingBag(torch.nn.Module):
     def clear_gradients(self) -> None:
         self._pending.clear()
 
+    def input_error_flag(self) -> torch.Tensor:
+        """0-d float32, 1 when a GPU lookup since the last check recorded bad input, else 0 (no host
+        read; the CPU store raises in the call instead: always 0)."""
+        return self._lookup.error_flag() if self._lookup is not None else torch.zeros(())
+
+    def scale_gradients_(self, keep: torch.Tensor) -> None:
+        """Multiply every pending row gradient by `keep` (0-d; 0 drops the step's update)."""
+        for _, g in self._pending:
+            g.mul_(keep)
+
     def reduce_gradients(self) -> SparseRowGrad:
         """Collective: send every pending (key, grad) to its owner; returns my rows' summed gradient."""
         if self._gpu:

@@ -19,12 +19,13 @@ pooling by `mgg.embedding.capturable_pool` (the same sums to float rounding), th
 exchanged and summed in a fixed shape and applied under a mask (`reduce_gradients_fixed`,
 `step(fixed=True)` of the sparse optimizer), the MLP update one foreach add.
 
-Bad ids: after each replay (and the capture step) the tables' status records are read (one
-synchronisation a step) and the ranks agree (one host all-reduce of a flag; the messages only
-when one is set); every rank then raises the lowest failing rank's error, the message the eager
-step gives (`IndexError: table C3: index 70 out of range [0, 60)`). Unlike the eager step, whose
-check raises before the update, the replayed step has then already been applied, with each bad id
-clamped into its table.
+Bad ids: the captured step sums every rank's error flag (its tables' status records, on the
+device) with the MLP gradients and multiplies all of the step's gradients by "no rank had an
+error", so a step with bad input changes no table, no optimizer state and no weight. After each
+replay (and the capture step) the status records are read (one synchronisation a step) and the
+ranks agree (one host all-reduce of a flag; the messages only when one is set); every rank then
+raises the lowest failing rank's error, the message the eager step gives (`IndexError: table C3:
+index 70 out of range [0, 60)`).
 
 A capture that fails on any rank leaves every rank eager (the ranks agree by one host all-reduce),
 with the reason in `why_eager`; a table pooled with "max" (whose pooling reads the host) is refused

@@ -16,7 +16,9 @@ one process with P * B samples.
 
 On the GPU store the step is replayed from a CUDA graph by default (`cuda_graph`;
 mgg.embedding.dlrm_graphed): the same step in its capturable form, `train_step(..., fixed=True)`.
-The MLP update is plain SGD without momentum written as one foreach add (what torch.optim.SGD
+There the lookup records bad input on the device instead of raising: the step sums the ranks'
+error flags with the MLP gradients and multiplies every gradient (MLP and rows) by "no rank had
+an error", so a step with bad input writes nothing, and the error is raised after it. The MLP update is plain SGD without momentum written as one foreach add (what torch.optim.SGD
 computes), in both forms.
 """
 from __future__ import annotations
@@ -88,7 +90,14 @@ class MggDLRM:
         embs = self.emb(ids, [offsets] * T)
         loss = dlrm_loss(self.dense.head(x, embs), labels, B * self.comm.size)
         loss.backward()
-        allreduce_gradients(self.dense, self.comm, self.store)
+        if fixed:  # bad input on any rank holds every rank's update; the error is raised after the step
+            bad = allreduce_gradients(self.dense, self.comm, self.store, extra=self.emb.input_error_flag())
+            keep = (torch.as_tensor(bad, device=self.device) == 0).to(torch.float32)
+            with torch.no_grad():
+                torch._foreach_mul_([p.grad for p in self.dense.parameters() if p.grad is not None], keep)
+            self.emb.scale_gradients_(keep)
+        else:
+            allreduce_gradients(self.dense, self.comm, self.store)
         params = [p for p in self.dense.parameters() if p.grad is not None]
         with torch.no_grad():  # SGD without momentum: p -= lr * grad
             torch._foreach_add_(params, [p.grad for p in params], alpha=-self.cfg.lr)

@@ -161,6 +161,11 @@ class GpuLookup:
                 bad = rec[ST_LO] if rec[ST_LO] < 0 else rec[ST_HI]
                 raise IndexError(f"{what}: index {bad} out of range [0, {m.tables[t].num_embeddings})")
 
+    def error_flag(self) -> torch.Tensor:
+        """float32 0-d on the GPU, 1 when a table's status record holds an input error, else 0
+        (nothing read on the host: a captured step reads it)."""
+        return (self.status[:, ST_FLAGS] != 0).any().to(torch.float32)
+
     def raise_input_errors(self) -> None:
         """Raise the first error recorded since the last check (one synchronisation), and clear it."""
         self._read_status()

@@ -98,5 +98,6 @@ class RowWiseAdagrad(_ShardedOptimizer):
         zero = torch.zeros((), dtype=g.dtype, device=g.device)
         self.state.index_add_(0, rows, torch.where(valid, (g * g).sum(1) / dims, zero))
         s = self.state.index_select(0, rows)
-        scale = torch.where(valid, self.lr / (s.sqrt() + self.eps), zero)
+        # s + eps == 0 only where the gradient is 0 (a held step, eps 0): no update there, not 0 * inf
+        scale = torch.where(valid & (s + self.eps > 0), self.lr / (s.sqrt() + self.eps), zero)
         loc.index_add_(0, rows, g * scale.unsqueeze(1), alpha=-1.0)

@@ -56,16 +56,19 @@ def broadcast_parameters(model: nn.Module, comm, root: int = 0) -> None:
         unflatten_into(buf, tensors)
 
 
-def allreduce_gradients(model: nn.Module, comm, store=None) -> None:
-    """Sum `.grad` of every parameter over all ranks (collective; missing grads count as 0).
+def allreduce_gradients(model: nn.Module, comm, store=None,
+                        extra: float | torch.Tensor | None = None) -> float | torch.Tensor | None:
+    """Sum `.grad` of every parameter over all ranks (collective; missing grads count as 0), and
+    with them the scalar `extra` when given (a float, or a 0-dim float32 tensor on the GPU).
 
     With a `store` that reduces on the device (the NVSHMEM store: `SymmetricStore.allreduce_sum_`)
     and float32 gradients on one GPU, the gradients are summed there, on the current stream,
     in one flat vector: no host synchronisation. Otherwise they go through one float64 host
-    all-reduce (MPI)."""
+    all-reduce (MPI). Returns the summed `extra` (as given at P = 1; a 0-dim device tensor when the
+    store reduced it), or None without one."""
     if comm.size == 1:
-        return
-    _allreduce(_grads_of(model), comm, store, None)
+        return extra
+    return _allreduce(_grads_of(model), comm, store, extra)
 
 
 def allreduce_mean_gradients(model: nn.Module, comm, count: int | torch.Tensor, store=None) -> float | torch.Tensor:

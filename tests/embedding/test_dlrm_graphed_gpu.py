@@ -1,7 +1,8 @@
 """MggDLRM's step replayed from a CUDA graph on the GPU store (mgg.embedding.dlrm_graphed) against
 the eager step: the same losses, tables and MLP weights over 8 steps (one batch of another shape
 among them runs eagerly), the graph captured and replayed; a bad id in a replayed step raises the
-eager step's error, on every rank also when only one rank's batch has it. Runs alone (P = 1) and
+eager step's error, on every rank also when only one rank's batch has it, and that step writes
+nothing (tables, optimizer state and MLP weights as before it). Runs alone (P = 1) and
 under `mpirun -np 2 python -m pytest tests/embedding/test_dlrm_graphed_gpu.py` (every rank on its
 own GPU); skipped without a GPU."""
 import pytest
@@ -38,6 +39,16 @@ def _train(model, batches, comm):
     losses = [comm.allreduce_scalar(float(model.step(b))) for b in batches]
     tables = [model.table(t) for t in range(CFG.num_tables)]
     return losses, tables, [p.detach().cpu().clone() for p in model.dense.parameters()]
+
+
+def _state(model):
+    """Every table (gathered), the row-wise Adagrad state of this rank and the MLP weights."""
+    return ([model.table(t) for t in range(CFG.num_tables)] + [model.emb_opt.state.cpu().clone()]
+            + [p.detach().cpu().clone() for p in model.dense.parameters()])
+
+
+def _same(a, b):
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("sharding", ["range", "hash"])
@@ -85,15 +96,18 @@ def test_a_bad_id_in_a_replayed_step_raises_the_eager_error(env):
             model.step(b)
         g = model.graphed
         assert g.captured and g.replays == 1, g.why_eager
+        before = _state(model)
         with pytest.raises(IndexError) as got:
             model.step(bad)
         assert g.replays == 2 and str(got.value) == str(want.value)
-        if comm.size > 1:  # rank 0's bad id: every rank raises rank 0's error
+        _same(_state(model), before)  # the held step wrote nothing
+        if comm.size > 1:  # rank 0's bad id: every rank raises rank 0's error, and no rank writes
             one = DLRMBatches(CFG, B, comm.rank + 9).next().to(dev)
             if comm.rank == 0:
                 one.ids[4][0] = -3
             with pytest.raises(IndexError, match=rf"^table C5: index -3 out of range \[0, {CFG.cards[4]}\)$"):
                 model.step(one)
+            _same(_state(model), before)
         loss = model.step(batches[0])  # recorded errors are cleared: the next replay is clean
         assert g.replays == (4 if comm.size > 1 else 3) and torch.isfinite(loss)
     finally:

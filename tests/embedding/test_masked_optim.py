@@ -99,3 +99,33 @@ def test_fixed_step_at_one_pe_is_the_per_call_step(comm, cls):
         for m in mods:
             m._gpu = False
             m.free()
+
+
+@pytest.mark.parametrize("cls,eps", [(SparseSGD, None), (RowWiseAdagrad, 1e-10), (RowWiseAdagrad, 0.0)])
+def test_gradients_scaled_by_zero_write_nothing(comm, cls, eps):
+    """A step with bad input is held by scaling its pending row gradients by 0
+    (`scale_gradients_`, what the replayed DLRM step does when a rank's lookup recorded an error):
+    the fixed-shape update then leaves the table and the optimizer state as they were, bit for
+    bit; by 1 it is the ordinary update. The CPU store records no error flag (0)."""
+    if comm.size != 1:
+        pytest.skip("one process")
+    rng = np.random.default_rng(8)
+    with MultiTableEmbeddingBag([TableConfig(30, 4, "sum")], comm=comm, seed=6) as emb:
+        assert float(emb.input_error_flag()) == 0.0
+        opt = cls(emb, lr=0.3) if eps is None else cls(emb, lr=0.3, eps=eps)  # eps 0: state 0 rows, no 0 * inf
+        emb._gpu = True  # slots of the device path (the CPU store stands in at P = 1)
+        try:
+            for keep, changes in ((0.0, False), (1.0, True)):
+                owner = torch.zeros(21, dtype=torch.int32)
+                owner[-1] = -1
+                local = torch.from_numpy(rng.choice(emb.layout.rows_per_pe, 21, replace=False))
+                emb._pending.append(((owner, local), torch.from_numpy(rng.standard_normal((21, 4))).float()))
+                table = emb.array.local.clone()
+                state = opt.state.clone() if cls is RowWiseAdagrad else None
+                emb.scale_gradients_(torch.tensor(keep))
+                opt.step(fixed=True)
+                assert torch.equal(emb.array.local, table) != changes
+                if cls is RowWiseAdagrad:
+                    assert torch.equal(opt.state, state) != changes
+        finally:
+            emb._gpu = False
