@@ -339,31 +339,10 @@ class MultiTableEmbeddingBag(torch.nn.Module):
         uk, inv = np.unique(keys, return_inverse=True)  # coalesce before sending
         g = torch.zeros((len(uk), self.dim), dtype=self.dtype).index_add_(0, torch.from_numpy(inv.reshape(-1)), grads.to(self.dtype))
         _, owner, local = self.layout.locate_keys(uk)
-        P = self.world_size
-        if P > 1:
-            from mpi4py import MPI
+        if self.world_size > 1:
+            from .grad_host import exchange_on_host
 
-            order = np.argsort(owner, kind="stable")
-            send_rows = np.ascontiguousarray(local[order])
-            send_g = np.ascontiguousarray(g.numpy()[order])
-            scount = np.bincount(owner, minlength=P).astype(np.int64)
-            rcount = np.empty(P, dtype=np.int64)
-            mpi = self.comm.comm
-            with self.comm.guard("embedding gradient alltoall"):
-                mpi.Alltoall(scount, rcount)
-                sdisp = np.concatenate([[0], np.cumsum(scount)[:-1]])
-                rdisp = np.concatenate([[0], np.cumsum(rcount)[:-1]])
-                recv_rows = np.empty(int(rcount.sum()), dtype=np.int64)
-                mpi.Alltoallv([send_rows, scount, sdisp, MPI.INT64_T], [recv_rows, rcount, rdisp, MPI.INT64_T])
-                npdt = send_g.dtype
-                recv_g = np.empty((int(rcount.sum()), self.dim), dtype=npdt)
-                mt = MPI.DOUBLE if npdt == np.float64 else MPI.FLOAT
-                D = self.dim
-                mpi.Alltoallv([send_g, scount * D, sdisp * D, mt], [recv_g, rcount * D, rdisp * D, mt])
-            rows, rinv = np.unique(recv_rows, return_inverse=True)
-            vals = torch.zeros((len(rows), self.dim), dtype=self.dtype).index_add_(
-                0, torch.from_numpy(rinv.reshape(-1)), torch.from_numpy(recv_g))
-            return SparseRowGrad(rows, vals)
+            return SparseRowGrad(*exchange_on_host(self.comm, owner, local, g, self.world_size))
         order = np.argsort(local, kind="stable")
         return SparseRowGrad(local[order], g[torch.from_numpy(order)])
 
