@@ -135,36 +135,52 @@ class DeviceGradExchange:
         return (nvshmem.tensor((n,), dtype=torch.int64), nvshmem.tensor((n,), dtype=torch.int64),
                 nvshmem.tensor((n, self.dim), dtype=self.dtype), nvshmem.tensor((n, self.dim), dtype=self.dtype))
 
-    def _grow(self, capacity: int) -> None:
-        """Collective: symmetric buffers for `capacity` rows a pair (every PE the same)."""
+    def _replace(self, old: tuple | None, capacity: int) -> tuple:
+        """Collective: free `old` buffers (None: none) and allocate them anew for `capacity` rows a
+        pair, with no NVSHMEM work in flight on any PE around the host-side collectives."""
         import nvshmem.core as nvshmem
 
         self.store.quiesce()
-        if self._bufs is not None:
-            for b in self._bufs:
-                nvshmem.free_tensor(b)
-            self._bufs = None
-        self._bufs = self._alloc(capacity)
-        self.capacity = capacity
+        for b in old or ():
+            nvshmem.free_tensor(b)
+        new = self._alloc(capacity)
         self.store.quiesce()
+        return new
+
+    def _grow(self, capacity: int) -> None:
+        """Collective: symmetric buffers for `capacity` rows a pair (every PE the same)."""
+        old, self._bufs = self._bufs, None
+        self._bufs = self._replace(old, capacity)
+        self.capacity = capacity
+
+    def _all_to_all(self, bufs: tuple, rows: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows / vals (laid out by `pack_by_owner` for these buffers) into the send buffers, then
+        on the current stream a barrier (every PE done with the previous call's buffers) and the
+        two all-to-alls; returns the receive buffers (rows, values)."""
+        import nvshmem.core as nvshmem
+
+        from ..runtime.stream_ref import StreamRef
+
+        send_rows, recv_rows, send_vals, recv_vals = bufs
+        send_rows.copy_(rows)
+        send_vals.copy_(vals)
+        stream = StreamRef(torch.cuda.current_stream().cuda_stream)
+        nvshmem.barrier_all(stream=stream)
+        team = nvshmem.Teams.TEAM_WORLD
+        nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
+        nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
+        return recv_rows, recv_vals
 
     def reserve_fixed(self, slots: int) -> int:
         """Collective, outside any CUDA graph: buffers for the fixed-shape path that hold `slots`
         slots of every PE (the largest count over the PEs, agreed by one host all-reduce); kept
         until `free`, never reallocated smaller. Returns the capacity a pair."""
-        import nvshmem.core as nvshmem
-
         need = int(self.store.comm.allreduce_scalar(int(slots), op="max"))
         if need > self.fixed_capacity:
             cap = max(MIN_CAPACITY, 1 << (max(need, 1) - 1).bit_length())
-            self.store.quiesce()
-            if self._fixed is not None:
-                for b in self._fixed:
-                    nvshmem.free_tensor(b)
-                self._fixed = None
-            self._fixed = self._alloc(cap)
+            old, self._fixed = self._fixed, None
+            self._fixed = self._replace(old, cap)
             self.fixed_capacity = cap
-            self.store.quiesce()
         return self.fixed_capacity
 
     def exchange_fixed(self, owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
@@ -172,34 +188,18 @@ class DeviceGradExchange:
         """Collective, no host read (capturable): the slots of ONE forward (unique keys; owner int
         [n], -1 unused; local int64 [n]; values [n, D]), n <= the reserved capacity, to their
         owners. Returns (rows int64 [P * C], -1 where nothing; sums [P * C, D]) on this GPU."""
-        import nvshmem.core as nvshmem
-
-        from ..runtime.stream_ref import StreamRef
-
         if self._fixed is None or int(owner.numel()) > self.fixed_capacity:
             raise RuntimeError(f"the fixed gradient exchange holds {self.fixed_capacity} slots a PE, got "
                                f"{int(owner.numel())}: call reserve_fixed first (collective)")
-        send_rows, recv_rows, send_vals, recv_vals = self._fixed
         rows, vals = pack_by_owner(owner.to(torch.int64), local, values.to(self.dtype), self.world,
                                    self.fixed_capacity)
-        send_rows.copy_(rows)
-        send_vals.copy_(vals)
-        stream = StreamRef(torch.cuda.current_stream().cuda_stream)
-        nvshmem.barrier_all(stream=stream)  # every PE done with the previous call's buffers
-        team = nvshmem.Teams.TEAM_WORLD
-        nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
-        nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
-        return sum_received_fixed(recv_rows, recv_vals, self.world)
+        return sum_received_fixed(*self._all_to_all(self._fixed, rows, vals), self.world)
 
     def exchange(self, owner: torch.Tensor, local: torch.Tensor, values: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Collective: every PE's slots (owner int [n], -1 unused; local int64 [n]; values [n, D]
         on this GPU) to their owners. Returns (my rows int64 [k], ascending and unique; their
         summed gradients [k, D]) on this GPU."""
-        import nvshmem.core as nvshmem
-
-        from ..runtime.stream_ref import StreamRef
-
         own = owner.to(torch.int64)
         counts = torch.bincount(own[own >= 0], minlength=self.world)
         need = int(counts.max()) if counts.numel() else 0
@@ -207,15 +207,8 @@ class DeviceGradExchange:
         if need > self.capacity:
             cap = max(MIN_CAPACITY, 1 << (need - 1).bit_length())
             self._grow(cap)
-        send_rows, recv_rows, send_vals, recv_vals = self._bufs
         rows, vals = pack_by_owner(own, local, values.to(self.dtype), self.world, self.capacity)
-        send_rows.copy_(rows)
-        send_vals.copy_(vals)
-        stream = StreamRef(torch.cuda.current_stream().cuda_stream)
-        nvshmem.barrier_all(stream=stream)  # every PE done with the previous call's buffers
-        team = nvshmem.Teams.TEAM_WORLD
-        nvshmem.alltoall(team, recv_rows, send_rows, stream=stream)
-        nvshmem.alltoall(team, recv_vals, send_vals, stream=stream)
+        recv_rows, recv_vals = self._all_to_all(self._bufs, rows, vals)
         # sum_received reads the buffers into new tensors on this stream, ahead of the next call's
         # barrier and all-to-alls: nothing it returns aliases them
         return sum_received(recv_rows, recv_vals)
