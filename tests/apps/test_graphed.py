@@ -14,6 +14,7 @@ from mgg.apps.config import TrainConfig, UserError
 from mgg.apps.full import check_cuda_graph, resolve_cuda_graph
 from mgg.apps.graphed import CapturedStep
 from mgg.runtime import Communicator
+from mgg.testing.cuda_graph import RecordingGraph
 
 
 @pytest.mark.parametrize("changes,needle", [({"tune": True}, "--tune"), ({"profile_steps": True}, "--profile-steps")])
@@ -64,17 +65,6 @@ def test_the_cli_flag_is_on_off_or_default():
         resolve_cuda_graph(TrainConfig(cuda_graph=True), "cpu")
 
 
-class _FakeGraph:
-    def __init__(self):
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-
-    def reset(self):
-        self.reset_called = True
-
-
 class _Comm:
     """One rank of a job whose other rank reports `other_failed`."""
 
@@ -90,7 +80,7 @@ def _patch(monkeypatch, fail: bool):
     graphs = []
 
     def make():
-        graphs.append(_FakeGraph())
+        graphs.append(RecordingGraph())
         return graphs[-1]
 
     @contextlib.contextmanager

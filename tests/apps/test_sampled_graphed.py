@@ -15,6 +15,7 @@ from mgg.runtime import Communicator
 from mgg.sample import sample_blocks
 from mgg.sample.block import SampledBatch
 from mgg.testing.graphs import random_csr
+from mgg.testing.cuda_graph import RecordingGraph
 
 
 def a_batch(seed: int, n: int = 300, batch: int = 12, fanouts=(4, 3), table: torch.Tensor | None = None) -> SampledBatch:
@@ -69,14 +70,6 @@ def test_gat_cannot_be_padded():
     assert not can_pad(SampledGAT(6, 4, 3, layers=2, heads=2))
 
 
-class FakeGraph:
-    def __init__(self):
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-
-
 class FakeComm(Communicator):
     def __init__(self, other_rank_fails=False):
         super().__init__(comm=None)
@@ -98,7 +91,7 @@ def recording_step(comm, fail=False):
         if comm.allreduce_scalar(1.0 if why else 0.0, "max") > 0:
             step.why_eager = why or "another rank could not capture the step"
             return
-        step.graph, step.loss, step.captured = FakeGraph(), torch.tensor(2.0), True
+        step.graph, step.loss, step.captured = RecordingGraph(), torch.tensor(2.0), True
 
     step._capture = capture
     step._load = lambda batch: calls.append("load")

@@ -13,16 +13,9 @@ from mgg.embedding.dlrm_model import DLRMConfig
 from mgg.embedding.dlrm_train import MggDLRM
 from mgg.graph import make_store
 from mgg.runtime import Communicator, world
+from mgg.testing.cuda_graph import RecordingGraph
 
 CFG = DLRMConfig(cards=(50, 7, 300), dim=4, bot=(8,), top=(16, 1), seed=5)
-
-
-class FakeGraph:
-    def __init__(self):
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
 
 
 class FakeComm(Communicator):
@@ -87,7 +80,7 @@ def recording_step(comm, emb=None, fail=False):
             s.why_eager = why or "another rank could not capture the step"
             s.bufs = None
             return torch.tensor(3.0)
-        s.graph, s.loss, s.captured = FakeGraph(), torch.tensor(2.0), True
+        s.graph, s.loss, s.captured = RecordingGraph(), torch.tensor(2.0), True
         return torch.tensor(3.0)
 
     s._capture = capture
