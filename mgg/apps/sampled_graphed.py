@@ -150,31 +150,30 @@ class PaddedStep:
     def __call__(self, batch):
         sizes = self._sizes(batch)
         if self.captured and self._fits(sizes) and self._same_input(batch):
-            self._load(batch)
-            self.graph.replay()
-            self.replays += 1
-            return self.loss
+            return self._replay(batch)
         if self.why_eager or self.captured or self.eager_steps < self.warmup:
             self._seen = sizes if self._seen is None else [max(a, b) for a, b in zip(self._seen, sizes)]
             self.eager_steps += 1
             return self.eager(batch)
         self._capture(batch)
         if self.captured and self._fits(sizes) and self._same_input(batch):
-            self._load(batch)
-            self.graph.replay()
-            self.replays += 1
-            return self.loss
+            return self._replay(batch)
         self.eager_steps += 1
         return self.eager(batch)
 
+    def _replay(self, batch):
+        self._load(batch)
+        self.graph.replay()
+        self.replays += 1
+        return self.loss
+
     def _allocate(self, batch) -> _Buffers:
+        from ..nn.indexed_rows import IndexedRows
         from ..sample.block import Block
 
         levels = len(batch.blocks) + 1
         seen = [max(a, b) for a, b in zip(self._seen, self._sizes(batch))]
         self._caps = [int(math.ceil(s * HEADROOM)) + 1 for s in seen]
-        from ..nn.indexed_rows import IndexedRows
-
         dev, dim = batch.x.device, int(batch.x.shape[1])
         nodes, edges = self._caps[:levels], self._caps[levels:]
         kind, identity = "rows", None
