@@ -90,17 +90,16 @@ class MggDLRM:
         embs = self.emb(ids, [offsets] * T)
         loss = dlrm_loss(self.dense.head(x, embs), labels, B * self.comm.size)
         loss.backward()
-        if fixed:  # bad input on any rank holds every rank's update; the error is raised after the step
-            bad = allreduce_gradients(self.dense, self.comm, self.store, extra=self.emb.input_error_flag())
-            keep = (torch.as_tensor(bad, device=self.device) == 0).to(torch.float32)
-            with torch.no_grad():
-                torch._foreach_mul_([p.grad for p in self.dense.parameters() if p.grad is not None], keep)
-            self.emb.scale_gradients_(keep)
-        else:
-            allreduce_gradients(self.dense, self.comm, self.store)
+        flag = self.emb.input_error_flag() if fixed else None
+        bad = allreduce_gradients(self.dense, self.comm, self.store, extra=flag)
         params = [p for p in self.dense.parameters() if p.grad is not None]
-        with torch.no_grad():  # SGD without momentum: p -= lr * grad
-            torch._foreach_add_(params, [p.grad for p in params], alpha=-self.cfg.lr)
+        grads = [p.grad for p in params]
+        with torch.no_grad():
+            if fixed:  # bad input on any rank holds every rank's update; the error is raised after the step
+                keep = (torch.as_tensor(bad, device=self.device) == 0).to(torch.float32)
+                torch._foreach_mul_(grads, keep)
+                self.emb.scale_gradients_(keep)
+            torch._foreach_add_(params, grads, alpha=-self.cfg.lr)  # SGD without momentum: p -= lr * grad
         self.emb_opt.step(fixed=fixed)
         return loss.detach()
 
