@@ -63,10 +63,10 @@ class SampledGNN(nn.Module):
         last = len(self.convs) - 1
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             drop = None
-            if isinstance(x, IndexedRows) and not (getattr(conv, "takes_indexed_rows", False)
-                                                   and not (self.training and self.dropout >= 1.0)):
+            zero_input = self.training and self.dropout >= 1.0
+            if isinstance(x, IndexedRows) and (zero_input or not getattr(conv, "takes_indexed_rows", False)):
                 x = x.materialize()
-            if self.training and self.dropout >= 1.0:
+            if zero_input:
                 x = torch.zeros_like(x)
             elif self.training and self.dropout > 0.0:
                 drop = BlockDropout.draw(self.dropout, generator)
